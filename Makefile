@@ -1,0 +1,51 @@
+# Every target installs what it needs first, so a fresh clone needs only `make demo` or `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+COLLECTOR := collector/dist/otelcol-grpc-overhead
+PROTOS := instrumented-service/prediction/protos
+
+.PHONY: setup system-packages collector protos demo test test-fast bench lint format clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+system-packages:
+	@bash scripts/system-packages.sh
+
+collector: $(COLLECTOR)
+
+$(COLLECTOR): collector/manifest.yaml collector/build.sh
+	bash collector/build.sh
+
+protos: setup
+	$(PYTHON) -m grpc_overhead.prediction.protos.generate
+
+demo: setup collector
+	$(VENV)/bin/grpc-overhead demo
+
+test: setup system-packages collector
+	$(VENV)/bin/pytest
+
+test-fast: setup
+	$(VENV)/bin/pytest -m unit
+
+bench: setup system-packages collector
+	$(PYTHON) -m bench.run
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) collector/dist .pytest_cache

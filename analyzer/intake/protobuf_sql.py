@@ -1,0 +1,257 @@
+"""OTLP -> ``otel_traces`` inside the engine: ClickHouse parses the protobuf, SQL maps it.
+
+Python field access on decoded protobuf costs microseconds per attribute, too
+slow for the intake's target; ClickHouse's ``Protobuf`` input format parses
+the same bytes in C++. ``INTAKE_PROTO`` is a wire-compatible subset of
+``ExportTraceServiceRequest`` (field numbers as in opentelemetry-proto) in
+which the recursive ``AnyValue`` members ``array_value`` and ``kvlist_value``
+are declared ``bytes``: they arrive as their encoded bytes and a Python
+function (``values.complex_value_json``, registered as a chDB UDF and only
+evaluated for those rare values thanks to ``multiIf`` short-circuiting)
+renders them as the exporter does. ``input_format_protobuf_oneof_presence``
+tells which ``AnyValue`` member was set, so ``0`` and ``""`` stay distinct.
+
+Every request gets one extra varint field, ``intake_seq`` (the largest legal
+field number, appended to the request bytes: protobuf concatenation merges
+it), so per-request span and rejection counts can be read back after a
+batch of requests was inserted as length-delimited messages.
+
+A span is rejected (OTLP partial success) when a trace or span id has a
+length other than 0, 16/8 bytes: pdata refuses the whole request there, we
+keep the rest. Everything else follows ``exporter_traces.go``: maps sorted by
+key as clickhouse-go's ordered map sorts them, kinds and status codes as
+pdata names them ('' for values outside the enum), ``Duration`` as the
+unsigned (wrapping) difference of the timestamps.
+"""
+
+from __future__ import annotations
+
+from grpc_overhead.analyzer.intake.values import complex_value_json
+
+UDF_NAME = "grpc_overhead_otlp_complex_value"
+SEQ_FIELD_NUMBER = (1 << 29) - 1
+STAGING_TABLE = "grpc_overhead_intake_staging"
+
+INTAKE_PROTO = """\
+// Wire-compatible subset of opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest
+// read by ClickHouse's Protobuf input format (see analyzer/intake/protobuf_sql.py).
+syntax = "proto3";
+
+package grpc_overhead.intake;
+
+message AnyValue {
+  oneof value {
+    string string_value = 1;
+    bool bool_value = 2;
+    int64 int_value = 3;
+    double double_value = 4;
+    bytes array_value = 5;
+    bytes kvlist_value = 6;
+    bytes bytes_value = 7;
+  }
+}
+message KeyValue { string key = 1; AnyValue value = 2; }
+message Resource { repeated KeyValue attributes = 1; }
+message InstrumentationScope { string name = 1; string version = 2; }
+message Event { fixed64 time_unix_nano = 1; string name = 2; repeated KeyValue attributes = 3; }
+message Link {
+  bytes trace_id = 1;
+  bytes span_id = 2;
+  string trace_state = 3;
+  repeated KeyValue attributes = 4;
+}
+message Status { string message = 2; int32 code = 3; }
+message Span {
+  bytes trace_id = 1;
+  bytes span_id = 2;
+  string trace_state = 3;
+  bytes parent_span_id = 4;
+  string name = 5;
+  int32 kind = 6;
+  fixed64 start_time_unix_nano = 7;
+  fixed64 end_time_unix_nano = 8;
+  repeated KeyValue attributes = 9;
+  repeated Event events = 11;
+  repeated Link links = 13;
+  Status status = 15;
+}
+message ScopeSpans { InstrumentationScope scope = 1; repeated Span spans = 2; }
+message ResourceSpans { Resource resource = 1; repeated ScopeSpans scope_spans = 2; }
+message ExportTraceServiceRequest {
+  repeated ResourceSpans resource_spans = 1;
+  uint64 intake_seq = 536870911;
+}
+"""
+
+_PRESENCE = (
+    "Enum8('none' = 0, 'string_value' = 1, 'bool_value' = 2, 'int_value' = 3, "
+    "'double_value' = 4, 'array_value' = 5, 'kvlist_value' = 6, 'bytes_value' = 7)"
+)
+_ANY_VALUE = (
+    "Tuple(string_value String, bool_value Bool, int_value Int64, double_value Float64, "
+    f"array_value String, kvlist_value String, bytes_value String, value {_PRESENCE})"
+)
+_ATTRIBUTES = f"Array(Tuple(key String, value {_ANY_VALUE}))"
+_SPAN = (
+    "Tuple(trace_id String, span_id String, trace_state String, parent_span_id String, "
+    "name String, kind Int32, start_time_unix_nano UInt64, end_time_unix_nano UInt64, "
+    f"attributes {_ATTRIBUTES}, "
+    f"events Array(Tuple(time_unix_nano UInt64, name String, attributes {_ATTRIBUTES})), "
+    "links Array(Tuple(trace_id String, span_id String, trace_state String, "
+    f"attributes {_ATTRIBUTES})), "
+    "status Tuple(message String, code Int32))"
+)
+STAGING_COLUMNS = (
+    "intake_seq UInt64, "
+    "resource_spans Array(Tuple(resource Tuple(attributes "
+    f"{_ATTRIBUTES}), scope_spans Array(Tuple(scope Tuple(name String, version String), "
+    f"spans Array({_SPAN})))))"
+)
+
+CREATE_STAGING = f"CREATE TEMPORARY TABLE IF NOT EXISTS {STAGING_TABLE} ({STAGING_COLUMNS})"
+TRUNCATE_STAGING = f"TRUNCATE TABLE {STAGING_TABLE}"
+
+
+def staging_insert(schema_path: str) -> tuple[str, str]:
+    """(statement, settings) for ``Store.insert_encoded`` with format ``Protobuf``."""
+    settings = (
+        f"format_schema = '{schema_path}:ExportTraceServiceRequest', "
+        "input_format_protobuf_oneof_presence = 1"
+    )
+    return f"INSERT INTO {STAGING_TABLE}", settings
+
+
+def _value(v: str) -> str:
+    """AsString of one staged AnyValue tuple."""
+    double = f"{v}.double_value"
+    return (
+        f"multiIf({v}.value = 'string_value', {v}.string_value, "
+        f"{v}.value = 'int_value', toString({v}.int_value), "
+        f"{v}.value = 'double_value', if(isFinite({double}), "
+        # ClickHouse already writes Go's shortest digits and notation switch
+        # points; only the '+' of positive exponents differs.
+        f"replaceRegexpOne(toString({double}), 'e(\\\\d)', 'e+\\\\1'), "
+        f"if(isNaN({double}), 'NaN', if({double} > 0, 'Infinity', '-Infinity'))), "
+        f"{v}.value = 'bool_value', if({v}.bool_value, 'true', 'false'), "
+        f"{v}.value = 'bytes_value', base64Encode({v}.bytes_value), "
+        f"{v}.value = 'array_value', {UDF_NAME}('array', hex({v}.array_value)), "
+        f"{v}.value = 'kvlist_value', {UDF_NAME}('kvlist', hex({v}.kvlist_value)), "
+        "'')"
+    )
+
+
+def _attributes(a: str) -> str:
+    """A staged KeyValue array as the exporter's Map (sorted by key)."""
+    return (
+        f"CAST((arrayMap(kv -> kv.key, arraySort(kv -> kv.key, {a})), "
+        f"arrayMap(kv -> {_value('kv.value')}, arraySort(kv -> kv.key, {a}))), "
+        "'Map(LowCardinality(String), String)')"
+    )
+
+
+def _hex_id(expression: str, size: int) -> str:
+    """traceutil.*IDToHexOrEmptyString: '' for an absent or all-zero id."""
+    return (
+        f"if({expression} = '' OR {expression} = repeat('\\0', {size}), '', "
+        f"lower(hex({expression})))"
+    )
+
+
+def _valid(span: str) -> str:
+    return (
+        f"(length({span}.trace_id) IN (0, 16) AND length({span}.span_id) IN (0, 8) "
+        f"AND length({span}.parent_span_id) IN (0, 8) "
+        f"AND arrayAll(l -> length(l.trace_id) IN (0, 16) AND length(l.span_id) IN (0, 8), "
+        f"{span}.links))"
+    )
+
+
+_ALL_SPANS = "arrayFlatten(arrayMap(rs -> arrayMap(ss -> ss.spans, rs.scope_spans), resource_spans))"
+
+REQUEST_COUNTS = (
+    f"SELECT intake_seq, length({_ALL_SPANS}) AS spans, "
+    f"arrayCount(sp -> NOT {_valid('sp')}, {_ALL_SPANS}) AS rejected "
+    f"FROM {STAGING_TABLE}"
+)
+
+_TIMESTAMP = "fromUnixTimestamp64Nano(toInt64({}))"
+
+
+def transform_insert(qualified_table: str) -> str:
+    """``INSERT INTO <otel_traces> SELECT ...`` from the staging table, valid spans only."""
+    s = "item.4"
+    return f"""\
+INSERT INTO {qualified_table} (
+    Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName,
+    ResourceAttributes, ScopeName, ScopeVersion, SpanAttributes, Duration, StatusCode,
+    StatusMessage, `Events.Timestamp`, `Events.Name`, `Events.Attributes`, `Links.TraceId`,
+    `Links.SpanId`, `Links.TraceState`, `Links.Attributes`)
+SELECT
+    {_TIMESTAMP.format(f"{s}.start_time_unix_nano")},
+    {_hex_id(f"{s}.trace_id", 16)},
+    {_hex_id(f"{s}.span_id", 8)},
+    {_hex_id(f"{s}.parent_span_id", 8)},
+    {s}.trace_state,
+    {s}.name,
+    ['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer'][{s}.kind + 1],
+    resource_maps[item.1]['service.name'],
+    resource_maps[item.1],
+    item.2,
+    item.3,
+    {_attributes(f"{s}.attributes")},
+    toUInt64(toInt64({s}.end_time_unix_nano) - toInt64({s}.start_time_unix_nano)),
+    ['Unset', 'Ok', 'Error'][{s}.status.code + 1],
+    {s}.status.message,
+    arrayMap(e -> {_TIMESTAMP.format("e.time_unix_nano")}, {s}.events),
+    arrayMap(e -> e.name, {s}.events),
+    arrayMap(e -> {_attributes("e.attributes")}, {s}.events),
+    arrayMap(l -> {_hex_id("l.trace_id", 16)}, {s}.links),
+    arrayMap(l -> {_hex_id("l.span_id", 8)}, {s}.links),
+    arrayMap(l -> l.trace_state, {s}.links),
+    arrayMap(l -> {_attributes("l.attributes")}, {s}.links)
+FROM (
+    SELECT
+        arrayMap(rs -> {_attributes("rs.resource.attributes")}, resource_spans) AS resource_maps,
+        arrayFlatten(arrayMap((rs, r) -> arrayMap(ss -> arrayMap(
+            sp -> (r, ss.scope.name, ss.scope.version, sp), ss.spans), rs.scope_spans),
+            resource_spans, arrayEnumerate(resource_spans))) AS spans
+    FROM {STAGING_TABLE}
+)
+ARRAY JOIN spans AS item
+WHERE {_valid(s)}
+"""
+
+
+def register_complex_value_function() -> None:
+    """Make ``complex_value_json`` callable from SQL (chDB in-process UDF; idempotent)."""
+    import chdb
+
+    def otlp_complex_value(kind: str, encoded_hex: str) -> str:
+        return complex_value_json(kind, bytes.fromhex(encoded_hex))
+
+    try:
+        chdb.drop_function(UDF_NAME)
+    except Exception:  # not registered yet
+        pass
+    chdb.create_function(UDF_NAME, otlp_complex_value, ["String", "String"], "String")
+
+
+def with_sequence_number(request: bytes, seq: int) -> bytes:
+    """Append ``intake_seq`` (varint field ``SEQ_FIELD_NUMBER``) to an encoded request."""
+    return request + _varint(SEQ_FIELD_NUMBER << 3) + _varint(seq)
+
+
+def length_delimited(message: bytes) -> bytes:
+    return _varint(len(message)) + message
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)

@@ -1,0 +1,105 @@
+"""The store contract: what the rest of the analyzer may ask of a store.
+
+A store runs ClickHouse SQL. Two backends implement this class, chDB
+(embedded, ``ChdbStore``) and a ClickHouse server (``ClickHouseServerStore``);
+the SQL is the same on both, values are always bound as ClickHouse query
+parameters (``{name:Type}`` placeholders), never formatted into the text.
+
+Value conventions for ``insert`` (column-oriented): ``DateTime64`` values are
+integer nanoseconds since the Unix epoch (UTC), ``Map`` values are dicts,
+``Array`` values are lists, ``Nested`` columns are passed as their flattened
+``Name.Field`` array columns.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import pandas as pd
+
+Parameters = Mapping[str, Any]
+Columns = Sequence[Sequence[Any]]
+
+_CLICKHOUSE_ERROR = re.compile(r"\s*Code:\s*(\d+)\.\s*(?:DB::Exception:\s*)?(.*)", re.DOTALL)
+_VERSION_SUFFIX = re.compile(
+    r"(?:\s*\(version [\d.]+(?: \([^)]*\))?\)\.?)+(?=\s*(?:\([A-Z_]+\))?\s*$)"
+)
+
+
+def split_clickhouse_error(text: str) -> tuple[int | None, str]:
+    """'Code: 62. DB::Exception: Syntax error ...' -> (62, 'Syntax error ...')."""
+    match = _CLICKHOUSE_ERROR.search(text)
+    if not match:
+        return None, text.strip()
+    code = int(match.group(1))
+    message = match.group(2).strip()
+    while match := _CLICKHOUSE_ERROR.match(message):  # chDB nests the engine's text
+        message = match.group(2).strip()
+    # The engine appends its version (sometimes twice); it says nothing about the query.
+    message = _VERSION_SUFFIX.sub("", message)
+    message = re.sub(r"(\([A-Z_]+\))\s*\1$", r"\1", message)
+    return code, message
+
+
+class Store(abc.ABC):
+    """One ClickHouse-speaking store. Thread-safe; use as a context manager."""
+
+    #: Human-readable location for logs and the ``store: ...`` line of ``serve``.
+    description: str = ""
+    #: True when ``insert_encoded`` can take raw bytes in a ClickHouse input format.
+    supports_encoded_insert: bool = False
+
+    @abc.abstractmethod
+    def query(
+        self, sql: str, parameters: Parameters | None = None, *, readonly: bool = False
+    ) -> pd.DataFrame:
+        """Run a statement that returns rows. ``readonly=True`` refuses writes and DDL."""
+
+    @abc.abstractmethod
+    def command(self, sql: str, parameters: Parameters | None = None) -> None:
+        """Run a statement for its effect (DDL, INSERT ... SELECT, TRUNCATE)."""
+
+    @abc.abstractmethod
+    def insert(self, table: str, columns: Sequence[str], data: Columns) -> int:
+        """Insert column-oriented ``data`` (one sequence per name in ``columns``).
+
+        Returns the number of rows inserted.
+        """
+
+    def insert_encoded(
+        self, statement: str, input_format: str, payload: bytes, settings: str = ""
+    ) -> int:
+        """Insert bytes already encoded in a ClickHouse input format.
+
+        ``statement`` is ``INSERT INTO t (cols)`` without FORMAT; ``settings``
+        (``k=v, k2=v2``) go into its SETTINGS clause. Only stores with
+        ``supports_encoded_insert`` implement it; it returns rows written.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not take encoded inserts")
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store; idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.description}>"
+
+
+def quote_identifier(name: str) -> str:
+    """Backquote a ClickHouse identifier (``Events.Timestamp`` stays one name)."""
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"

@@ -1,0 +1,418 @@
+"""``ChdbStore``: the embedded backend, chDB (in-process ClickHouse 26.9) on a data directory.
+
+chDB API used (4.4): ``chdb.connect(path)`` returns a thread-safe connection;
+``query(sql, "DataFrame", params=...)`` binds ClickHouse query parameters
+server-side (``{name:Type}``); ``send_insert(statement, format)`` streams bytes
+in any ClickHouse input format (we use ArrowStream for ``insert`` and, in the
+intake, length-delimited Protobuf). The engine releases the GIL while it works.
+
+Two facts of chDB shape this class:
+
+* One embedded engine per process, bound to one path: opening a second path
+  in the same process fails until the first is closed.
+* A data directory is owned by one process: the engine holds an exclusive
+  ``flock`` on ``DIR/status`` (which records the owner's PID) and a second
+  process fails with "Cannot lock file DIR/status". The engine prints that
+  text to stderr and raises a bare "Error initializing EmbeddedServer"; we
+  capture stderr while connecting and test the lock ourselves so the error
+  can say who holds the directory.
+
+Read-only queries go through a second connection to the same engine opened
+with ``readonly=1`` (a per-connection setting in chDB), so user SQL cannot
+write even with its own SETTINGS clause: ClickHouse refuses to change
+``readonly`` once it is 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import date, datetime
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from grpc_overhead.analyzer.errors import (
+    BadInput,
+    QueryError,
+    StoreLocked,
+    StoreUnavailable,
+)
+from grpc_overhead.analyzer.store.base import (
+    Columns,
+    Parameters,
+    Store,
+    quote_identifier,
+    split_clickhouse_error,
+)
+
+
+class ChdbStore(Store):
+    """chDB on ``directory`` (created if missing). One per process at a time."""
+
+    supports_encoded_insert = True
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.description = f"chDB {self.directory}"
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"cannot create store directory {self.directory}: {exc.strerror}",
+                location=self.directory,
+            ) from exc
+        self._lock = threading.RLock()
+        self._conn = self._connect(self.directory)
+        self._readonly_conn: Any = None
+        self._column_types: dict[str, dict[str, str]] = {}
+
+    # -- connecting ---------------------------------------------------------
+
+    def _connect(self, connection_string: str) -> Any:
+        import chdb
+
+        with _captured_stderr() as captured:
+            try:
+                return chdb.connect(connection_string)
+            except Exception as exc:  # chDB raises a bare RuntimeError here
+                failure = exc
+        engine_output = captured.read()
+        raise self._open_error(str(failure), engine_output) from failure
+
+    def _open_error(self, error_text: str, engine_output: str) -> StoreUnavailable:
+        holder = lock_holder(self.directory)
+        if holder is not None or "Cannot lock file" in engine_output:
+            pid, started = holder or (None, "")
+            return StoreLocked(
+                locked_message(self.directory, pid, started, engine_output),
+                location=self.directory,
+                holder_pid=pid,
+            )
+        if "already initialized with path" in error_text:
+            return StoreUnavailable(
+                f"cannot open chDB store {self.directory}: this process already has "
+                f"another chDB store open, and chDB runs one per process "
+                f"({split_clickhouse_error(error_text)[1]})",
+                location=self.directory,
+            )
+        detail = engine_output.strip() or split_clickhouse_error(error_text)[1]
+        return StoreUnavailable(
+            f"cannot open chDB store {self.directory}: {detail}", location=self.directory
+        )
+
+    def _readonly(self) -> Any:
+        if self._readonly_conn is None:
+            self._readonly_conn = self._connect(f"{self.directory}?readonly=1")
+        return self._readonly_conn
+
+    # -- the Store contract --------------------------------------------------
+
+    def query(
+        self, sql: str, parameters: Parameters | None = None, *, readonly: bool = False
+    ) -> pd.DataFrame:
+        with self._lock:
+            conn = self._open_connection()
+            if readonly:
+                conn = self._readonly()
+            try:
+                return conn.query(sql, "DataFrame", params=_bind(parameters))
+            except Exception as exc:
+                raise self._query_error(exc, sql, parameters) from exc
+
+    def command(self, sql: str, parameters: Parameters | None = None) -> None:
+        with self._lock:
+            conn = self._open_connection()
+            try:
+                conn.query(sql, "TSV", params=_bind(parameters))
+            except Exception as exc:
+                raise self._query_error(exc, sql, parameters) from exc
+
+    def insert(self, table: str, columns: Sequence[str], data: Columns) -> int:
+        if len(columns) != len(data):
+            raise BadInput(f"insert into {table}: {len(columns)} names for {len(data)} columns")
+        types = self._table_types(table)
+        arrays = []
+        for name, values in zip(columns, data, strict=True):
+            if name not in types:
+                raise BadInput(f"insert into {table}: no column {name!r}")
+            try:
+                arrays.append(pa.array(values, type=arrow_type(types[name])))
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                raise BadInput(f"insert into {table}: column {name}: {exc}") from exc
+        batch = pa.RecordBatch.from_arrays(arrays, names=list(columns))
+        if batch.num_rows == 0:
+            return 0
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        statement = f"INSERT INTO {table} ({', '.join(map(quote_identifier, columns))})"
+        return self.insert_encoded(statement, "ArrowStream", sink.getvalue().to_pybytes())
+
+    def insert_encoded(
+        self, statement: str, input_format: str, payload: bytes, settings: str = ""
+    ) -> int:
+        sql = f"{statement} SETTINGS {settings}" if settings else statement
+        with self._lock:
+            conn = self._open_connection()
+            try:
+                inserter = conn.send_insert(sql, input_format)
+            except Exception as exc:
+                raise self._query_error(exc, sql, None) from exc
+            try:
+                inserter.append(payload)
+                result = inserter.finish()
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    inserter.cancel()
+                raise self._query_error(exc, sql, None) from exc
+            return int(result.rows_written)
+
+    def close(self) -> None:
+        with self._lock:
+            # The read-only connection shares the engine: close it first.
+            for attribute in ("_readonly_conn", "_conn"):
+                conn = getattr(self, attribute, None)
+                if conn is not None:
+                    setattr(self, attribute, None)
+                    with contextlib.suppress(Exception):
+                        conn.close()
+
+    # -- helpers -------------------------------------------------------------
+
+    def _open_connection(self) -> Any:
+        if self._conn is None:
+            raise StoreUnavailable(f"store {self.directory} is closed", location=self.directory)
+        return self._conn
+
+    def _table_types(self, table: str) -> dict[str, str]:
+        if table not in self._column_types:
+            described = self.query(f"DESCRIBE TABLE {table}")
+            self._column_types[table] = dict(zip(described["name"], described["type"], strict=True))
+        return self._column_types[table]
+
+    @staticmethod
+    def _query_error(exc: Exception, sql: str, parameters: Parameters | None) -> QueryError:
+        text = str(exc)
+        for prefix in ("Streaming insert append failed: ", "Streaming insert finish failed: "):
+            text = text.removeprefix(prefix)
+        code, message = split_clickhouse_error(text)
+        return QueryError(message, sql=sql, parameters=parameters, code=code)
+
+
+# -- locking ---------------------------------------------------------------
+
+
+def lock_holder(directory: str) -> tuple[int | None, str] | None:
+    """(pid, started-at) of the process holding ``directory``, or None if free.
+
+    ClickHouse keeps an exclusive ``flock`` on ``DIR/status`` for as long as it
+    owns the directory and writes its PID into the file.
+    """
+    status = os.path.join(directory, "status")
+    try:
+        fd = os.open(status, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        content = os.read(fd, 4096).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    pid: int | None = None
+    started = ""
+    for line in content.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "PID" and value.strip().isdigit():
+            pid = int(value.strip())
+        elif key.strip() == "Started at":
+            started = value.strip()
+    return pid, started
+
+
+def locked_message(directory: str, pid: int | None, started: str, engine_output: str) -> str:
+    engine_line = next(
+        (line.strip() for line in engine_output.splitlines() if "Cannot lock file" in line),
+        f"Cannot lock file {os.path.join(directory, 'status')}",
+    )
+    _, engine_line = split_clickhouse_error(engine_line)
+    if pid is not None:
+        holder = f"process {pid}"
+        command = _command_line(pid)
+        if command:
+            holder += f" ({command})"
+        if started:
+            holder += f", running since {started}"
+    else:
+        holder = "another process"
+    return (
+        f"store {directory} is in use by {holder}.\n"
+        f"  chDB: {engine_line}\n"
+        "A chDB store directory is owned by one process at a time. Use "
+        "`grpc-overhead report` against the running `serve`, or stop that process "
+        "and retry (or pass another --store DIR)."
+    )
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            parts = handle.read().split(b"\0")
+    except OSError:
+        return ""
+    words = [part.decode("utf-8", "replace") for part in parts if part]
+    text = " ".join(words)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[Any]:
+    """Redirect fd 2 into a temp file while the engine starts (it prints there)."""
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        try:
+            saved = os.dup(2)
+        except OSError:
+            yield _Captured(None)
+            return
+        try:
+            os.dup2(sink.fileno(), 2)
+            yield _Captured(sink)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+class _Captured:
+    def __init__(self, sink: Any) -> None:
+        self._sink = sink
+
+    def read(self) -> str:
+        if self._sink is None:
+            return ""
+        self._sink.seek(0)
+        return self._sink.read().decode("utf-8", "replace")
+
+
+# -- parameters and types ---------------------------------------------------
+
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0", "\b": "\\b"}
+_ESCAPES["\f"] = "\\f"
+
+
+def _escape_text(text: str) -> str:
+    """ClickHouse parses query parameter values as escaped text (TSV rules)."""
+    return "".join(_ESCAPES.get(char, char) for char in text)
+
+
+def _literal(value: Any) -> str:
+    """A value as a ClickHouse literal, for elements inside arrays and tuples."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, datetime | date):
+        return "'" + _datetime_text(value) + "'"
+    if isinstance(value, list | tuple):
+        inner = ", ".join(_literal(item) for item in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    text = _escape_text(str(value)).replace("'", "\\'")
+    return f"'{text}'"
+
+
+def _datetime_text(value: date) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    return value.isoformat()
+
+
+def _bind(parameters: Parameters | None) -> dict[str, Any]:
+    bound: dict[str, Any] = {}
+    for name, value in (parameters or {}).items():
+        if value is None or isinstance(value, bool | int | float):
+            bound[name] = value
+        elif isinstance(value, datetime | date):
+            bound[name] = _datetime_text(value)
+        elif isinstance(value, list | tuple):
+            bound[name] = _literal(value)
+        else:
+            bound[name] = _escape_text(str(value))
+    return bound
+
+
+def _strip(type_name: str, wrapper: str) -> str:
+    if type_name.startswith(wrapper + "(") and type_name.endswith(")"):
+        return type_name[len(wrapper) + 1 : -1]
+    return type_name
+
+
+def _split_arguments(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:index].strip())
+            start = index + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+_SCALARS = {
+    "String": pa.string(),
+    "UUID": pa.string(),
+    "Bool": pa.bool_(),
+    "UInt8": pa.uint8(),
+    "UInt16": pa.uint16(),
+    "UInt32": pa.uint32(),
+    "UInt64": pa.uint64(),
+    "Int8": pa.int8(),
+    "Int16": pa.int16(),
+    "Int32": pa.int32(),
+    "Int64": pa.int64(),
+    "Float32": pa.float32(),
+    "Float64": pa.float64(),
+    "Date": pa.date32(),
+    "DateTime": pa.timestamp("s", tz="UTC"),
+}
+_UNITS = {0: "s", 3: "ms", 6: "us", 9: "ns"}
+
+
+def arrow_type(type_name: str) -> pa.DataType | None:
+    """The Arrow type that carries values of a ClickHouse column (None: infer)."""
+    type_name = _strip(_strip(type_name.strip(), "LowCardinality"), "Nullable")
+    type_name = _strip(type_name, "LowCardinality")
+    if type_name in _SCALARS:
+        return _SCALARS[type_name]
+    if type_name.startswith(("FixedString(", "Enum8(", "Enum16(")):
+        return pa.string()
+    if type_name.startswith("DateTime64("):
+        precision = int(_split_arguments(type_name[len("DateTime64(") : -1])[0])
+        return pa.timestamp(_UNITS.get(precision, "ns"), tz="UTC")
+    if type_name.startswith("DateTime("):
+        return pa.timestamp("s", tz="UTC")
+    if type_name.startswith("Array("):
+        element = arrow_type(type_name[len("Array(") : -1])
+        return pa.list_(element) if element is not None else None
+    if type_name.startswith("Map("):
+        key, value = _split_arguments(type_name[len("Map(") : -1])
+        key_type, value_type = arrow_type(key), arrow_type(value)
+        if key_type is None or value_type is None:
+            return None
+        return pa.map_(key_type, value_type)
+    return None

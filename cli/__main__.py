@@ -1,0 +1,5 @@
+import sys
+
+from grpc_overhead.cli import main
+
+sys.exit(main())

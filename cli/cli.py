@@ -1,0 +1,59 @@
+"""The ``grpc-overhead`` command: one entry point, one sub-command per component.
+
+Each sub-command lives with its component and exposes ``main(argv) -> int``;
+this module only dispatches, importing the component lazily so that
+``grpc-overhead load`` does not pay for importing chDB or Streamlit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# sub-command -> (module with main(argv), one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("grpc_overhead.app.demo", "whole stack on the embedded default, app opened"),
+    "serve": ("grpc_overhead.analyzer.serve", "intake + store (+ app) in one process"),
+    "app": ("grpc_overhead.app.command", "the Streamlit app against a store"),
+    "service": ("grpc_overhead.prediction.command", "the instrumented prediction server"),
+    "load": ("grpc_overhead.load_generator.command", "load generator for the prediction service"),
+    "report": ("grpc_overhead.analyzer.report_command", "phase breakdown (table, json, csv)"),
+    "sql": ("grpc_overhead.analyzer.sql_command", "run SQL against the store"),
+    "collector": ("grpc_overhead.collector.command", "build, configure or run the collector"),
+}
+
+
+def usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = ["usage: grpc-overhead COMMAND [options]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += ["", "Run 'grpc-overhead COMMAND --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if args[0] in ("-V", "--version"):
+        from grpc_overhead import __version__
+
+        print(__version__)
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"grpc-overhead: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, _ = COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):
+            print(f"grpc-overhead: '{name}' is not available in this build yet", file=sys.stderr)
+            return 2
+        raise
+    try:
+        return int(module.main(rest) or 0)
+    except KeyboardInterrupt:
+        return 130

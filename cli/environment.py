@@ -1,0 +1,59 @@
+"""Every environment variable grpc-overhead reads, documented in one place.
+
+The standard ``OTEL_*`` variables (endpoint, service name, resource attributes,
+sampler) are read by the OpenTelemetry SDK itself and keep their documented
+meaning; the ones below are ours. The README's table is generated from
+``DOCUMENTED`` (see tests/test_readme.py), so adding a variable here and not
+there fails the suite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str
+    meaning: str
+
+
+INSTRUMENTATION_DISABLED = "GRPC_OVERHEAD_DISABLED"
+MAX_QUEUE_SIZE = "GRPC_OVERHEAD_MAX_QUEUE_SIZE"
+EXPORT_BATCH_SIZE = "GRPC_OVERHEAD_EXPORT_BATCH_SIZE"
+EXPORT_INTERVAL_MS = "GRPC_OVERHEAD_EXPORT_INTERVAL_MS"
+RUN_ID = "GRPC_OVERHEAD_RUN_ID"
+COMPRESSED_SIZE_EVERY = "GRPC_OVERHEAD_COMPRESSED_SIZE_EVERY"
+RESIDENCE_TRAILER = "GRPC_OVERHEAD_RESIDENCE_TRAILER"
+
+DOCUMENTED: tuple[Variable, ...] = (
+    Variable(
+        INSTRUMENTATION_DISABLED,
+        "false",
+        "true: the instrumentor and the factories leave gRPC untouched",
+    ),
+    Variable(
+        MAX_QUEUE_SIZE,
+        "8192",
+        "calls waiting to be turned into spans; beyond it calls are dropped and counted",
+    ),
+    Variable(EXPORT_BATCH_SIZE, "512", "spans per OTLP export request"),
+    Variable(EXPORT_INTERVAL_MS, "1000", "longest a finished call waits before export"),
+    Variable(
+        RUN_ID,
+        "(unset)",
+        "run identifier put on every span as grpc_overhead.run_id (the load generator sets it)",
+    ),
+    Variable(
+        COMPRESSED_SIZE_EVERY,
+        "16",
+        "with gRPC gzip/deflate, every Nth message is re-compressed off the hot path "
+        "to record its exact compressed size (0 = never)",
+    ),
+    Variable(
+        RESIDENCE_TRAILER,
+        "true",
+        "server returns its residence time in trailing metadata (grpc-overhead-residence-us)",
+    ),
+)

@@ -1,0 +1,153 @@
+"""``grpc-overhead collector``: build the collector, print a config, run it.
+
+    grpc-overhead collector build [--force]
+    grpc-overhead collector config embedded|clickhouse
+    grpc-overhead collector validate [--config embedded|clickhouse|PATH]
+    grpc-overhead collector run [--config embedded|clickhouse|PATH]
+                                [--otlp-port N] [--intake HOST:PORT] [--health-port N]
+
+User errors (no Go, unknown config, port in use, rejected config) print one
+clear message and return a non-zero code; they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from grpc_overhead.collector.runner import (
+    CONFIG_NAMES,
+    DEFAULT_HEALTH_PORT,
+    DEFAULT_INTAKE,
+    DEFAULT_OTLP_PORT,
+    CollectorError,
+    CollectorProcess,
+    build_collector,
+    config_path,
+    resolve_config,
+    validate_config,
+)
+
+PROG = "grpc-overhead collector"
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range 1-65535: {value}")
+    return value
+
+
+def _host_port(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    _port(port)
+    return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    names = "|".join(CONFIG_NAMES)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Build, configure or run the grpc-overhead OpenTelemetry Collector.",
+    )
+    sub = parser.add_subparsers(dest="action", metavar="{build,run,config,validate}")
+    sub.required = True
+
+    build = sub.add_parser("build", help="build collector/dist/otelcol-grpc-overhead (needs Go)")
+    build.add_argument("--force", action="store_true", help="rebuild even if up to date")
+
+    run = sub.add_parser("run", help="run the collector in the foreground until Ctrl-C")
+    run.add_argument(
+        "--config",
+        default="embedded",
+        metavar=f"{names}|PATH",
+        help="shipped config name or a config file (default: embedded)",
+    )
+    run.add_argument(
+        "--otlp-port",
+        type=_port,
+        help=f"OTLP/gRPC receiver port (default {DEFAULT_OTLP_PORT})",
+    )
+    run.add_argument(
+        "--intake",
+        type=_host_port,
+        metavar="HOST:PORT",
+        help=f"analyzer intake for the embedded config (default {DEFAULT_INTAKE})",
+    )
+    run.add_argument(
+        "--health-port",
+        type=_port,
+        help=f"health_check port (default {DEFAULT_HEALTH_PORT})",
+    )
+    run.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for the collector to become healthy (default 30)",
+    )
+
+    config = sub.add_parser("config", help="print a shipped config")
+    config.add_argument("name", metavar=names, help="which config to print")
+
+    validate = sub.add_parser("validate", help="check a config with the collector binary")
+    validate.add_argument("--config", default="embedded", metavar=f"{names}|PATH")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = resolve_config(args.config)
+    build_collector()
+    collector = CollectorProcess(
+        config,
+        otlp_port=args.otlp_port,
+        intake=args.intake,
+        health_port=args.health_port,
+        startup_timeout=args.startup_timeout,
+        echo=True,
+    )
+    try:
+        with collector:
+            target = f" -> intake {collector.intake}" if config.name == "embedded.yaml" else ""
+            print(
+                f"collector ready (config {config}): OTLP/gRPC on port "
+                f"{collector.otlp_port}{target}, health {collector.health_url}. Ctrl-C to stop.",
+                flush=True,
+            )
+            code = collector.wait()
+    except KeyboardInterrupt:
+        print("\nstopping the collector", file=sys.stderr)
+        return 0
+    print(f"{PROG}: the collector exited with code {code}", file=sys.stderr)
+    return code or 1
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``grpc-overhead collector``; returns the exit code."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # --help (0) or a usage error (2), already printed
+        return int(exit_.code or 0)
+    try:
+        if args.action == "build":
+            path = build_collector(force=args.force)
+            print(path)
+            return 0
+        if args.action == "config":
+            sys.stdout.write(config_path(args.name).read_text(encoding="utf-8"))
+            return 0
+        if args.action == "validate":
+            path = resolve_config(args.config)
+            build_collector()
+            validate_config(path)
+            print(f"{path}: valid")
+            return 0
+        return _run(args)
+    except CollectorError as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 1

@@ -1,0 +1,222 @@
+"""Sync client instrumentation: a ``grpc.Channel`` wrapper that times every call.
+
+Works with generated stubs (they pass ``_registered_method=True``; it is kept)
+and with every call style: blocking, ``with_call``, ``future`` and streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from grpc_overhead.instrumentation.client_calls import (
+    bind_serializers,
+    fail_unexpected,
+    finish_from_call,
+    start_client_call,
+)
+from grpc_overhead.instrumentation.pipeline import SpanPipeline
+from grpc_overhead.instrumentation.recorder import Recorder
+from grpc_overhead.instrumentation.records import CallRecord
+
+_CALL_TYPES = {
+    "unary_unary": "unary_unary",
+    "unary_stream": "unary_stream",
+    "stream_unary": "stream_unary",
+    "stream_stream": "stream_stream",
+}
+
+
+class InstrumentedChannel(grpc.Channel):
+    def __init__(self, channel: grpc.Channel, recorder: Recorder, target: str) -> None:
+        self._channel = channel
+        self._recorder = recorder
+        self._target = target
+
+    @property
+    def wrapped_channel(self) -> grpc.Channel:
+        return self._channel
+
+    def subscribe(self, callback: Callable[..., None], try_to_connect: bool = False) -> None:
+        self._channel.subscribe(callback, try_to_connect=try_to_connect)
+
+    def unsubscribe(self, callback: Callable[..., None]) -> None:
+        self._channel.unsubscribe(callback)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> InstrumentedChannel:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        self._channel.close()
+        return False
+
+    def unary_unary(self, method, request_serializer=None, response_deserializer=None,
+                    _registered_method=False):  # fmt: skip
+        return _UnaryResponse(self, "unary_unary", method, request_serializer,
+                              response_deserializer, _registered_method)  # fmt: skip
+
+    def stream_unary(self, method, request_serializer=None, response_deserializer=None,
+                     _registered_method=False):  # fmt: skip
+        return _UnaryResponse(self, "stream_unary", method, request_serializer,
+                              response_deserializer, _registered_method)  # fmt: skip
+
+    def unary_stream(self, method, request_serializer=None, response_deserializer=None,
+                     _registered_method=False):  # fmt: skip
+        return _StreamResponse(self, "unary_stream", method, request_serializer,
+                               response_deserializer, _registered_method)  # fmt: skip
+
+    def stream_stream(self, method, request_serializer=None, response_deserializer=None,
+                      _registered_method=False):  # fmt: skip
+        return _StreamResponse(self, "stream_stream", method, request_serializer,
+                               response_deserializer, _registered_method)  # fmt: skip
+
+
+class _MultiCallable:
+    __slots__ = ("_call_type", "_channel", "_deserializer", "_method", "_plain", "_registered",
+                 "_serializer")  # fmt: skip
+
+    def __init__(self, channel: InstrumentedChannel, call_type: str, method: str,
+                 serializer: Any, deserializer: Any, registered: Any) -> None:  # fmt: skip
+        self._channel = channel
+        self._call_type = call_type
+        self._method = method
+        self._serializer = serializer
+        self._deserializer = deserializer
+        self._registered = registered
+        self._plain: Any = None
+
+    def _factory(self) -> Callable[..., Any]:
+        return getattr(self._channel._channel, self._call_type)
+
+    def _start(self, metadata: Any, compression: Any) -> tuple[CallRecord | None, Any, Any]:
+        """(record, outgoing metadata, the multicallable to use for this call)."""
+        channel = self._channel
+        record, outgoing = start_client_call(
+            channel._recorder, channel._target, self._method, self._call_type, metadata, compression
+        )
+        if record is None:
+            if self._plain is None:
+                self._plain = self._factory()(
+                    self._method, self._serializer, self._deserializer,
+                    _registered_method=self._registered,
+                )  # fmt: skip
+            return None, outgoing, self._plain
+        serialize, deserialize = bind_serializers(record, self._serializer, self._deserializer)
+        bound = self._factory()(
+            self._method, serialize, deserialize, _registered_method=self._registered
+        )
+        return record, outgoing, bound
+
+
+class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUnaryMultiCallable):
+    """unary_unary and stream_unary: one response, finished when the status is in."""
+
+    __slots__ = ()
+
+    def _invoke(self, request, timeout, metadata, credentials, wait_for_ready, compression):
+        record, outgoing, bound = self._start(metadata, compression)
+        if record is None:
+            return bound.with_call(request, timeout, outgoing, credentials, wait_for_ready,
+                                   compression)  # fmt: skip
+        try:
+            response, call = bound.with_call(
+                request, timeout, outgoing, credentials, wait_for_ready, compression
+            )
+        except grpc.RpcError as error:
+            finish_from_call(record, error)
+            raise
+        except BaseException as exception:
+            fail_unexpected(record, exception)
+            raise
+        finish_from_call(record, call)
+        return response, call
+
+    def __call__(self, request, timeout=None, metadata=None, credentials=None,
+                 wait_for_ready=None, compression=None):  # fmt: skip
+        return self._invoke(request, timeout, metadata, credentials, wait_for_ready,
+                            compression)[0]  # fmt: skip
+
+    def with_call(self, request, timeout=None, metadata=None, credentials=None,
+                  wait_for_ready=None, compression=None):  # fmt: skip
+        return self._invoke(request, timeout, metadata, credentials, wait_for_ready, compression)
+
+    def future(self, request, timeout=None, metadata=None, credentials=None,
+               wait_for_ready=None, compression=None):  # fmt: skip
+        record, outgoing, bound = self._start(metadata, compression)
+        future = bound.future(request, timeout, outgoing, credentials, wait_for_ready,
+                              compression)  # fmt: skip
+        if record is not None:
+            future.add_done_callback(lambda done: finish_from_call(record, done))
+        return future
+
+
+class _StreamResponse(_MultiCallable, grpc.UnaryStreamMultiCallable,
+                      grpc.StreamStreamMultiCallable):  # fmt: skip
+    """unary_stream and stream_stream: finished when the reader reaches the end."""
+
+    __slots__ = ()
+
+    def __call__(self, request, timeout=None, metadata=None, credentials=None,
+                 wait_for_ready=None, compression=None):  # fmt: skip
+        record, outgoing, bound = self._start(metadata, compression)
+        call = bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
+        if record is None:
+            return call
+        return StreamingCall(call, record)
+
+
+class StreamingCall:
+    """The call object a streaming call returns, plus: the record ends with the stream.
+
+    Everything but iteration is delegated to grpcio's call object. A stream whose
+    reader stops early is finished when this object is garbage-collected.
+    """
+
+    __slots__ = ("_call", "_record")
+
+    def __init__(self, call: Any, record: CallRecord) -> None:
+        self._call = call
+        self._record = record
+
+    def __iter__(self) -> StreamingCall:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._call)
+        except StopIteration:
+            finish_from_call(self._record, self._call)
+            raise
+        except grpc.RpcError as error:
+            finish_from_call(self._record, error)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
+
+    def __del__(self) -> None:
+        record = self._record
+        if not record.finished and self._call.done():
+            try:
+                finish_from_call(record, self._call)
+            except Exception:
+                pass
+
+
+def instrument_channel(
+    channel: grpc.Channel,
+    target: str = "",
+    *,
+    compression: grpc.Compression | None = None,
+    pipeline: SpanPipeline | None = None,
+) -> grpc.Channel:
+    """Wrap a channel so every call through it is timed; ``target`` names the server on
+    the span (``server.address``); ``compression`` is the channel's default, if set."""
+    if isinstance(channel, InstrumentedChannel):
+        return channel
+    return InstrumentedChannel(channel, Recorder(pipeline, compression), target)

@@ -1,0 +1,138 @@
+"""Client-side per-call start and finish, shared by the sync and aio channel wrappers.
+
+Interceptors only see Python objects, so serialization cannot be timed from
+one. grpcio binds serializers when a multicallable is created, so each call
+gets its own multicallable with serializer and deserializer closures bound to
+the call's record (creating one costs about as much as an interceptor hop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+
+from grpc_overhead.instrumentation.annotations import CALL_ATTRIBUTES
+from grpc_overhead.instrumentation.clock import now, wall_offset_ns
+from grpc_overhead.instrumentation.propagation import format_traceparent
+from grpc_overhead.instrumentation.recorder import Recorder, compression_name, new_span_id
+from grpc_overhead.instrumentation.records import STATUS_UNKNOWN, CallRecord
+from grpc_overhead.instrumentation.vocabulary import (
+    REQUEST_CREATED,
+    REQUEST_START_HEADER,
+    RESIDENCE_TRAILER,
+    RUN_ID,
+    RUN_ID_HEADER,
+    TRACEPARENT_HEADER,
+)
+
+_get_current_span = trace.get_current_span
+_get_value = otel_context.get_value
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+def start_client_call(
+    recorder: Recorder,
+    target: str,
+    method: str,
+    call_type: str,
+    metadata: Any,
+    compression: grpc.Compression | None,
+) -> tuple[CallRecord | None, Metadata]:
+    """The call's record (None when not sampled) and its metadata with trace context added."""
+    started = now()
+    if _get_value(_SUPPRESS_INSTRUMENTATION_KEY):  # an exporter's own calls
+        return None, metadata
+    parent = _get_current_span().get_span_context()
+    if parent.is_valid:
+        trace_id, parent_span_id = parent.trace_id, parent.span_id
+        parent_sampled: bool | None = parent.trace_flags.sampled
+    else:
+        trace_id, parent_span_id, parent_sampled = new_span_id(128) or 1, 0, None
+    span_id = new_span_id(64) or 1
+    sampled = recorder.sampler.should_sample(trace_id, parent_sampled)
+    attributes = CALL_ATTRIBUTES.get()
+    run_id = attributes.get(RUN_ID) if attributes else None
+    ours: Metadata = (
+        (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, sampled)),
+        (REQUEST_START_HEADER, str(started + wall_offset_ns())),
+    )
+    if run_id:
+        ours += ((RUN_ID_HEADER, str(run_id)),)
+    outgoing = tuple(metadata) + ours if metadata else ours
+    if not sampled:
+        return None, outgoing
+    record = CallRecord(
+        recorder, True, method, call_type, trace_id, span_id, parent_span_id, started
+    )
+    record.event(REQUEST_CREATED, started)
+    record.peer = target
+    if attributes:
+        record.attributes = dict(attributes)
+        record.run_id = str(run_id) if run_id else None
+    if compression is not None:
+        record.compression = compression_name(compression)
+    return record, outgoing
+
+
+def bind_serializers(
+    record: CallRecord,
+    serializer: Callable[[Any], bytes] | None,
+    deserializer: Callable[[bytes], Any] | None,
+) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
+    def serialize(message: Any) -> bytes:
+        started = now()
+        payload = serializer(message) if serializer is not None else message
+        record.outbound(started, now(), payload)
+        return payload
+
+    def deserialize(payload: bytes) -> Any:
+        started = now()
+        try:
+            return deserializer(payload) if deserializer is not None else payload
+        finally:
+            record.received(started, now(), len(payload))
+
+    return serialize, deserialize
+
+
+def residence_from(trailing_metadata: Any) -> int:
+    if trailing_metadata:
+        for key, value in trailing_metadata:
+            if key == RESIDENCE_TRAILER:
+                try:
+                    return int(value)
+                except (TypeError, ValueError):
+                    return -1
+    return -1
+
+
+def finish_client_call(
+    record: CallRecord, code: grpc.StatusCode | None, details: str | None, trailing_metadata: Any
+) -> None:
+    record.residence_ns = residence_from(trailing_metadata)
+    if code is not None and code is not grpc.StatusCode.OK:
+        record.fail(code.value[0], details)
+    record.finish()
+
+
+def finish_from_call(record: CallRecord, call: Any) -> None:
+    """Finish from a completed sync grpc.Call / Future (codes and trailers are ready)."""
+    try:
+        code = call.code()
+        details = call.details() if code is not grpc.StatusCode.OK else None
+        trailing = call.trailing_metadata()
+    except Exception as exception:  # e.g. a future cancelled before it started
+        record.fail(STATUS_UNKNOWN, str(exception), exception)
+        record.finish()
+        return
+    finish_client_call(record, code, details, trailing)
+
+
+def fail_unexpected(record: CallRecord, exception: BaseException) -> None:
+    record.fail(STATUS_UNKNOWN, f"{type(exception).__name__}: {exception}", exception)
+    record.finish()

@@ -1,0 +1,111 @@
+"""``GrpcOverheadInstrumentor``: zero-code wiring for ``opentelemetry-instrument``.
+
+Registered under the ``opentelemetry_instrumentor`` entry point, so
+``opentelemetry-instrument python server.py`` patches ``grpc.server``,
+``grpc.aio.server`` and the channel constructors (sync and aio) the same way
+the explicit factories wire things by hand.
+
+Next to ``opentelemetry-instrumentation-grpc``: both patch the same functions
+and both interceptors run; calls are unaffected. Each emits its own spans
+(theirs: one span per side with no transport events; ours: the transport
+events), and both inject a ``traceparent`` header; the server side of each
+reads the header it finds first, so the two span trees may carry different
+trace ids. Use one or the other in production; see the README.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Collection
+from typing import Any
+
+import grpc
+import grpc.aio
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
+from grpc_overhead.environment import INSTRUMENTATION_DISABLED
+
+ORIGINALS: dict[str, Callable[..., Any]] = {}
+"""What we patched, as it was before (restored by uninstrument)."""
+
+_PATCHES = {
+    "grpc.server": (grpc, "server"),
+    "grpc.insecure_channel": (grpc, "insecure_channel"),
+    "grpc.secure_channel": (grpc, "secure_channel"),
+    "grpc.aio.server": (grpc.aio, "server"),
+    "grpc.aio.insecure_channel": (grpc.aio, "insecure_channel"),
+    "grpc.aio.secure_channel": (grpc.aio, "secure_channel"),
+}
+
+
+def instrumentation_disabled() -> bool:
+    return os.environ.get(INSTRUMENTATION_DISABLED, "").strip().lower() in ("1", "true", "yes")
+
+
+class GrpcOverheadInstrumentor(BaseInstrumentor):
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ("grpcio >= 1.85, < 2",)
+
+    def _instrument(self, **kwargs: Any) -> None:
+        if instrumentation_disabled():
+            return
+        from grpc_overhead.instrumentation.aio_client import instrument_aio_channel
+        from grpc_overhead.instrumentation.client import instrument_channel
+        from grpc_overhead.instrumentation.executor import timed_executor
+        from grpc_overhead.instrumentation.recorder import Recorder
+        from grpc_overhead.instrumentation.server import AioServerInterceptor, ServerInterceptor
+
+        pipeline = kwargs.get("pipeline")
+
+        def patched_server(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def server(thread_pool, handlers=None, interceptors=None, options=None,
+                       maximum_concurrent_rpcs=None, compression=None, xds=False):  # fmt: skip
+                ours = ServerInterceptor(Recorder(pipeline, compression))
+                return original(timed_executor(thread_pool), handlers,
+                                [ours, *(interceptors or ())], options,
+                                maximum_concurrent_rpcs, compression, xds)  # fmt: skip
+
+            return server
+
+        def patched_aio_server(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def server(*args: Any, **kw: Any) -> Any:
+                ours = AioServerInterceptor(Recorder(pipeline, kw.get("compression")))
+                kw["interceptors"] = [ours, *(kw.get("interceptors") or ())]
+                return original(*args, **kw)
+
+            return server
+
+        def patched_channel(original: Callable[..., Any], aio: bool) -> Callable[..., Any]:
+            wrap = instrument_aio_channel if aio else instrument_channel
+
+            @functools.wraps(original)
+            def channel(target: str, *args: Any, **kw: Any) -> Any:
+                created = original(target, *args, **kw)
+                if not is_instrumentation_enabled():  # e.g. an OTLP exporter being built
+                    return created
+                return wrap(created, target, compression=kw.get("compression"), pipeline=pipeline)
+
+            return channel
+
+        factories = {
+            "grpc.server": patched_server,
+            "grpc.aio.server": patched_aio_server,
+            "grpc.insecure_channel": lambda f: patched_channel(f, aio=False),
+            "grpc.secure_channel": lambda f: patched_channel(f, aio=False),
+            "grpc.aio.insecure_channel": lambda f: patched_channel(f, aio=True),
+            "grpc.aio.secure_channel": lambda f: patched_channel(f, aio=True),
+        }
+        for name, (module, attribute) in _PATCHES.items():
+            original = getattr(module, attribute)
+            ORIGINALS[name] = original
+            setattr(module, attribute, factories[name](original))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        for name, (module, attribute) in _PATCHES.items():
+            original = ORIGINALS.pop(name, None)
+            if original is not None:
+                setattr(module, attribute, original)

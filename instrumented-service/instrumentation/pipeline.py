@@ -1,0 +1,212 @@
+"""Call records -> spans -> exporter, off the hot path, with a bounded queue.
+
+Shaped like the SDK's BatchSpanProcessor (and named like the collector's
+stages): ``submit`` is the receiver, the worker thread is the processor that
+turns integer records into ``ReadableSpan`` objects, and any SDK
+``SpanExporter`` (OTLP by default, the in-memory one in tests) is the exporter.
+
+Telemetry never hurts the host: ``submit`` never blocks and never raises; when
+the queue is full the call is dropped and counted (``dropped_calls``), and
+export failures are logged and counted (``failed_spans``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from opentelemetry import context as otel_context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from grpc_overhead.environment import (
+    EXPORT_BATCH_SIZE,
+    EXPORT_INTERVAL_MS,
+    MAX_QUEUE_SIZE,
+)
+from grpc_overhead.instrumentation import clock
+from grpc_overhead.instrumentation.resource import process_resource
+from grpc_overhead.instrumentation.sampling import Sampling
+from grpc_overhead.instrumentation.spans import SpanBuilder
+
+if TYPE_CHECKING:
+    from grpc_overhead.instrumentation.records import CallRecord
+
+_LOGGER = logging.getLogger(__name__)
+_REANCHOR_INTERVAL_S = 30.0
+_live_pipelines: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
+
+
+def _environment_int(name: str, default: int, minimum: int = 1) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        _LOGGER.warning("%s=%r is not an integer; using %d", name, raw, default)
+        return default
+    return max(minimum, value)
+
+
+class SpanPipeline:
+    def __init__(
+        self,
+        exporter: SpanExporter | None = None,
+        resource: Resource | None = None,
+        sampling: Sampling | None = None,
+        max_queue_size: int | None = None,
+        export_batch_size: int | None = None,
+        export_interval_ms: int | None = None,
+    ) -> None:
+        if exporter is None:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+            # The exporter's own channel must never be instrumented (a feedback loop).
+            with suppress_instrumentation():
+                exporter = OTLPSpanExporter()
+        self.exporter = exporter
+        self.resource = resource or process_resource()
+        self.sampling = sampling or Sampling.from_environment()
+        self.max_queue_size = max_queue_size or _environment_int(MAX_QUEUE_SIZE, 8192)
+        self.export_batch_size = export_batch_size or _environment_int(EXPORT_BATCH_SIZE, 512)
+        interval_ms = export_interval_ms or _environment_int(EXPORT_INTERVAL_MS, 1000)
+        self.export_interval_s = interval_ms / 1000.0
+        self.dropped_calls = 0
+        self.exported_spans = 0
+        self.failed_spans = 0
+        self._queue: collections.deque[CallRecord] = collections.deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._in_flight = 0
+        self._stopped = False
+        self._builder = SpanBuilder(self.resource)
+        self._worker = threading.Thread(target=self._run, name="grpc-overhead-export", daemon=True)
+        self._worker.start()
+        _live_pipelines.add(self)
+
+    # -- hot path -------------------------------------------------------------------------
+    def submit(self, record: CallRecord) -> None:
+        queue = self._queue
+        if self._stopped or len(queue) >= self.max_queue_size:
+            self.dropped_calls += 1
+            return
+        queue.append(record)
+        if len(queue) == self.export_batch_size:
+            self._wake.set()
+
+    # -- worker ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        # Calls the exporter makes from this thread are telemetry, not traffic.
+        otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        last_anchor = time.monotonic()
+        while True:
+            self._wake.wait(self.export_interval_s)
+            self._wake.clear()
+            if time.monotonic() - last_anchor > _REANCHOR_INTERVAL_S:
+                clock.reanchor()
+                last_anchor = time.monotonic()
+            self._drain()
+            if self._stopped and not self._queue:
+                return
+
+    def _drain(self) -> None:
+        queue = self._queue
+        while queue:
+            batch = []
+            try:
+                while len(batch) < self.export_batch_size:
+                    batch.append(queue.popleft())
+            except IndexError:
+                pass
+            with self._idle:
+                self._in_flight = len(batch)
+            try:
+                self._export(batch)
+            finally:
+                with self._idle:
+                    self._in_flight = 0
+                    self._idle.notify_all()
+
+    def _export(self, batch: list[CallRecord]) -> None:
+        try:
+            spans = [self._builder.build(record) for record in batch]
+        except Exception:
+            _LOGGER.exception("grpc-overhead could not build %d spans; dropping them", len(batch))
+            self.failed_spans += len(batch)
+            return
+        try:
+            result = self.exporter.export(spans)
+        except Exception:
+            _LOGGER.exception("grpc-overhead span export raised; %d spans lost", len(spans))
+            result = SpanExportResult.FAILURE
+        if result is SpanExportResult.SUCCESS:
+            self.exported_spans += len(spans)
+        else:
+            self.failed_spans += len(spans)
+
+    # -- control --------------------------------------------------------------------------
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Export everything submitted so far; True when it all left within the timeout."""
+        deadline = time.monotonic() + timeout_s
+        self._wake.set()
+        with self._idle:
+            while self._queue or self._in_flight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._wake.set()
+                self._idle.wait(min(remaining, 0.05))
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        if self._stopped:
+            return
+        self.force_flush(timeout_s)
+        self._stopped = True
+        self._wake.set()
+        self._worker.join(timeout_s)
+        try:
+            self.exporter.shutdown()
+        except Exception:
+            _LOGGER.debug("exporter shutdown failed", exc_info=True)
+
+    @property
+    def queued_calls(self) -> int:
+        return len(self._queue)
+
+
+_default_pipeline: SpanPipeline | None = None
+_default_lock = threading.Lock()
+
+
+def default_pipeline() -> SpanPipeline:
+    """The process-wide pipeline: OTLP exporter configured by the standard OTEL_* variables."""
+    global _default_pipeline
+    with _default_lock:
+        if _default_pipeline is None:
+            _default_pipeline = SpanPipeline()
+        return _default_pipeline
+
+
+def set_default_pipeline(pipeline: SpanPipeline | None) -> None:
+    global _default_pipeline
+    with _default_lock:
+        _default_pipeline = pipeline
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for pipeline in list(_live_pipelines):
+        try:
+            pipeline.shutdown(timeout_s=5.0)
+        except Exception:
+            pass

@@ -1,0 +1,80 @@
+"""Per server or channel settings read by the hot path: pipeline, sampler, compression.
+
+One ``Recorder`` is created when a server or channel is instrumented, so the
+per-call code reads a few attributes instead of consulting the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import grpc
+
+from grpc_overhead.environment import COMPRESSED_SIZE_EVERY, RESIDENCE_TRAILER
+from grpc_overhead.instrumentation.pipeline import SpanPipeline, default_pipeline
+from grpc_overhead.instrumentation.sampling import Sampler, Sampling
+
+_COMPRESSION_NAMES = {
+    grpc.Compression.NoCompression: None,
+    grpc.Compression.Deflate: "deflate",
+    grpc.Compression.Gzip: "gzip",
+}
+
+new_span_id = random.getrandbits
+"""new_span_id(64) / new_span_id(128): C-implemented, GIL-atomic, no allocation beyond the int."""
+
+
+def compression_name(compression: grpc.Compression | None) -> str | None:
+    """The grpc-encoding name of a call or channel compression setting (None = identity)."""
+    if compression is None:
+        return None
+    return _COMPRESSION_NAMES.get(compression)
+
+
+def _environment_flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def _environment_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    try:
+        return int(raw) if raw is not None else default
+    except ValueError:
+        return default
+
+
+class Recorder:
+    __slots__ = (
+        "_compressed_size_counter",
+        "compressed_size_every",
+        "compression",
+        "pipeline",
+        "residence_trailer",
+        "sampler",
+    )
+
+    def __init__(
+        self,
+        pipeline: SpanPipeline | None = None,
+        compression: grpc.Compression | None = None,
+        sampling: Sampling | None = None,
+    ) -> None:
+        self.pipeline = pipeline or default_pipeline()
+        self.sampler = Sampler(sampling or self.pipeline.sampling)
+        self.compression = compression_name(compression)
+        self.residence_trailer = _environment_flag(RESIDENCE_TRAILER, True)
+        self.compressed_size_every = max(0, _environment_int(COMPRESSED_SIZE_EVERY, 16))
+        self._compressed_size_counter = 0
+
+    def keep_for_compressed_size(self) -> bool:
+        """True for every Nth compressed message: its exact compressed size is measured
+        off the hot path by re-compressing it the way gRPC core does."""
+        every = self.compressed_size_every
+        if not every:
+            return False
+        self._compressed_size_counter += 1
+        return self._compressed_size_counter % every == 1 or every == 1

@@ -1,0 +1,148 @@
+"""What the hot path writes: one ``CallRecord`` of integers per call, nothing else.
+
+A record is filled by closures bound to one call (serializer, deserializer,
+handler and executor wrappers), then handed to the pipeline exactly once when
+the call ends. Spans are built from it later, on the export worker. A record
+that is garbage-collected without having been finished (a stream abandoned by
+its reader, a handler path grpcio ends without telling us) is still exported,
+marked ``grpc_overhead.abandoned``, so no call silently disappears.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from grpc_overhead.instrumentation.clock import now
+from grpc_overhead.instrumentation.vocabulary import (
+    CLIENT_RECEIVED_RESPONSE,
+    INBOUND_MESSAGE,
+    INBOUND_MESSAGE_READ,
+    OUTBOUND_MESSAGE,
+    OUTBOUND_MESSAGE_SENT,
+)
+
+if TYPE_CHECKING:
+    from grpc_overhead.instrumentation.recorder import Recorder
+
+_LOGGER = logging.getLogger(__name__)
+
+# Event tuple layout: (name, monotonic ns, message id or 0, uncompressed size or -1,
+#                      payload kept for an off-path compressed-size measurement or None)
+Event = tuple[str, int, int, int, Any]
+
+STATUS_OK = 0
+STATUS_CANCELLED = 1
+STATUS_UNKNOWN = 2
+
+
+class CallRecord:
+    __slots__ = (
+        "attributes",
+        "call_type",
+        "client",
+        "compression",
+        "context",
+        "end",
+        "events",
+        "exception",
+        "finished",
+        "inbound_count",
+        "method",
+        "outbound_count",
+        "parent_is_remote",
+        "parent_span_id",
+        "peer",
+        "recorder",
+        "residence_ns",
+        "run_id",
+        "span_id",
+        "start",
+        "status_code",
+        "status_message",
+        "trace_id",
+    )
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        client: bool,
+        method: str,
+        call_type: str,
+        trace_id: int,
+        span_id: int,
+        parent_span_id: int,
+        start: int,
+    ) -> None:
+        self.recorder = recorder
+        self.client = client
+        self.method = method
+        self.call_type = call_type
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_span_id = parent_span_id
+        self.parent_is_remote = not client
+        self.start = start
+        self.end = 0
+        self.events: list[Event] = []
+        self.status_code = STATUS_OK
+        self.status_message: str | None = None
+        self.exception: BaseException | None = None
+        self.finished = False
+        self.inbound_count = 0
+        self.outbound_count = 0
+        self.compression: str | None = recorder.compression
+        self.peer: str | None = None
+        self.attributes: dict[str, Any] | None = None
+        self.residence_ns = -1
+        self.run_id: str | None = None
+        self.context: Any = None  # server: the ServicerContext, only until the trailer is set
+
+    def event(self, name: str, timestamp: int) -> None:
+        self.events.append((name, timestamp, 0, -1, None))
+
+    def outbound(self, started: int, sent: int, payload: bytes) -> None:
+        self.outbound_count = message_id = self.outbound_count + 1
+        keep = payload if self.compression and self.recorder.keep_for_compressed_size() else None
+        self.events.append((OUTBOUND_MESSAGE, started, message_id, -1, None))
+        self.events.append((OUTBOUND_MESSAGE_SENT, sent, message_id, len(payload), keep))
+
+    def inbound(self, started: int, read: int, size: int) -> None:
+        self.inbound_count = message_id = self.inbound_count + 1
+        self.events.append((INBOUND_MESSAGE, started, message_id, size, None))
+        self.events.append((INBOUND_MESSAGE_READ, read, message_id, size, None))
+
+    def received(self, started: int, read: int, size: int) -> None:
+        """Client side of inbound: the response deserializer's entry is the first moment
+        grpcio lets Python see that response bytes arrived."""
+        self.inbound_count = message_id = self.inbound_count + 1
+        self.events.append((CLIENT_RECEIVED_RESPONSE, started, message_id, size, None))
+        self.events.append((INBOUND_MESSAGE_READ, read, message_id, size, None))
+
+    def fail(self, code: int, message: str | None, exception: BaseException | None = None) -> None:
+        if self.status_code == STATUS_OK:
+            self.status_code = code
+            self.status_message = message
+        if exception is not None and self.exception is None:
+            self.exception = exception
+
+    def finish(self, end: int = 0) -> None:
+        """Hand the record to the pipeline; later calls are no-ops (first end wins)."""
+        if self.finished:
+            return
+        self.finished = True
+        self.end = end or now()
+        self.context = None
+        self.recorder.pipeline.submit(self)
+
+    def __del__(self) -> None:
+        if self.finished:
+            return
+        try:
+            if self.attributes is None:
+                self.attributes = {}
+            self.attributes["grpc_overhead.abandoned"] = True
+            last = max((event[1] for event in self.events), default=self.start)
+            self.finish(last)
+        except Exception:  # never raise from a finalizer
+            _LOGGER.debug("could not export an abandoned call record", exc_info=True)

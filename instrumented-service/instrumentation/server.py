@@ -1,0 +1,142 @@
+"""Server instrumentation: interceptors for ``grpc.server`` and ``grpc.aio.server``.
+
+Our interceptor must come first: its entry is ``serverCallStarted``, the
+earliest moment Python sees a call, and it must wrap the handler other
+interceptors return. The sync server also needs the timed executor (see
+executor.py); ``instrumented_server`` wires both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from grpc_overhead.instrumentation.clock import now
+from grpc_overhead.instrumentation.executor import timed_executor
+from grpc_overhead.instrumentation.pipeline import SpanPipeline
+from grpc_overhead.instrumentation.recorder import Recorder
+from grpc_overhead.instrumentation.server_calls import (
+    CURRENT_SERVER_CALL,
+    start_server_record,
+    wrap_handler,
+)
+
+
+class ServerInterceptor(grpc.ServerInterceptor):
+    """For ``grpc.server``; pair it with ``timed_executor(thread_pool)``."""
+
+    def __init__(self, recorder: Recorder | None = None) -> None:
+        self._recorder = recorder or Recorder()
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        started = now()
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        record = start_server_record(self._recorder, handler_call_details, handler, started)
+        if record is None:
+            return handler
+        # Runs inside the call's contextvars.Context: the executor and the handler find it.
+        CURRENT_SERVER_CALL.set(record)
+        return wrap_handler(handler, record, aio=False)
+
+
+class AioServerInterceptor(grpc.aio.ServerInterceptor):
+    """For ``grpc.aio.server``; async handlers stay async, sync handlers stay sync."""
+
+    def __init__(self, recorder: Recorder | None = None) -> None:
+        self._recorder = recorder or Recorder()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        started = now()
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        record = start_server_record(self._recorder, handler_call_details, handler, started)
+        if record is None:
+            return handler
+        return wrap_handler(handler, record, aio=True)
+
+
+def server_interceptor(
+    pipeline: SpanPipeline | None = None, compression: grpc.Compression | None = None
+) -> ServerInterceptor:
+    return ServerInterceptor(Recorder(pipeline, compression))
+
+
+def aio_server_interceptor(
+    pipeline: SpanPipeline | None = None, compression: grpc.Compression | None = None
+) -> AioServerInterceptor:
+    return AioServerInterceptor(Recorder(pipeline, compression))
+
+
+def instrumented_server(
+    thread_pool: futures.Executor,
+    handlers: Sequence[grpc.GenericRpcHandler] | None = None,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
+    options: Sequence[tuple[str, Any]] | None = None,
+    maximum_concurrent_rpcs: int | None = None,
+    compression: grpc.Compression | None = None,
+    *,
+    pipeline: SpanPipeline | None = None,
+    **kwargs: Any,
+) -> grpc.Server:
+    """``grpc.server(...)`` with our interceptor first and the pool's pickups timed."""
+    ours = server_interceptor(pipeline, compression)
+    return _original_grpc_server()(
+        timed_executor(thread_pool),
+        handlers=handlers,
+        interceptors=[ours, *interceptors],
+        options=options,
+        maximum_concurrent_rpcs=maximum_concurrent_rpcs,
+        compression=compression,
+        **kwargs,
+    )
+
+
+def instrumented_aio_server(
+    migration_thread_pool: futures.Executor | None = None,
+    handlers: Sequence[grpc.GenericRpcHandler] | None = None,
+    interceptors: Sequence[Any] = (),
+    options: Sequence[tuple[str, Any]] | None = None,
+    maximum_concurrent_rpcs: int | None = None,
+    compression: grpc.Compression | None = None,
+    *,
+    pipeline: SpanPipeline | None = None,
+    **kwargs: Any,
+) -> grpc.aio.Server:
+    """``grpc.aio.server(...)`` with our interceptor first."""
+    ours = aio_server_interceptor(pipeline, compression)
+    return _original_aio_server()(
+        migration_thread_pool=migration_thread_pool,
+        handlers=handlers,
+        interceptors=[ours, *interceptors],
+        options=options,
+        maximum_concurrent_rpcs=maximum_concurrent_rpcs,
+        compression=compression,
+        **kwargs,
+    )
+
+
+def _original_grpc_server() -> Callable[..., grpc.Server]:
+    """grpc.server as it was before any instrumentor patched it (ours or another)."""
+    from grpc_overhead.instrumentation import instrumentor
+
+    return instrumentor.ORIGINALS.get("grpc.server", grpc.server)
+
+
+def _original_aio_server() -> Callable[..., grpc.aio.Server]:
+    from grpc_overhead.instrumentation import instrumentor
+
+    return instrumentor.ORIGINALS.get("grpc.aio.server", grpc.aio.server)

@@ -1,0 +1,209 @@
+"""Turns a finished ``CallRecord`` into an SDK ``ReadableSpan``; runs on the export worker.
+
+This is where the cost the hot path avoided is paid: strings, dictionaries,
+SpanContext objects, wall-clock conversion and the exact compressed size of
+sampled messages (re-compressed here with the parameters gRPC core uses).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from grpc_overhead import __version__
+from grpc_overhead.instrumentation import clock
+from grpc_overhead.instrumentation.records import CallRecord
+from grpc_overhead.instrumentation.vocabulary import (
+    CALL_TYPE,
+    CLIENT_RECEIVED_RESPONSE,
+    COMPRESSION,
+    EXCEPTION,
+    INBOUND_MESSAGE,
+    INBOUND_MESSAGE_READ,
+    MESSAGE_COMPRESSED_SIZE,
+    MESSAGE_ID,
+    MESSAGE_TYPE,
+    MESSAGE_UNCOMPRESSED_SIZE,
+    OUTBOUND_MESSAGE_SENT,
+    PEER_ADDRESS,
+    PEER_PORT,
+    RPC_GRPC_STATUS_CODE,
+    RPC_METHOD,
+    RPC_SERVICE,
+    RPC_SYSTEM,
+    RUN_ID,
+    SERVER_ADDRESS,
+    SERVER_PORT,
+    SERVER_RESIDENCE_NS,
+)
+
+SCOPE = InstrumentationScope("grpc_overhead.instrumentation", __version__)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+# gRPC core compresses with zlib defaults: level Z_DEFAULT_COMPRESSION, 15 window bits,
+# +16 for the gzip wrapper.
+_WINDOW_BITS = {"gzip": 31, "deflate": 15}
+
+_STATUS_NAMES = {
+    0: "OK",
+    1: "CANCELLED",
+    2: "UNKNOWN",
+    3: "INVALID_ARGUMENT",
+    4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND",
+    6: "ALREADY_EXISTS",
+    7: "PERMISSION_DENIED",
+    8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION",
+    10: "ABORTED",
+    11: "OUT_OF_RANGE",
+    12: "UNIMPLEMENTED",
+    13: "INTERNAL",
+    14: "UNAVAILABLE",
+    15: "DATA_LOSS",
+    16: "UNAUTHENTICATED",
+}
+# The RPC semantic conventions count these as server errors; the client marks all non-OK.
+_SERVER_ERROR_CODES = {2, 4, 12, 13, 14, 15}
+
+
+def split_method(method: str) -> tuple[str, str]:
+    """'/pkg.Service/Method' -> ('pkg.Service', 'Method'); tolerant of odd names."""
+    service, _, name = method.lstrip("/").rpartition("/")
+    return service, name
+
+
+def parse_peer(peer: str) -> tuple[str | None, int | None]:
+    """grpcio's peer string ('ipv4:1.2.3.4:5', 'ipv6:[::1]:5', 'unix:/p') -> (address, port)."""
+    scheme, _, rest = peer.partition(":")
+    if scheme == "unix" or not rest:
+        return rest or peer, None
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]") or rest
+    return host, int(port) if port.isdigit() else None
+
+
+def parse_target(target: str) -> tuple[str | None, int | None]:
+    """A channel target ('host:port', 'dns:///host:port', 'ipv4:...') -> (host, port)."""
+    rest = target
+    if "://" in rest:
+        rest = rest.split("://", 1)[1].lstrip("/")
+    elif rest.startswith(("ipv4:", "ipv6:", "dns:", "unix:")):
+        rest = rest.split(":", 1)[1]
+    if rest.startswith("["):
+        host, _, port = rest[1:].partition("]")
+        port = port.lstrip(":")
+    else:
+        host, _, port = rest.rpartition(":")
+        if not host:
+            host, port = rest, ""
+    return host or None, int(port) if port.isdigit() else None
+
+
+def compressed_size(payload: bytes, compression: str) -> int:
+    """Exact on-the-wire size of a message gRPC core compressed (it sends the smaller)."""
+    bits = _WINDOW_BITS.get(compression)
+    if bits is None:
+        return len(payload)
+    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, bits)
+    size = len(compressor.compress(payload)) + len(compressor.flush())
+    return min(size, len(payload))
+
+
+class SpanBuilder:
+    def __init__(self, resource: Resource) -> None:
+        self.resource = resource
+
+    def build(self, record: CallRecord) -> ReadableSpan:
+        offset = clock.wall_offset_ns()
+        service, method = split_method(record.method)
+        attributes: dict[str, Any] = {
+            RPC_SYSTEM: "grpc",
+            RPC_SERVICE: service,
+            RPC_METHOD: method,
+            RPC_GRPC_STATUS_CODE: record.status_code,
+            CALL_TYPE: record.call_type,
+        }
+        if record.compression:
+            attributes[COMPRESSION] = record.compression
+        if record.peer:
+            address, port = (parse_target if record.client else parse_peer)(record.peer)
+            if record.client:
+                attributes[SERVER_ADDRESS] = address
+                if port is not None:
+                    attributes[SERVER_PORT] = port
+            else:
+                attributes[PEER_ADDRESS] = address
+                if port is not None:
+                    attributes[PEER_PORT] = port
+        if record.residence_ns >= 0:
+            attributes[SERVER_RESIDENCE_NS] = record.residence_ns
+        if record.run_id:
+            attributes[RUN_ID] = record.run_id
+        if record.attributes:
+            attributes.update(record.attributes)
+
+        events = [self._event(event, record, offset) for event in record.events]
+        status = Status(StatusCode.UNSET)
+        code = record.status_code
+        if code and (record.client or code in _SERVER_ERROR_CODES):
+            name = _STATUS_NAMES.get(code, str(code))
+            description = f"{name}: {record.status_message}" if record.status_message else name
+            status = Status(StatusCode.ERROR, description)
+        if record.exception is not None:
+            exception = record.exception
+            events.append(
+                Event(
+                    EXCEPTION,
+                    {
+                        "exception.type": type(exception).__qualname__,
+                        "exception.message": str(exception),
+                        "exception.escaped": True,
+                    },
+                    record.end + offset,
+                )
+            )
+        context = SpanContext(record.trace_id, record.span_id, False, _SAMPLED)
+        parent = (
+            SpanContext(record.trace_id, record.parent_span_id, record.parent_is_remote, _SAMPLED)
+            if record.parent_span_id
+            else None
+        )
+        return ReadableSpan(
+            name=record.method.lstrip("/"),
+            context=context,
+            parent=parent,
+            resource=self.resource,
+            attributes=attributes,
+            events=events,
+            kind=SpanKind.CLIENT if record.client else SpanKind.SERVER,
+            status=status,
+            start_time=record.start + offset,
+            end_time=max(record.end, record.start) + offset,
+            instrumentation_scope=SCOPE,
+        )
+
+    @staticmethod
+    def _event(event: tuple, record: CallRecord, offset: int) -> Event:
+        name, timestamp, message_id, size, payload = event
+        if not message_id:
+            return Event(name, None, timestamp + offset)
+        inbound = name in (INBOUND_MESSAGE, INBOUND_MESSAGE_READ, CLIENT_RECEIVED_RESPONSE)
+        attributes: dict[str, Any] = {
+            MESSAGE_TYPE: "RECEIVED" if inbound else "SENT",
+            MESSAGE_ID: message_id,
+        }
+        if size >= 0:
+            attributes[MESSAGE_UNCOMPRESSED_SIZE] = size
+            if name == OUTBOUND_MESSAGE_SENT:
+                if not record.compression:
+                    attributes[MESSAGE_COMPRESSED_SIZE] = size
+                elif payload is not None:
+                    attributes[MESSAGE_COMPRESSED_SIZE] = compressed_size(
+                        payload, record.compression
+                    )
+        return Event(name, attributes, timestamp + offset)

@@ -1,0 +1,52 @@
+"""Names shared with the analyzer: span events (gRPC StreamTracer vocabulary) and attributes.
+
+These strings are a contract (see shared design, "Event vocabulary"): the
+analyzer, dashboards and users' SQL match on them. Extend, never rename.
+"""
+
+from __future__ import annotations
+
+# Client span events
+REQUEST_CREATED = "requestCreated"
+CLIENT_RECEIVED_RESPONSE = "clientReceivedResponse"
+# Server span events
+SERVER_CALL_STARTED = "serverCallStarted"
+CALL_SCHEDULED = "callScheduled"
+PREDICTIONS_MADE = "predictionsMade"
+# Both sides, one pair per message
+OUTBOUND_MESSAGE = "outboundMessage"
+OUTBOUND_MESSAGE_SENT = "outboundMessageSent"
+INBOUND_MESSAGE = "inboundMessage"
+INBOUND_MESSAGE_READ = "inboundMessageRead"
+EXCEPTION = "exception"
+
+# Message attributes, as grpc-java (A72) and Go otelgrpc name them
+MESSAGE_TYPE = "rpc.message.type"
+MESSAGE_ID = "rpc.message.id"
+MESSAGE_UNCOMPRESSED_SIZE = "rpc.message.uncompressed_size"
+MESSAGE_COMPRESSED_SIZE = "rpc.message.compressed_size"
+
+# Span attributes (OpenTelemetry RPC semantic conventions + ours)
+RPC_SYSTEM = "rpc.system"
+RPC_SERVICE = "rpc.service"
+RPC_METHOD = "rpc.method"
+RPC_GRPC_STATUS_CODE = "rpc.grpc.status_code"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+PEER_ADDRESS = "network.peer.address"
+PEER_PORT = "network.peer.port"
+COMPRESSION = "grpc.compression"
+CALL_TYPE = "grpc_overhead.call_type"
+RUN_ID = "grpc_overhead.run_id"
+SERVER_RESIDENCE_NS = "grpc_overhead.server_residence_ns"
+CALL_SCHEDULED_DELAY_NS = "grpc_overhead.pool_wait_ns"
+ABANDONED = "grpc_overhead.abandoned"
+
+# Metadata keys (lowercase; the grpc- prefix is reserved by gRPC itself)
+TRACEPARENT_HEADER = "traceparent"
+REQUEST_START_HEADER = "x-request-start"
+RUN_ID_HEADER = "x-grpc-overhead-run-id"
+RESIDENCE_TRAILER = "x-server-residence-ns"
+
+RESOURCE_HOST_NAME = "host.name"
+RESOURCE_INSTANCE_ID = "service.instance.id"

@@ -1,0 +1,164 @@
+"""Start ``grpc-overhead service`` as a subprocess and wait until it listens.
+
+For tests, the benchmark and demos:
+
+    with ServiceProcess(["--workers", "4"]) as service:
+        run_load(["--target", service.target, ...])
+
+The service is started on ``--port 0`` (unless the arguments name a port) and
+its ``listening on HOST:PORT`` line is awaited; stderr goes to a file so a
+chatty server can never block on a full pipe (``service.stderr_text()``).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+LISTENING = "listening on "
+TLS_CA = "tls ca: "
+
+
+class ServiceStartError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A loopback TCP port nothing listens on (at the time of asking)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def offline_env(
+    base: Mapping[str, str] | None = None, exporter_timeout_s: float | None = 2, **overrides: str
+) -> dict[str, str]:
+    """An environment whose spans go nowhere: for tests and benchmarks without a collector.
+
+    Drops inherited OTEL_* / GRPC_OVERHEAD_* settings and points the OTLP endpoint
+    at a loopback port where nothing listens (never at a collector a developer
+    may be running on :4317); ``exporter_timeout_s`` bounds each export attempt
+    (None keeps the exporter's default, to test that default).
+    """
+    env = {
+        name: value
+        for name, value in (os.environ if base is None else base).items()
+        if not name.startswith(("OTEL_", "GRPC_OVERHEAD_"))
+    }
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"
+    if exporter_timeout_s is not None:
+        env["OTEL_EXPORTER_OTLP_TIMEOUT"] = f"{exporter_timeout_s:g}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(overrides)
+    return env
+
+
+class ServiceProcess:
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 30.0,
+        python: str = sys.executable,
+    ) -> None:
+        self.args = list(args)
+        if "--port" not in self.args:
+            self.args += ["--port", "0"]
+        self.env = dict(os.environ if env is None else env)
+        self.startup_timeout_s = startup_timeout_s
+        self.python = python
+        self.process: subprocess.Popen[str] | None = None
+        self.target = ""
+        self.port = 0
+        self.tls_ca: Path | None = None
+        self.stdout_lines: list[str] = []
+        # closed in __exit__ (the object outlives this method)
+        self._stderr = tempfile.TemporaryFile(mode="w+", prefix="grpc-overhead-service-")  # noqa: SIM115
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    @property
+    def command(self) -> list[str]:
+        return [self.python, "-m", "grpc_overhead", "service", *self.args]
+
+    def start(self) -> ServiceProcess:
+        self.process = subprocess.Popen(
+            self.command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=self.env,
+        )
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                line = self._lines.get(timeout=max(0.0, remaining))
+            except queue.Empty:
+                self.kill()
+                raise ServiceStartError(
+                    f"service did not print {LISTENING!r} within {self.startup_timeout_s:g} s; "
+                    f"stderr:\n{self.stderr_text()}"
+                ) from None
+            if line is None:
+                code = self.process.wait()
+                raise ServiceStartError(
+                    f"service exited with {code} before listening; stderr:\n{self.stderr_text()}"
+                )
+            if line.startswith(TLS_CA):
+                self.tls_ca = Path(line[len(TLS_CA) :])
+            if line.startswith(LISTENING):
+                self.target = line[len(LISTENING) :]
+                self.port = int(self.target.rpartition(":")[2])
+                return self
+
+    def _read_stdout(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for raw in self.process.stdout:
+            line = raw.rstrip("\n")
+            self.stdout_lines.append(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def stop(self, timeout_s: float = 15.0, sig: int = signal.SIGTERM) -> int:
+        """Signal the service, wait for it; kill it if it outlives ``timeout_s``."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise
+        return self.process.returncode
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stderr_text(self) -> str:
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()
+            self._stderr.close()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests and the demo use, only where missing.
+# Runs unattended (CI has no stdin); without root it says what to install instead.
+set -euo pipefail
+
+# command-to-check  debian-package
+needed=(
+  "faketime faketime"
+  "ip iproute2"
+  "tc iproute2"
+  "chromium chromium"
+)
+missing=()
+for pair in "${needed[@]}"; do
+  read -r command package <<<"$pair"
+  command -v "$command" >/dev/null 2>&1 || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+if [ "$(id -u)" -ne 0 ]; then
+  echo "Missing Debian packages: ${missing[*]}. Install them with: sudo apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+echo "Installing Debian packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,70 @@
+"""Fixtures shared by every component's tests: free ports and real OTLP sinks."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class OtlpSink(trace_service_pb2_grpc.TraceServiceServicer):
+    """A real OTLP/gRPC trace endpoint that keeps what it receives (optionally slowly)."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
+        self.delay_s = delay_s
+        self._lock = threading.Lock()
+
+    def Export(self, request, context):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        with self._lock:
+            self.requests.append(request)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def spans(self) -> list:
+        with self._lock:
+            return [
+                (resource_spans.resource, span)
+                for request in self.requests
+                for resource_spans in request.resource_spans
+                for scope_spans in resource_spans.scope_spans
+                for span in scope_spans.spans
+            ]
+
+    def wait_for_spans(self, count: int, timeout_s: float = 15.0) -> list:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            spans = self.spans()
+            if len(spans) >= count:
+                return spans
+            time.sleep(0.05)
+        return self.spans()
+
+
+def start_otlp_sink(delay_s: float = 0.0) -> tuple[grpc.Server, OtlpSink, int]:
+    sink = OtlpSink(delay_s)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, sink, port
+
+
+@pytest.fixture
+def otlp_sink() -> Iterator[tuple[OtlpSink, int]]:
+    server, sink, port = start_otlp_sink()
+    yield sink, port
+    server.stop(0)
