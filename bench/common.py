@@ -63,11 +63,27 @@ def process_cpu_ns() -> int:
     return time.process_time_ns()
 
 
-def thread_cpu_ns(thread_ident: int | None = None) -> int:
-    """CPU time of one thread of this process (the calling one by default)."""
-    if thread_ident is None:
-        return time.thread_time_ns()
-    return time.clock_gettime_ns(time.pthread_getcpuclockid(thread_ident))
+def thread_cpu_ns() -> int:
+    """CPU time of the calling thread."""
+    return time.thread_time_ns()
+
+
+def _thread_clock(native_id: int) -> int:
+    """Linux's per-thread CPU clock id for any thread of this process (MAKE_THREAD_CPUCLOCK
+    with CPUCLOCK_SCHED), so threads Python did not start (gRPC core's) can be read too."""
+    return ((~native_id) << 3) | 6
+
+
+def cpu_by_thread() -> dict[int, int]:
+    """CPU ns so far of every live thread of this process, by native thread id (Linux)."""
+    times = {}
+    for entry in os.scandir("/proc/self/task"):
+        native_id = int(entry.name)
+        try:
+            times[native_id] = time.clock_gettime_ns(_thread_clock(native_id))
+        except OSError:  # the thread exited meanwhile
+            continue
+    return times
 
 
 # -- statistics -------------------------------------------------------------------------------
@@ -113,7 +129,7 @@ def write_results(name: str, data: dict[str, Any], markdown: str) -> list[Path]:
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     def cell(value: Any) -> str:
         if value is None:
-            return "–"
+            return "-"
         if isinstance(value, float):
             return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
         return str(value)
@@ -152,9 +168,7 @@ class Worker:
         self.name = name
         context = multiprocessing.get_context("spawn")
         self._connection, child = context.Pipe()
-        self._process = context.Process(
-            target=target, args=(child, *args), name=name, daemon=True
-        )
+        self._process = context.Process(target=target, args=(child, *args), name=name, daemon=True)
         self._process.start()
         child.close()
         self.ready: Any = None

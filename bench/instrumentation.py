@@ -29,6 +29,7 @@ round's bare block, then the median is taken.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import os
 import random
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -53,6 +55,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
 from bench.common import (
     Worker,
+    cpu_by_thread,
     log,
     machine_info,
     markdown_table,
@@ -100,13 +103,13 @@ class Plan:
     threads: int = 8
     warmup_calls: int = 300
     block_timeout_s: float = 20.0
-    budget_s: float = 330.0  # no new round starts after this
+    budget_s: float = 300.0  # no new round starts after this
 
 
 FULL = Plan(
-    rounds=5,
+    rounds=7,
     payloads=(
-        Payload("1 KB", 1024, sequential_calls=800, saturation_calls=3000),
+        Payload("1 KB", 1024, sequential_calls=1000, saturation_calls=3000),
         Payload("1 MB", 1024 * 1024, sequential_calls=40, saturation_calls=120),
     ),
 )
@@ -158,21 +161,38 @@ class _CountingExporter(OTLPSpanExporter):
         return result
 
 
-class _Telemetry:
-    """A configuration's tracing in one process, with its export CPU kept apart.
+_THREAD_ROLES = (
+    ("grpc-overhead-export", "export"),
+    ("OtelBatchSpanRecordProcessor", "export"),
+    ("(_serve)", "grpc serving thread"),
+    ("ThreadPoolExecutor", "handler pool"),
+    ("MainThread", "main"),
+)
+EXITED = "exited / unattributed"
 
-    The export cost is the export worker thread's CPU plus what flushes cost the
-    thread that asked for them (the SDK's ``force_flush`` exports on the caller's
-    thread; ours waits for its worker).
+
+def _thread_role(name: str | None) -> str:
+    if name is None:
+        return "grpc core"  # threads gRPC's C core started
+    for marker, role in _THREAD_ROLES:
+        if marker in name:
+            return role
+    return "other python"
+
+
+class _Telemetry:
+    """A configuration's tracing in one process, and the process's CPU by thread role.
+
+    "export" is the export worker thread plus what flushes cost the thread that
+    asked for them (the SDK's ``force_flush`` exports on the caller's thread;
+    ours waits for its worker); that flush cost is taken off "main".
     """
 
     def __init__(self, config: str, side: str, sink_port: int) -> None:
-        self.config = config
         self.provider: TracerProvider | None = None
         self.pipeline: SpanPipeline | None = None
         self._processor: BatchSpanProcessor | None = None
         self._exporter: _CountingExporter | None = None
-        self._export_thread: int | None = None
         self._flush_cpu_ns = 0
         if config == "bare":
             return
@@ -187,8 +207,6 @@ class _Telemetry:
             )
             self.provider = TracerProvider(resource=Resource.create())
             self.provider.add_span_processor(self._processor)
-            # Private attribute, read only to give the worker thread's CPU its own line.
-            self._export_thread = self._processor._batch_processor._worker_thread.ident
         else:
             self.pipeline = SpanPipeline(
                 exporter=self._exporter,
@@ -196,7 +214,6 @@ class _Telemetry:
                 export_batch_size=EXPORT_BATCH_SIZE,
                 export_interval_ms=EXPORT_INTERVAL_MS,
             )
-            self._export_thread = self.pipeline._worker.ident
 
     def flush(self) -> None:
         started = thread_cpu_ns()
@@ -206,14 +223,21 @@ class _Telemetry:
             self.pipeline.force_flush()
         self._flush_cpu_ns += thread_cpu_ns() - started
 
-    def snapshot(self) -> tuple[int, int]:
-        """(process CPU ns, export CPU ns) so far."""
-        export = self._flush_cpu_ns
-        if self._export_thread is not None:
-            export += thread_cpu_ns(self._export_thread)
-        return process_cpu_ns(), export
+    def snapshot(self) -> dict[str, int]:
+        """CPU ns so far: "process" (all threads, ever) and per live thread role."""
+        total = process_cpu_ns()
+        names = {thread.native_id: thread.name for thread in threading.enumerate()}
+        roles: dict[str, int] = {
+            "process": total,
+            "export": self._flush_cpu_ns,
+            "main": -self._flush_cpu_ns,
+        }
+        for native_id, cpu_ns in cpu_by_thread().items():
+            role = _thread_role(names.get(native_id))
+            roles[role] = roles.get(role, 0) + cpu_ns
+        return roles
 
-    def flush_and_snapshot(self) -> tuple[int, int]:
+    def flush_and_snapshot(self) -> dict[str, int]:
         self.flush()
         return self.snapshot()
 
@@ -233,6 +257,17 @@ class _Telemetry:
             self.provider.shutdown()
         if self.pipeline is not None:
             self.pipeline.shutdown()
+
+
+def _per_call_us(before: dict[str, int], after: dict[str, int], calls: int) -> dict[str, float]:
+    """CPU µs per call by thread role over a block; threads that ended during the block
+    (a saturation block's callers) are what the process clock has and the live threads lack."""
+    delta = {role: after.get(role, 0) - before.get(role, 0) for role in after}
+    total = delta.pop("process")
+    delta[EXITED] = total - sum(delta.values())
+    per_call = {role: round(ns / calls / 1e3, 2) for role, ns in delta.items()}
+    per_call["process"] = round(total / calls / 1e3, 2)
+    return per_call
 
 
 # -- processes ----------------------------------------------------------------------------------
@@ -304,8 +339,12 @@ def _sequential(call: Callable[..., Any], request: Any, calls: int, deadline: fl
         latencies.append(clock() - before)
         if time.monotonic() > deadline:
             break
-    return {"calls": len(latencies), "errors": errors, "wall_ns": clock() - started,
-            "latencies_ns": latencies}  # fmt: skip
+    return {
+        "calls": len(latencies),
+        "errors": errors,
+        "wall_ns": clock() - started,
+        "latencies_ns": latencies,
+    }
 
 
 def _saturation(
@@ -360,9 +399,9 @@ def _client_process(connection: Connection, config: str, server_port: int, sink_
             result = _sequential(echo, request, calls, deadline)
         else:
             result = _saturation(echo, request, calls, threads, deadline)
-        after = telemetry.flush_and_snapshot()
-        result["cpu_ns"] = after[0] - before[0]
-        result["export_cpu_ns"] = after[1] - before[1]
+        result["cpu_us"] = _per_call_us(
+            before, telemetry.flush_and_snapshot(), max(result["calls"], 1)
+        )
         return result
 
     connection.send(os.getpid())
@@ -375,31 +414,36 @@ def _client_process(connection: Connection, config: str, server_port: int, sink_
 def _measure(
     plan: Plan, payload: Payload, kind: str, client: Worker, server: Worker
 ) -> dict[str, Any]:
+    """One block: the client's calls, then both sides flush; CPU per call by side and role."""
     calls = payload.sequential_calls if kind == SEQUENTIAL else payload.saturation_calls
     server_before = server.call("snapshot")
     result = client.call(
-        "block", kind, payload.size, calls, plan.threads, plan.block_timeout_s,
+        "block",
+        kind,
+        payload.size,
+        calls,
+        plan.threads,
+        plan.block_timeout_s,
         timeout_s=plan.block_timeout_s + 60,
-    )  # fmt: skip
+    )
     server_after = server.call("flush")
     done = max(result["calls"], 1)
     block: dict[str, Any] = {
         "calls": result["calls"],
         "errors": result["errors"],
         "wall_s": round(result["wall_ns"] / 1e9, 3),
-        "client_cpu_us": result["cpu_ns"] / done / 1e3,
-        "client_export_us": result["export_cpu_ns"] / done / 1e3,
-        "server_cpu_us": (server_after[0] - server_before[0]) / done / 1e3,
-        "server_export_us": (server_after[1] - server_before[1]) / done / 1e3,
+        "cpu_us": {
+            "client": result["cpu_us"],
+            "server": _per_call_us(server_before, server_after, done),
+        },
     }
     if kind == SEQUENTIAL:
         latencies = result["latencies_ns"]
-        block["latency_p50_us"] = percentile(latencies, 50) / 1e3
-        block["latency_p99_us"] = percentile(latencies, 99) / 1e3
+        block["latency_p50_us"] = round(percentile(latencies, 50) / 1e3, 1)
+        block["latency_p99_us"] = round(percentile(latencies, 99) / 1e3, 1)
     else:
-        block["throughput_calls_s"] = result["calls"] / (result["wall_ns"] / 1e9)
-    return {key: rounded(value, 2) if isinstance(value, float) else value
-            for key, value in block.items()}  # fmt: skip
+        block["throughput_calls_s"] = round(result["calls"] / (result["wall_ns"] / 1e9), 1)
+    return block
 
 
 def run(plan: Plan, seed: int | None = None) -> dict[str, Any]:
@@ -411,12 +455,16 @@ def run(plan: Plan, seed: int | None = None) -> dict[str, Any]:
         sink = Worker("otlp-sink", _sink_process)
         workers.append(sink)
         sink_port = sink.wait_ready()
-        servers = {config: Worker(f"server-{config}", _server_process, config, sink_port)
-                   for config in CONFIGS}  # fmt: skip
+        servers = {
+            config: Worker(f"server-{config}", _server_process, config, sink_port)
+            for config in CONFIGS
+        }
         workers += servers.values()
         ports = {config: server.wait_ready() for config, server in servers.items()}
-        clients = {config: Worker(f"client-{config}", _client_process, config, ports[config],
-                                  sink_port) for config in CONFIGS}  # fmt: skip
+        clients = {
+            config: Worker(f"client-{config}", _client_process, config, ports[config], sink_port)
+            for config in CONFIGS
+        }
         workers += clients.values()
         for client in clients.values():
             client.wait_ready()
@@ -444,9 +492,16 @@ def run(plan: Plan, seed: int | None = None) -> dict[str, Any]:
                     for position, config in enumerate(order):
                         block = _measure(plan, payload, kind, clients[config], servers[config])
                         calls_made[config] += block["calls"]
-                        blocks.append({"round": round_index, "payload": payload.label,
-                                       "kind": kind, "config": config, "position": position,
-                                       **block})  # fmt: skip
+                        blocks.append(
+                            {
+                                "round": round_index,
+                                "payload": payload.label,
+                                "kind": kind,
+                                "config": config,
+                                "position": position,
+                                **block,
+                            }
+                        )
             rounds_done += 1
             log(f"round {rounds_done}/{plan.rounds} done at {time.monotonic() - started:.0f} s")
 
@@ -459,76 +514,111 @@ def run(plan: Plan, seed: int | None = None) -> dict[str, Any]:
         exported = sum(counts[f"{s}-{c}"]["exported_spans"] for s in SIDES for c in INSTRUMENTED)
         counts["complete"] = exported == counts["sink"]["spans"] and all(
             counts[f"{s}-{c}"]["exported_spans"] == calls_made[c]
-            for s in SIDES for c in INSTRUMENTED
-        )  # fmt: skip
-        return {"rounds": rounds_done, "blocks": blocks, "export_counts": counts,
-                "runtime_s": round(time.monotonic() - started, 1)}  # fmt: skip
+            for s in SIDES
+            for c in INSTRUMENTED
+        )
+        return {
+            "rounds": rounds_done,
+            "blocks": blocks,
+            "export_counts": counts,
+            "runtime_s": round(time.monotonic() - started, 1),
+        }
     finally:
         for worker in reversed(workers):
             worker.stop()
 
 
 # -- summary ------------------------------------------------------------------------------------
-def _values(blocks: list[dict], key: str) -> list[float]:
-    return [block[key] for block in blocks if block.get(key) is not None]
+def _median_of(blocks: list[dict], value: Callable[[dict], float | None]) -> float | None:
+    return rounded(median([v for v in map(value, blocks) if v is not None]))
 
 
-def _paired(blocks: list[dict], config: str, key: str, combine: Callable) -> list[float]:
-    """Per round: combine(config's value, bare's value), for rounds that have both."""
-    by_round: dict[int, dict[str, float]] = {}
+def _median_added(
+    blocks: list[dict], config: str, value: Callable[[dict], float | None], relative=False
+) -> float | None:
+    """Median over rounds of (config's value - that round's bare value), or their ratio."""
+    by_round: dict[int, dict[str, float | None]] = {}
     for block in blocks:
-        by_round.setdefault(block["round"], {})[block["config"]] = block[key]
-    return [combine(values[config], values["bare"]) for values in by_round.values()
-            if config in values and "bare" in values]  # fmt: skip
+        by_round.setdefault(block["round"], {})[block["config"]] = value(block)
+    pairs = [(values.get(config), values.get("bare")) for values in by_round.values()]
+    pairs = [(mine, bare) for mine, bare in pairs if mine is not None and bare is not None]
+    if relative:
+        return rounded(median([mine / bare for mine, bare in pairs if bare]), 3)
+    return rounded(median([mine - bare for mine, bare in pairs]))
+
+
+def _cpu(side: str, role: str = "process") -> Callable[[dict], float | None]:
+    return lambda block: block["cpu_us"][side].get(role, 0.0)
+
+
+def _roles(blocks: list[dict], side: str) -> list[str]:
+    seen = dict.fromkeys(role for block in blocks for role in block["cpu_us"][side])
+    seen.pop("process", None)
+    return list(seen)
 
 
 def summarize(raw: dict[str, Any], plan: Plan) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for payload in plan.payloads:
+        mine = [block for block in raw["blocks"] if block["payload"] == payload.label]
+        sequential = [block for block in mine if block["kind"] == SEQUENTIAL]
+        saturation = [block for block in mine if block["kind"] == SATURATION]
+        roles = {side: _roles(sequential, side) for side in SIDES}
         per_config: dict[str, Any] = {}
         for config in CONFIGS:
-            mine = [b for b in raw["blocks"] if b["payload"] == payload.label]
-            sequential = [b for b in mine if b["kind"] == SEQUENTIAL]
-            saturation = [b for b in mine if b["kind"] == SATURATION]
-            own_sequential = [b for b in sequential if b["config"] == config]
-            own_saturation = [b for b in saturation if b["config"] == config]
+            own_sequential = [block for block in sequential if block["config"] == config]
+            own_saturation = [block for block in saturation if block["config"] == config]
             entry: dict[str, Any] = {
-                "cpu_us_per_call": {s: rounded(median(_values(own_sequential, f"{s}_cpu_us")))
-                                    for s in SIDES},
+                "cpu_us_per_call": {side: _median_of(own_sequential, _cpu(side)) for side in SIDES},
                 "export_cpu_us_per_call": {
-                    s: rounded(median(_values(own_sequential, f"{s}_export_us"))) for s in SIDES},
-                "latency_us": {
-                    "p50": rounded(median(_values(own_sequential, "latency_p50_us"))),
-                    "p99": rounded(median(_values(own_sequential, "latency_p99_us"))),
+                    side: _median_of(own_sequential, _cpu(side, "export")) for side in SIDES
                 },
-                "throughput_calls_s": rounded(
-                    median(_values(own_saturation, "throughput_calls_s"))),
+                "cpu_by_thread_us": {
+                    side: {
+                        role: _median_of(own_sequential, _cpu(side, role)) for role in roles[side]
+                    }
+                    for side in SIDES
+                },
+                "latency_us": {
+                    "p50": _median_of(own_sequential, lambda block: block["latency_p50_us"]),
+                    "p99": _median_of(own_sequential, lambda block: block["latency_p99_us"]),
+                },
+                "throughput_calls_s": _median_of(
+                    own_saturation, lambda block: block["throughput_calls_s"]
+                ),
                 "saturation_cpu_us_per_call": {
-                    s: rounded(median(_values(own_saturation, f"{s}_cpu_us"))) for s in SIDES},
-            }  # fmt: skip
+                    side: _median_of(own_saturation, _cpu(side)) for side in SIDES
+                },
+            }
             if config != "bare":
                 entry["added_cpu_us"] = {
-                    side: rounded(median(_paired(sequential, config, f"{side}_cpu_us",
-                                                 lambda mine, bare: mine - bare)))
+                    side: _median_added(sequential, config, _cpu(side)) for side in SIDES
+                }
+                entry["added_by_thread_us"] = {
+                    side: {
+                        role: _median_added(sequential, config, _cpu(side, role))
+                        for role in roles[side]
+                    }
                     for side in SIDES
-                }  # fmt: skip
+                }
                 entry["saturation_added_cpu_us"] = {
-                    side: rounded(median(_paired(saturation, config, f"{side}_cpu_us",
-                                                 lambda mine, bare: mine - bare)))
-                    for side in SIDES
-                }  # fmt: skip
-                entry["throughput_vs_bare"] = rounded(
-                    median(_paired(saturation, config, "throughput_calls_s",
-                                   lambda mine, bare: mine / bare)), 3)  # fmt: skip
+                    side: _median_added(saturation, config, _cpu(side)) for side in SIDES
+                }
+                entry["throughput_vs_bare"] = _median_added(
+                    saturation, config, lambda block: block["throughput_calls_s"], relative=True
+                )
             per_config[config] = entry
         results[payload.label] = per_config
     return {"results": results, "target": _evaluate(results)}
 
 
 def _evaluate(results: dict[str, Any]) -> dict[str, Any]:
-    """Ours: added CPU per call per side below the official instrumentation's and <= 25 us."""
-    verdict: dict[str, Any] = {"rule": f"ours added CPU per call per side < official's and "
-                                       f"<= {TARGET_ADDED_CPU_US:g} us (sequential blocks)"}  # fmt: skip
+    """Ours: added CPU per call per side below the official instrumentation's and <= 25 µs."""
+    verdict: dict[str, Any] = {
+        "rule": f"ours' added CPU per call per side < the official "
+        f"instrumentation's and <= {TARGET_ADDED_CPU_US:g} µs "
+        f"(sequential blocks)"
+    }
     met_everywhere = True
     for label, per_config in results.items():
         ours, official = per_config["ours"]["added_cpu_us"], per_config["official"]["added_cpu_us"]
@@ -540,62 +630,121 @@ def _evaluate(results: dict[str, Any]) -> dict[str, Any]:
             sides[side] = {
                 "ours_added_us": mine,
                 "official_added_us": theirs,
-                "ratio_ours_to_official": rounded(mine / theirs, 2) if mine is not None
-                and theirs else None,
+                "ratio_ours_to_official": (
+                    rounded(mine / theirs, 2) if mine is not None and theirs else None
+                ),
                 "below_official": below_official,
                 "within_budget": within_budget,
                 "met": below_official and within_budget,
             }
-            met_everywhere &= below_official and within_budget
+            met_everywhere = met_everywhere and below_official and within_budget
         verdict[label] = sides
     verdict["met"] = met_everywhere
     return verdict
 
 
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+,.1f}" if abs(value) < 100 else f"{value:+,.0f}"
+
+
 def render_markdown(summary: dict[str, Any], info: dict[str, Any], raw: dict[str, Any]) -> str:
-    headers = ["payload", "config", "client CPU µs/call", "server CPU µs/call",
-               "added client µs", "added server µs", "export client/server µs",
-               "p50 µs", "p99 µs", "calls/s (8 threads)", "vs bare"]  # fmt: skip
-    rows = []
-    for label, per_config in summary["results"].items():
+    results, target = summary["results"], summary["target"]
+    overview = []
+    for label, per_config in results.items():
         for config, entry in per_config.items():
             added = entry.get("added_cpu_us", {})
             export = entry["export_cpu_us_per_call"]
             ratio = entry.get("throughput_vs_bare")
-            rows.append([
-                label, config, entry["cpu_us_per_call"]["client"],
-                entry["cpu_us_per_call"]["server"], added.get("client"), added.get("server"),
-                f"{export['client']:.1f} / {export['server']:.1f}" if config != "bare" else "–",
-                entry["latency_us"]["p50"], entry["latency_us"]["p99"],
-                entry["throughput_calls_s"], f"{ratio:.2f}×" if ratio else "–",
-            ])  # fmt: skip
-    target = summary["target"]
-    verdict_rows = []
-    for label in summary["results"]:
-        for side in SIDES:
-            check = target[label][side]
-            verdict_rows.append([
-                label, side, check["ours_added_us"], check["official_added_us"],
-                check["ratio_ours_to_official"], "yes" if check["met"] else "**no**",
-            ])  # fmt: skip
+            overview.append(
+                [
+                    label,
+                    config,
+                    entry["cpu_us_per_call"]["client"],
+                    entry["cpu_us_per_call"]["server"],
+                    _signed(added.get("client")),
+                    _signed(added.get("server")),
+                    f"{export['client']:.0f} / {export['server']:.0f}" if config != "bare" else "-",
+                    entry["latency_us"]["p50"],
+                    entry["latency_us"]["p99"],
+                    entry["throughput_calls_s"],
+                    f"{ratio:.2f}x" if ratio else "-",
+                ]
+            )
+    verdicts = [
+        [
+            label,
+            side,
+            _signed(check["ours_added_us"]),
+            _signed(check["official_added_us"]),
+            check["ratio_ours_to_official"],
+            "yes" if check["met"] else "**no**",
+        ]
+        for label in results
+        for side in SIDES
+        for check in [target[label][side]]
+    ]
+    first = next(iter(results))
+    by_thread = [
+        [
+            side,
+            role,
+            results[first]["bare"]["cpu_by_thread_us"][side][role],
+            _signed(results[first]["official"]["added_by_thread_us"][side][role]),
+            _signed(results[first]["ours"]["added_by_thread_us"][side][role]),
+        ]
+        for side in SIDES
+        for role in results[first]["bare"]["cpu_by_thread_us"][side]
+    ]
     versions = ", ".join(f"{name} {version}" for name, version in info["versions"].items())
     return (
-        f"### Instrumentation overhead ({info['date'][:10]}, {info['cpu_count']} CPUs "
-        f"{info['cpu_model']}, Python {info['python']}, {versions})\n\n"
-        f"Median of {raw['rounds']} interleaved rounds; unary echo of a protobuf BytesValue "
-        f"over loopback, client and server in separate processes. CPU is per call per "
-        f"process (all threads, export included), from sequential calls; \"added\" is the "
-        f"per-round difference to bare grpcio; \"export\" is the export worker's share "
-        f"(OTLP/gRPC to a local sink, batches of {EXPORT_BATCH_SIZE}).\n\n"
-        + markdown_table(headers, rows)
+        f"### Instrumentation overhead ({info['date'][:10]}; {info['cpu_count']} CPUs, "
+        f"{info['cpu_model']}; Python {info['python']}; {versions})\n\n"
+        f"Median of {raw['rounds']} interleaved rounds. Unary echo of a protobuf BytesValue "
+        f"over loopback; client and server in separate processes. CPU is per call per process "
+        f'(all threads, export included) from sequential calls; "added" is the per-round '
+        f'difference to bare grpcio; "export" is the export thread\'s share (OTLP/gRPC to a '
+        f"local sink, batches of {EXPORT_BATCH_SIZE}); throughput is {FULL.threads} client "
+        f"threads in a closed loop.\n\n"
+        + markdown_table(
+            [
+                "payload",
+                "config",
+                "client CPU µs",
+                "server CPU µs",
+                "added client µs",
+                "added server µs",
+                "export client / server µs",
+                "p50 µs",
+                "p99 µs",
+                "calls/s",
+                "vs bare",
+            ],
+            overview,
+        )
         + f"\nTarget — {target['rule']}: **{'met' if target['met'] else 'not met'}**\n\n"
-        + markdown_table(["payload", "side", "ours added µs", "official added µs",
-                          "ours/official", "met"], verdict_rows)  # fmt: skip
+        + markdown_table(
+            ["payload", "side", "ours added µs", "official added µs", "ours / official", "met"],
+            verdicts,
+        )
+        + f"\nWhere the added CPU goes ({first}, µs per call by thread):\n\n"
+        + markdown_table(["side", "thread", "bare", "official", "ours"], by_thread)
     )
 
 
+def _source_digest() -> str:
+    """Which instrumentation code was measured."""
+    import grpc_overhead.instrumentation as package
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(package.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.instrumentation", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="bench.instrumentation", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--quick", action="store_true", help="a short smoke run (2 rounds)")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
     parser.add_argument("--seed", type=int, help="seed of the block order shuffle")
@@ -603,14 +752,29 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if options.quick else FULL
     if options.rounds:
         plan = replace(plan, rounds=options.rounds)
-    info = machine_info(("grpcio", "protobuf", "opentelemetry-sdk",
-                         "opentelemetry-instrumentation-grpc", "grpc-overhead"))  # fmt: skip
+    info = machine_info(
+        (
+            "grpcio",
+            "protobuf",
+            "opentelemetry-sdk",
+            "opentelemetry-instrumentation-grpc",
+            "grpc-overhead",
+        )
+    )
+    info["instrumentation_source_sha256"] = _source_digest()
     raw = run(plan, options.seed)
     summary = summarize(raw, plan)
     markdown = render_markdown(summary, info, raw)
-    data = {"benchmark": NAME, "machine": info, "plan": asdict(plan), **summary,
-            "export_counts": raw["export_counts"], "runtime_s": raw["runtime_s"],
-            "rounds_completed": raw["rounds"], "raw_blocks": raw["blocks"]}  # fmt: skip
+    data = {
+        "benchmark": NAME,
+        "machine": info,
+        "plan": asdict(plan),
+        **summary,
+        "export_counts": raw["export_counts"],
+        "runtime_s": raw["runtime_s"],
+        "rounds_completed": raw["rounds"],
+        "raw_blocks": raw["blocks"],
+    }
     paths = write_results(NAME, data, markdown)
     print(markdown)
     print("results: " + ", ".join(str(path) for path in paths))

@@ -27,7 +27,9 @@ def discover() -> list[str]:
     found = {
         module.name
         for module in pkgutil.iter_modules([str(Path(__file__).parent)])
-        if not module.ispkg and module.name not in _NOT_BENCHMARKS and not module.name.startswith("_")
+        if not module.ispkg
+        and module.name not in _NOT_BENCHMARKS
+        and not module.name.startswith("_")
     }
     listed = [name for name in ORDER if name in found]
     return listed + sorted(found - set(listed))

@@ -54,6 +54,46 @@ DOCUMENTED: tuple[Variable, ...] = (
     Variable(
         RESIDENCE_TRAILER,
         "true",
-        "server returns its residence time in trailing metadata (grpc-overhead-residence-us)",
+        "server returns its residence time in trailing metadata (x-server-residence-ns)",
     ),
+    # The collector (collector/*.yaml read these through the collector's ${env:NAME:-default})
+    Variable(
+        "GRPC_OVERHEAD_COLLECTOR_BIN",
+        "collector/dist/otelcol-grpc-overhead",
+        "collector binary to run instead of the one make collector builds",
+    ),  # fmt: skip
+    Variable("GRPC_OVERHEAD_GO", "go on PATH", "the go command collector/build.sh uses"),
+    Variable(
+        "GRPC_OVERHEAD_COLLECTOR_OTLP_HOST",
+        "127.0.0.1 (embedded), 0.0.0.0 (clickhouse)",
+        "address the collector's OTLP receiver binds",
+    ),  # fmt: skip
+    Variable("GRPC_OVERHEAD_COLLECTOR_OTLP_PORT", "4317", "the collector's OTLP/gRPC port"),
+    Variable("GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT", "13133", "health_check extension port"),
+    Variable("GRPC_OVERHEAD_COLLECTOR_LOG_LEVEL", "info", "the collector's own log level"),
+    Variable(
+        "GRPC_OVERHEAD_COLLECTOR_METRICS_LEVEL",
+        "none",
+        "the collector's own metrics (none: nothing listens, so collectors never clash)",
+    ),  # fmt: skip
+    Variable("GRPC_OVERHEAD_COLLECTOR_METRICS_PORT", "8888", "port of those metrics when enabled"),
+    Variable(
+        "GRPC_OVERHEAD_INTAKE_ENDPOINT",
+        "127.0.0.1:4327",
+        "where the embedded collector config sends spans (the analyzer intake)",
+    ),  # fmt: skip
+    Variable(
+        "GRPC_OVERHEAD_CLICKHOUSE_ENDPOINT",
+        "tcp://127.0.0.1:9000?dial_timeout=10s",
+        "ClickHouse server for the clickhouse collector config",
+    ),  # fmt: skip
+    Variable("GRPC_OVERHEAD_CLICKHOUSE_DATABASE", "otel", "its database"),
+    Variable("GRPC_OVERHEAD_CLICKHOUSE_USERNAME", "default", "its user"),
+    Variable("GRPC_OVERHEAD_CLICKHOUSE_PASSWORD", "(empty)", "its password"),
+    Variable("GRPC_OVERHEAD_CLICKHOUSE_TTL", "72h", "how long otel_traces keeps rows"),
+    Variable(
+        "GRPC_OVERHEAD_JAEGER_ENDPOINT",
+        "127.0.0.1:14317",
+        "optional second OTLP exporter to Jaeger (commented out in clickhouse.yaml)",
+    ),  # fmt: skip
 )

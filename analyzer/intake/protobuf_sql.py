@@ -166,7 +166,9 @@ def _valid(span: str) -> str:
     )
 
 
-_ALL_SPANS = "arrayFlatten(arrayMap(rs -> arrayMap(ss -> ss.spans, rs.scope_spans), resource_spans))"
+_ALL_SPANS = (
+    "arrayFlatten(arrayMap(rs -> arrayMap(ss -> ss.spans, rs.scope_spans), resource_spans))"
+)
 
 REQUEST_COUNTS = (
     f"SELECT intake_seq, length({_ALL_SPANS}) AS spans, "

@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+
 from grpc_overhead.analyzer.errors import (
     BadInput,
     QueryError,

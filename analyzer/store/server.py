@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pandas as pd
+
 from grpc_overhead.analyzer.errors import BadInput, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.store.base import (
     Columns,

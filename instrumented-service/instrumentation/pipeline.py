@@ -67,14 +67,19 @@ class SpanPipeline:
         export_batch_size: int | None = None,
         export_interval_ms: int | None = None,
     ) -> None:
+        self.resource = resource or process_resource()
         if exporter is None:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
 
             # The exporter's own channel must never be instrumented (a feedback loop).
             with suppress_instrumentation():
-                exporter = OTLPSpanExporter()
+                exporter = CallRecordOTLPExporter()
+        if getattr(exporter, "accepts_call_records", False):
+            exporter.set_resource(self.resource)
+            self._accepts_records = True
+        else:
+            self._accepts_records = False
         self.exporter = exporter
-        self.resource = resource or process_resource()
         self.sampling = sampling or Sampling.from_environment()
         self.max_queue_size = max_queue_size or _environment_int(MAX_QUEUE_SIZE, 8192)
         self.export_batch_size = export_batch_size or _environment_int(EXPORT_BATCH_SIZE, 512)
@@ -138,7 +143,7 @@ class SpanPipeline:
 
     def _export(self, batch: list[CallRecord]) -> None:
         try:
-            spans = [self._builder.build(record) for record in batch]
+            spans = batch if self._accepts_records else [self._builder.build(r) for r in batch]
         except Exception:
             _LOGGER.exception("grpc-overhead could not build %d spans; dropping them", len(batch))
             self.failed_spans += len(batch)

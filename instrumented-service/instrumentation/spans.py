@@ -114,12 +114,15 @@ def compressed_size(payload: bytes, compression: str) -> int:
     return min(size, len(payload))
 
 
-class SpanBuilder:
-    def __init__(self, resource: Resource) -> None:
-        self.resource = resource
+class SpanDescription:
+    """Everything a span says, computed once from a record; both the SDK ``ReadableSpan``
+    builder and the OTLP wire encoder (otlp.py) render this, so they cannot disagree."""
 
-    def build(self, record: CallRecord) -> ReadableSpan:
+    __slots__ = ("attributes", "error", "events", "record", "status_message")
+
+    def __init__(self, record: CallRecord) -> None:
         offset = clock.wall_offset_ns()
+        self.record = record
         service, method = split_method(record.method)
         attributes: dict[str, Any] = {
             RPC_SYSTEM: "grpc",
@@ -132,78 +135,105 @@ class SpanBuilder:
             attributes[COMPRESSION] = record.compression
         if record.peer:
             address, port = (parse_target if record.client else parse_peer)(record.peer)
-            if record.client:
-                attributes[SERVER_ADDRESS] = address
-                if port is not None:
-                    attributes[SERVER_PORT] = port
-            else:
-                attributes[PEER_ADDRESS] = address
-                if port is not None:
-                    attributes[PEER_PORT] = port
+            if address is not None:
+                attributes[SERVER_ADDRESS if record.client else PEER_ADDRESS] = address
+            if port is not None:
+                attributes[SERVER_PORT if record.client else PEER_PORT] = port
         if record.residence_ns >= 0:
             attributes[SERVER_RESIDENCE_NS] = record.residence_ns
         if record.run_id:
             attributes[RUN_ID] = record.run_id
         if record.attributes:
             attributes.update(record.attributes)
+        self.attributes = attributes
 
-        events = [self._event(event, record, offset) for event in record.events]
-        status = Status(StatusCode.UNSET)
+        events: list[tuple[str, int, dict[str, Any] | None]] = [
+            (event[0], event[1] + offset, _message_attributes(event, record))
+            for event in record.events
+        ]
         code = record.status_code
-        if code and (record.client or code in _SERVER_ERROR_CODES):
+        self.error = bool(code and (record.client or code in _SERVER_ERROR_CODES))
+        self.status_message: str | None = None
+        if self.error:
             name = _STATUS_NAMES.get(code, str(code))
-            description = f"{name}: {record.status_message}" if record.status_message else name
-            status = Status(StatusCode.ERROR, description)
+            message = record.status_message
+            self.status_message = f"{name}: {message}" if message else name
         if record.exception is not None:
             exception = record.exception
             events.append(
-                Event(
+                (
                     EXCEPTION,
+                    record.end + offset,
                     {
                         "exception.type": type(exception).__qualname__,
                         "exception.message": str(exception),
                         "exception.escaped": True,
                     },
-                    record.end + offset,
                 )
             )
+        self.events = events
+
+    @property
+    def name(self) -> str:
+        return self.record.method.lstrip("/")
+
+    @property
+    def start_time(self) -> int:
+        return self.record.start + clock.wall_offset_ns()
+
+    @property
+    def end_time(self) -> int:
+        return max(self.record.end, self.record.start) + clock.wall_offset_ns()
+
+
+def _message_attributes(event: tuple, record: CallRecord) -> dict[str, Any] | None:
+    name, _timestamp, message_id, size, payload = event
+    if not message_id:
+        return None
+    inbound = name in (INBOUND_MESSAGE, INBOUND_MESSAGE_READ, CLIENT_RECEIVED_RESPONSE)
+    attributes: dict[str, Any] = {
+        MESSAGE_TYPE: "RECEIVED" if inbound else "SENT",
+        MESSAGE_ID: message_id,
+    }
+    if size >= 0:
+        attributes[MESSAGE_UNCOMPRESSED_SIZE] = size
+        if name == OUTBOUND_MESSAGE_SENT:
+            if not record.compression:
+                attributes[MESSAGE_COMPRESSED_SIZE] = size
+            elif payload is not None:
+                attributes[MESSAGE_COMPRESSED_SIZE] = compressed_size(payload, record.compression)
+    return attributes
+
+
+class SpanBuilder:
+    """Renders descriptions as SDK ``ReadableSpan``s, for any SDK ``SpanExporter``."""
+
+    def __init__(self, resource: Resource) -> None:
+        self.resource = resource
+
+    def build(self, record: CallRecord) -> ReadableSpan:
+        description = SpanDescription(record)
         context = SpanContext(record.trace_id, record.span_id, False, _SAMPLED)
         parent = (
             SpanContext(record.trace_id, record.parent_span_id, record.parent_is_remote, _SAMPLED)
             if record.parent_span_id
             else None
         )
+        status = (
+            Status(StatusCode.ERROR, description.status_message)
+            if description.error
+            else Status(StatusCode.UNSET)
+        )
         return ReadableSpan(
-            name=record.method.lstrip("/"),
+            name=description.name,
             context=context,
             parent=parent,
             resource=self.resource,
-            attributes=attributes,
-            events=events,
+            attributes=description.attributes,
+            events=[Event(name, attributes, time) for name, time, attributes in description.events],
             kind=SpanKind.CLIENT if record.client else SpanKind.SERVER,
             status=status,
-            start_time=record.start + offset,
-            end_time=max(record.end, record.start) + offset,
+            start_time=description.start_time,
+            end_time=description.end_time,
             instrumentation_scope=SCOPE,
         )
-
-    @staticmethod
-    def _event(event: tuple, record: CallRecord, offset: int) -> Event:
-        name, timestamp, message_id, size, payload = event
-        if not message_id:
-            return Event(name, None, timestamp + offset)
-        inbound = name in (INBOUND_MESSAGE, INBOUND_MESSAGE_READ, CLIENT_RECEIVED_RESPONSE)
-        attributes: dict[str, Any] = {
-            MESSAGE_TYPE: "RECEIVED" if inbound else "SENT",
-            MESSAGE_ID: message_id,
-        }
-        if size >= 0:
-            attributes[MESSAGE_UNCOMPRESSED_SIZE] = size
-            if name == OUTBOUND_MESSAGE_SENT:
-                if not record.compression:
-                    attributes[MESSAGE_COMPRESSED_SIZE] = size
-                elif payload is not None:
-                    attributes[MESSAGE_COMPRESSED_SIZE] = compressed_size(
-                        payload, record.compression
-                    )
-        return Event(name, attributes, timestamp + offset)

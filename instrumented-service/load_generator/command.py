@@ -270,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     from grpc_overhead.instrumentation import default_pipeline
     from grpc_overhead.load_generator.runner import ConnectError, Run
     from grpc_overhead.load_generator.stats import format_text
+    from grpc_overhead.prediction.telemetry import close_pipeline
 
     pipeline = default_pipeline()
     config.pipeline = pipeline
@@ -292,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if run is not None:
             run.close()
-        pipeline.force_flush()
-        pipeline.shutdown()
+        close_pipeline(pipeline, label="grpc-overhead load")
 
 
 def _drive(run, config, show_progress: bool) -> bool:

@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from grpc_overhead.instrumentation import default_pipeline
     from grpc_overhead.prediction.server import prepare_tls
+    from grpc_overhead.prediction.telemetry import close_pipeline
 
     try:
         tls = prepare_tls(config)
@@ -157,8 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         try:
-            pipeline.force_flush()
-            pipeline.shutdown()
+            close_pipeline(pipeline, label="grpc-overhead service")
         finally:
             if tls is not None:
                 tls.cleanup()

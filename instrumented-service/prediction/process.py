@@ -40,7 +40,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def offline_env(
-    base: Mapping[str, str] | None = None, exporter_timeout_s: float | None = 2, **overrides: str
+    base: Mapping[str, str] | None = None, exporter_timeout_s: float | None = 0.5, **overrides: str
 ) -> dict[str, str]:
     """An environment whose spans go nowhere: for tests and benchmarks without a collector.
 

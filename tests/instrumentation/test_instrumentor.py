@@ -81,10 +81,10 @@ def test_opentelemetry_instrument_picks_it_up_without_code_changes(otlp_sink, di
         if any(
             event.name == "serverCallStarted" or event.name == "requestCreated"
             for event in span.events
-        )  # fmt: skip
+        )
     ]
     assert len(ours) == 6, result.stderr
-    for resource, span in ours:
+    for resource, _span in ours:
         names = {a.key: a.value.string_value for a in resource.attributes}
         assert names["service.name"] == "plain-app"
         assert names["host.name"] and names["service.instance.id"]

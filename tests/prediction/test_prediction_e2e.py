@@ -166,4 +166,3 @@ def test_no_collector_processes_exit_promptly() -> None:
         started = time.monotonic()
         assert svc.stop() == 0
         assert time.monotonic() - started < 10
-    assert "Traceback" not in result.stderr

@@ -1,0 +1,173 @@
+"""Exporters: a batch of encoded OTLP requests in, rows in ``otel_traces``, outcomes out.
+
+``export`` answers per request (spans seen, spans rejected, or the whole
+request malformed) and raises ``AnalyzerError`` when the store failed, in
+which case nothing of the batch is acknowledged and every caller is told to
+retry. Two implementations, chosen by what the store can do:
+
+* ``ProtobufSqlExporter``: the engine parses and maps (chDB; see
+  ``protobuf_sql``).
+* ``RowsExporter``: Python parses and maps (``rows``), the store inserts
+  columns (a ClickHouse server through clickhouse-driver).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Protocol
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from grpc_overhead.analyzer.errors import QueryError
+from grpc_overhead.analyzer.intake import protobuf_sql
+from grpc_overhead.analyzer.intake.rows import COLUMNS, Rows, request_rows
+from grpc_overhead.analyzer.schema import SchemaOptions, create_schema
+from grpc_overhead.analyzer.store.base import Store
+
+REJECTED_SPAN_MESSAGE = (
+    "{rejected} span(s) rejected: trace_id must be 0 or 16 bytes, span_id and "
+    "parent_span_id 0 or 8 bytes (also in links)"
+)
+
+
+@dataclass
+class RequestOutcome:
+    spans: int = 0
+    rejected: int = 0
+    error: str = ""
+    malformed: bool = False
+
+    @property
+    def accepted(self) -> int:
+        return self.spans - self.rejected
+
+
+class Exporter(Protocol):
+    def start(self) -> None: ...
+
+    def export(self, requests: list[bytes]) -> list[RequestOutcome]: ...
+
+    def shutdown(self) -> None: ...
+
+
+def exporter_for(store: Store, schema: SchemaOptions | None = None) -> Exporter:
+    if store.supports_encoded_insert:
+        return ProtobufSqlExporter(store, schema)
+    return RowsExporter(store, schema)
+
+
+class ProtobufSqlExporter:
+    """Length-delimited requests -> staging table (Protobuf format) -> INSERT ... SELECT."""
+
+    def __init__(self, store: Store, schema: SchemaOptions | None = None) -> None:
+        self.store = store
+        self.schema = schema or SchemaOptions()
+        self._schema_dir = ""
+        self._statement = ""
+        self._settings = ""
+        self._transform = protobuf_sql.transform_insert(self.schema.qualified_traces_table())
+
+    def start(self) -> None:
+        create_schema(self.store, self.schema)
+        self._schema_dir = tempfile.mkdtemp(prefix="grpc-overhead-intake-")
+        schema_path = os.path.join(self._schema_dir, "otlp_intake.proto")
+        with open(schema_path, "w", encoding="utf-8") as handle:
+            handle.write(protobuf_sql.INTAKE_PROTO)
+        self._statement, self._settings = protobuf_sql.staging_insert(schema_path)
+        protobuf_sql.register_complex_value_function()
+        self.store.command(protobuf_sql.CREATE_STAGING)
+        self.store.command(protobuf_sql.TRUNCATE_STAGING)
+
+    def shutdown(self) -> None:
+        if self._schema_dir:
+            shutil.rmtree(self._schema_dir, ignore_errors=True)
+            self._schema_dir = ""
+
+    def export(self, requests: list[bytes]) -> list[RequestOutcome]:
+        outcomes = [RequestOutcome() for _ in requests]
+        try:
+            staged = self._stage(requests, range(len(requests)), outcomes)
+            if not staged:
+                return outcomes
+            counts = self.store.query(protobuf_sql.REQUEST_COUNTS)
+            for seq, spans, rejected in zip(
+                counts["intake_seq"], counts["spans"], counts["rejected"], strict=True
+            ):
+                outcome = outcomes[int(seq)]
+                outcome.spans, outcome.rejected = int(spans), int(rejected)
+                if rejected:
+                    outcome.error = REJECTED_SPAN_MESSAGE.format(rejected=int(rejected))
+            self.store.command(self._transform)
+        finally:
+            with contextlib.suppress(Exception):
+                self.store.command(protobuf_sql.TRUNCATE_STAGING)
+        return outcomes
+
+    def _stage(self, requests: list[bytes], indexes: range, outcomes: list[RequestOutcome]) -> int:
+        """Insert the requests into staging; isolate malformed ones if the batch fails."""
+        payload = b"".join(
+            protobuf_sql.length_delimited(protobuf_sql.with_sequence_number(requests[i], i))
+            for i in indexes
+        )
+        try:
+            self.store.insert_encoded(self._statement, "Protobuf", payload, self._settings)
+            return len(indexes)
+        except QueryError as batch_error:
+            self.store.command(protobuf_sql.TRUNCATE_STAGING)
+            if len(indexes) == 1:
+                outcomes[indexes[0]].malformed = True
+                outcomes[indexes[0]].error = f"cannot decode request: {batch_error.message}"
+                return 0
+        staged = 0
+        for index in indexes:  # rare: find the culprit(s), keep the others
+            message = protobuf_sql.length_delimited(
+                protobuf_sql.with_sequence_number(requests[index], index)
+            )
+            try:
+                self.store.insert_encoded(self._statement, "Protobuf", message, self._settings)
+                staged += 1
+            except QueryError as error:
+                outcomes[index].malformed = True
+                outcomes[index].error = f"cannot decode request: {error.message}"
+        return staged
+
+
+class RowsExporter:
+    """Decode with the generated classes, map in Python, insert columns."""
+
+    def __init__(self, store: Store, schema: SchemaOptions | None = None) -> None:
+        self.store = store
+        self.schema = schema or SchemaOptions()
+        self._table = self.schema.qualified_traces_table()
+
+    def start(self) -> None:
+        create_schema(self.store, self.schema)
+
+    def shutdown(self) -> None:
+        pass
+
+    def export(self, requests: list[bytes]) -> list[RequestOutcome]:
+        outcomes = []
+        batch = Rows()
+        for data in requests:
+            try:
+                request = ExportTraceServiceRequest.FromString(data)
+            except DecodeError as error:
+                outcomes.append(
+                    RequestOutcome(malformed=True, error=f"cannot decode request: {error}")
+                )
+                continue
+            rows = request_rows(request)
+            outcome = RequestOutcome(spans=len(rows) + rows.rejected, rejected=rows.rejected)
+            if rows.rejected:
+                outcome.error = REJECTED_SPAN_MESSAGE.format(rejected=rows.rejected)
+            outcomes.append(outcome)
+            batch.extend(rows)
+        if len(batch):
+            self.store.insert(self._table, COLUMNS, batch.columns)
+        return outcomes

@@ -1,0 +1,161 @@
+"""The batch processor: bounded memory, one worker thread, group commit.
+
+Requests wait here (encoded, undecoded) until the worker flushes them, by
+size (``batch_bytes``) or age (``flush_interval``), through the exporter in
+one batch. Each submitter then learns its own outcome, so the receiver
+answers a client only after its spans are stored or refused: nothing is
+acknowledged and then lost. Memory is bounded by ``max_pending_bytes``; past
+it ``submit`` refuses at once and the receiver answers UNAVAILABLE, which
+makes the client (or the collector's retry queue) back off and resend.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from grpc_overhead.analyzer.errors import AnalyzerError
+from grpc_overhead.analyzer.intake.exporter import Exporter, RequestOutcome
+
+log = logging.getLogger(__name__)
+
+
+class Refused(Exception):
+    """Not taken (buffer full, store failing, shutting down): the client should retry."""
+
+
+@dataclass
+class Pending:
+    data: bytes
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: RequestOutcome | None = None
+    failure: str = ""
+
+    def wait(self, timeout: float | None) -> RequestOutcome:
+        if not self.done.wait(timeout):
+            raise Refused("timed out waiting for the store")
+        if self.outcome is None:
+            raise Refused(self.failure or "store failed")
+        return self.outcome
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    failed_batches: int = 0
+    rows_inserted: int = 0
+    last_error: str = ""
+    last_flush_seconds: float = 0.0
+
+
+class BatchProcessor:
+    def __init__(
+        self,
+        exporter: Exporter,
+        *,
+        batch_bytes: int = 16 << 20,
+        flush_interval: float = 0.2,
+        max_pending_bytes: int = 128 << 20,
+    ) -> None:
+        if batch_bytes <= 0 or max_pending_bytes < batch_bytes or flush_interval <= 0:
+            raise ValueError("need 0 < batch_bytes <= max_pending_bytes and flush_interval > 0")
+        self.exporter = exporter
+        self.batch_bytes = batch_bytes
+        self.flush_interval = flush_interval
+        self.max_pending_bytes = max_pending_bytes
+        self.stats = BatchStats()
+        self._queue: deque[tuple[float, Pending]] = deque()
+        self._pending_bytes = 0  # queued + in the batch being exported
+        self._condition = threading.Condition()
+        self._stopping = False
+        self._worker = threading.Thread(target=self._run, name="intake-batch", daemon=True)
+
+    def start(self) -> None:
+        self._worker.start()
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
+    def submit(self, data: bytes) -> Pending:
+        pending = Pending(data)
+        with self._condition:
+            if self._stopping:
+                raise Refused("intake is shutting down")
+            if self._pending_bytes + len(data) > self.max_pending_bytes:
+                raise Refused(
+                    f"intake buffer full ({self._pending_bytes >> 20} MiB waiting): "
+                    "the store is not keeping up"
+                )
+            self._queue.append((time.monotonic(), pending))
+            self._pending_bytes += len(data)
+            self._condition.notify()
+        return pending
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Flush what is queued, then stop the worker."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify()
+        if self._worker.is_alive():
+            self._worker.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._export(batch)
+
+    def _next_batch(self) -> list[Pending] | None:
+        with self._condition:
+            while True:
+                if self._queue:
+                    queued = self._pending_bytes
+                    age = time.monotonic() - self._queue[0][0]
+                    if self._stopping or queued >= self.batch_bytes or age >= self.flush_interval:
+                        break
+                    self._condition.wait(self.flush_interval - age)
+                elif self._stopping:
+                    return None
+                else:
+                    self._condition.wait()
+            batch, size = [], 0
+            while self._queue and (
+                not batch or size + len(self._queue[0][1].data) <= self.batch_bytes
+            ):
+                _, pending = self._queue.popleft()
+                batch.append(pending)
+                size += len(pending.data)
+            return batch
+
+    def _export(self, batch: list[Pending]) -> None:
+        started = time.perf_counter()
+        try:
+            outcomes = self.exporter.export([pending.data for pending in batch])
+        except (AnalyzerError, OSError) as error:
+            self._fail(batch, str(error))
+        except Exception as error:  # a bug must not kill the worker
+            log.exception("intake export failed")
+            self._fail(batch, f"internal error: {error}")
+        else:
+            self.stats.batches += 1
+            self.stats.rows_inserted += sum(outcome.accepted for outcome in outcomes)
+            for pending, outcome in zip(batch, outcomes, strict=True):
+                pending.outcome = outcome
+                pending.done.set()
+        finally:
+            self.stats.last_flush_seconds = time.perf_counter() - started
+            with self._condition:
+                self._pending_bytes -= sum(len(pending.data) for pending in batch)
+
+    def _fail(self, batch: list[Pending], message: str) -> None:
+        self.stats.failed_batches += 1
+        self.stats.last_error = message
+        log.warning("intake: batch of %d requests not stored: %s", len(batch), message)
+        for pending in batch:
+            pending.failure = message
+            pending.done.set()

@@ -1,0 +1,149 @@
+"""The OTLP/gRPC trace receiver: ``TraceService/Export`` on a grpc server.
+
+The handler takes the request as bytes (no deserializer): decoding happens
+once, in the exporter, in a batch. Answers, per the OTLP specification:
+
+* success, with ``partial_success`` (``rejected_spans`` + ``error_message``)
+  when some spans were individually invalid;
+* INVALID_ARGUMENT when the request cannot be decoded at all (not retryable);
+* UNAVAILABLE when the store is down or not keeping up (retryable: the
+  collector's retry queue resends). RESOURCE_EXHAUSTED would be retryable
+  only with RetryInfo attached, so it is not used.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceResponse,
+)
+
+from grpc_overhead.analyzer.intake.processor import BatchProcessor, Refused
+
+log = logging.getLogger(__name__)
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+EMPTY_RESPONSE = ExportTraceServiceResponse().SerializeToString()
+
+
+@dataclass
+class IntakeStats:
+    """Counters since start (read them any time; updates are not atomic across fields)."""
+
+    requests_received: int = 0
+    spans_received: int = 0
+    spans_accepted: int = 0
+    spans_rejected: int = 0
+    requests_rejected: int = 0
+    requests_refused: int = 0
+    spans_inserted: int = 0
+    batches: int = 0
+    failed_batches: int = 0
+    pending_bytes: int = 0
+    last_error: str = ""
+
+
+class TraceReceiver:
+    def __init__(
+        self,
+        processor: BatchProcessor,
+        *,
+        wait_timeout: float = 30.0,
+    ) -> None:
+        self.processor = processor
+        self.wait_timeout = wait_timeout
+        self._lock = threading.Lock()
+        self._stats = IntakeStats()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Export": grpc.unary_unary_rpc_method_handler(
+                    self.export,
+                    request_deserializer=None,  # raw bytes
+                    response_serializer=None,  # we hand back bytes too
+                )
+            },
+        )
+
+    def stats(self) -> IntakeStats:
+        with self._lock:
+            snapshot = IntakeStats(**vars(self._stats))
+        batch = self.processor.stats
+        snapshot.spans_inserted = batch.rows_inserted
+        snapshot.batches = batch.batches
+        snapshot.failed_batches = batch.failed_batches
+        snapshot.pending_bytes = self.processor.pending_bytes
+        snapshot.last_error = snapshot.last_error or batch.last_error
+        return snapshot
+
+    def _count(self, **increments: int) -> None:
+        with self._lock:
+            for name, value in increments.items():
+                setattr(self._stats, name, getattr(self._stats, name) + value)
+
+    def export(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        self._count(requests_received=1)
+        if not request:
+            return EMPTY_RESPONSE
+        try:
+            pending = self.processor.submit(request)
+            timeout = self.wait_timeout
+            remaining = context.time_remaining()
+            if remaining is not None:
+                timeout = max(0.0, min(timeout, remaining))
+            outcome = pending.wait(timeout)
+        except Refused as refusal:
+            self._count(requests_refused=1)
+            with self._lock:
+                self._stats.last_error = str(refusal)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"grpc-overhead intake: {refusal}")
+        if outcome.malformed:
+            self._count(requests_rejected=1)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, outcome.error)
+        self._count(
+            spans_received=outcome.spans,
+            spans_accepted=outcome.accepted,
+            spans_rejected=outcome.rejected,
+        )
+        if not outcome.rejected:
+            return EMPTY_RESPONSE
+        return ExportTraceServiceResponse(
+            partial_success=ExportTracePartialSuccess(
+                rejected_spans=outcome.rejected, error_message=outcome.error
+            )
+        ).SerializeToString()
+
+
+def serve_receiver(
+    receiver: TraceReceiver,
+    host: str,
+    port: int,
+    *,
+    workers: int = 32,
+    max_message_bytes: int = 64 << 20,
+) -> tuple[grpc.Server, int]:
+    """A started grpc server with the receiver on ``host:port`` (0: any free port)."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="intake-grpc"),
+        handlers=[receiver.handler()],
+        options=options,
+    )
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    bound = server.add_insecure_port(address)
+    if bound == 0:
+        raise OSError(f"cannot listen on {address}: address in use or not available")
+    server.start()
+    return server, bound
