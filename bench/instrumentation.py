@@ -68,6 +68,7 @@ from bench.common import (
     write_results,
 )
 from grpc_overhead.instrumentation import SpanPipeline, instrument_channel, instrumented_server
+from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
 
 NAME = "instrumentation"
 CONFIGS = ("bare", "official", "ours")
@@ -110,7 +111,7 @@ FULL = Plan(
     rounds=7,
     payloads=(
         Payload("1 KB", 1024, sequential_calls=1000, saturation_calls=3000),
-        Payload("1 MB", 1024 * 1024, sequential_calls=40, saturation_calls=120),
+        Payload("1 MB", 1024 * 1024, sequential_calls=80, saturation_calls=160),
     ),
 )
 QUICK = Plan(
@@ -144,13 +145,11 @@ def _echo_handler() -> grpc.GenericRpcHandler:
 
 
 # -- telemetry of one configuration in one process ---------------------------------------------
-class _CountingExporter(OTLPSpanExporter):
-    """The OTLP gRPC exporter, counting what it delivered (one addition per batch)."""
+class _Counting:
+    """Counts what an exporter delivered (one addition per batch)."""
 
-    def __init__(self, endpoint: str) -> None:
-        super().__init__(endpoint=endpoint, insecure=True)
-        self.exported_spans = 0
-        self.failed_spans = 0
+    exported_spans = 0
+    failed_spans = 0
 
     def export(self, spans: Any) -> SpanExportResult:
         result = super().export(spans)
@@ -159,6 +158,15 @@ class _CountingExporter(OTLPSpanExporter):
         else:
             self.failed_spans += len(spans)
         return result
+
+
+class _CountingOTLPExporter(_Counting, OTLPSpanExporter):
+    """The official configuration's exporter: the SDK's OTLP/gRPC exporter."""
+
+
+class _CountingRecordExporter(_Counting, CallRecordOTLPExporter):
+    """Ours' shipped exporter: the same SDK OTLP/gRPC exporter (channel, retries,
+    settings) with its translation step replaced by direct encoding of call records."""
 
 
 _THREAD_ROLES = (
@@ -192,13 +200,14 @@ class _Telemetry:
         self.provider: TracerProvider | None = None
         self.pipeline: SpanPipeline | None = None
         self._processor: BatchSpanProcessor | None = None
-        self._exporter: _CountingExporter | None = None
+        self._exporter: _Counting | None = None
         self._flush_cpu_ns = 0
         if config == "bare":
             return
         os.environ["OTEL_SERVICE_NAME"] = f"bench-{config}-{side}"
-        self._exporter = _CountingExporter(f"http://127.0.0.1:{sink_port}")
+        endpoint = f"http://127.0.0.1:{sink_port}"
         if config == "official":
+            self._exporter = _CountingOTLPExporter(endpoint=endpoint, insecure=True)
             self._processor = BatchSpanProcessor(
                 self._exporter,
                 max_queue_size=EXPORT_QUEUE_SIZE,
@@ -208,6 +217,7 @@ class _Telemetry:
             self.provider = TracerProvider(resource=Resource.create())
             self.provider.add_span_processor(self._processor)
         else:
+            self._exporter = _CountingRecordExporter(endpoint=endpoint, insecure=True)
             self.pipeline = SpanPipeline(
                 exporter=self._exporter,
                 max_queue_size=EXPORT_QUEUE_SIZE,

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from grpc_overhead.environment import RUN_ID as RUN_ID_VARIABLE
 from grpc_overhead.load_generator.workload import MODES
 
 GRPC_COMPRESSIONS = ("none", "gzip", "deflate")
@@ -220,7 +221,7 @@ def config_from_args(args: argparse.Namespace):
     if tls_ca is not None and not Path(tls_ca).is_file():
         raise UsageError(f"--tls-ca {tls_ca!r}: no such file")
     concurrency = args.concurrency or (32 if args.rps else 8)
-    run_id = args.run_id or os.environ.get("GRPC_OVERHEAD_RUN_ID") or default_run_id()
+    run_id = args.run_id or os.environ.get(RUN_ID_VARIABLE) or default_run_id()
     return LoadConfig(
         targets=targets,
         run_id=run_id,

@@ -32,6 +32,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+
 from grpc_overhead.instrumentation import call_attributes, default_pipeline, instrument_channel
 from grpc_overhead.load_generator.stats import Outcome, summarize
 from grpc_overhead.load_generator.workload import METHODS, BadResponse, Workload, WorkloadSpec

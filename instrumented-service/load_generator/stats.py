@@ -216,3 +216,35 @@ def format_text(summary: dict[str, Any]) -> str:
         for message, count in summary["error_messages"].items():
             lines.append(f"  [{count}]\t{message}")
     return "\n".join(lines) + "\n"
+
+
+def check_summary(summary: dict[str, Any]) -> list[str]:
+    """Inconsistencies in a summary (empty when sound): counts add up, percentiles ordered."""
+    problems = []
+    for key in ("run_id", "calls", "ok", "errors", "duration_s", "rps", "latency_ms",
+                "histogram", "status_codes"):  # fmt: skip
+        if key not in summary:
+            problems.append(f"missing key {key!r}")
+    if problems:
+        return problems
+    calls, ok = summary["calls"], summary["ok"]
+    if ok + summary["errors"] != calls:
+        problems.append(f"ok {ok} + errors {summary['errors']} != calls {calls}")
+    if sum(summary["status_codes"].values()) != calls:
+        problems.append(f"status codes {summary['status_codes']} do not sum to {calls}")
+    if summary["status_codes"].get("OK", 0) != ok:
+        problems.append("status_codes.OK != ok")
+    latency = summary["latency_ms"]
+    if ok:
+        order = [latency[k] for k in ("min", "p50", "p90", "p99", "p999", "max")]
+        if order != sorted(order) or not latency["min"] <= latency["mean"] <= latency["max"]:
+            problems.append(f"latencies out of order: {latency}")
+        if sum(row["count"] for row in summary["histogram"]) != ok:
+            problems.append("histogram counts do not sum to ok")
+    elif any(value is not None for value in latency.values()):
+        problems.append("latencies without OK calls")
+    if calls and summary["duration_s"] > 0:
+        expected = calls / summary["duration_s"]
+        if abs(summary["rps"] - expected) > 0.01 * expected + 0.01:
+            problems.append(f"rps {summary['rps']} != calls / duration_s {expected:.2f}")
+    return problems

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from grpc_overhead.prediction import codec as codecs
 from grpc_overhead.prediction import payload as payloads
 from grpc_overhead.prediction.protos import prediction_pb2 as pb

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Sequence
 
 import numpy as np
+
 from grpc_overhead.prediction.protos import prediction_pb2 as pb
 
 ENCODINGS = ("repeated", "packed")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from grpc_overhead.prediction import codec as codecs
 from grpc_overhead.prediction.protos import prediction_pb2 as pb
 

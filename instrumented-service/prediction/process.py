@@ -1,6 +1,7 @@
 """Start ``grpc-overhead service`` as a subprocess and wait until it listens.
 
-For tests, the benchmark and demos:
+For tests, the benchmark and demos (``run_load`` runs ``grpc-overhead load`` the
+same way):
 
     with ServiceProcess(["--workers", "4"]) as service:
         run_load(["--target", service.target, ...])
@@ -12,6 +13,7 @@ chatty server can never block on a full pipe (``service.stderr_text()``).
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -22,7 +24,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LISTENING = "listening on "
 TLS_CA = "tls ca: "
@@ -162,3 +166,38 @@ class ServiceProcess:
         finally:
             self.kill()
             self._stderr.close()
+
+
+@dataclass
+class LoadProcessResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The ``--json`` summary (asserts the run exited 0)."""
+        if self.returncode != 0:
+            raise AssertionError(f"load exited {self.returncode}: {self.stderr}")
+        return json.loads(self.stdout)
+
+
+def run_load(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 120,
+    python: str = sys.executable,
+) -> LoadProcessResult:
+    """Run ``grpc-overhead load --quiet ARGS`` to completion (``offline_env()`` by default)."""
+    command = [python, "-m", "grpc_overhead", "load", "--quiet", *args]
+    started = time.monotonic()
+    done = subprocess.run(
+        command,
+        env=dict(env) if env is not None else offline_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    return LoadProcessResult(done.returncode, done.stdout, done.stderr, time.monotonic() - started)

@@ -18,11 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
+
 from grpc_overhead.instrumentation import (
     annotate_call,
     default_pipeline,
@@ -262,15 +262,10 @@ class AioPredictorServicer(pb_grpc.PredictorServicer):
             yield self.scorer.response(scored, start, start + size)
 
     async def PredictUpload(self, request_iterator, context):
-        chunks = [chunk async for chunk in _aiter(request_iterator)]
+        chunks = [chunk async for chunk in request_iterator]
         scored = await self._run(context, self.scorer.score_upload, chunks)
         _annotate([scored])
         return self.scorer.response(scored)
-
-
-async def _aiter(iterator: AsyncIterator[T]) -> AsyncIterator[T]:
-    async for item in iterator:
-        yield item
 
 
 # --------------------------------------------------------------------------- server
@@ -396,10 +391,6 @@ def build_aio_server(
     )
     pb_grpc.add_PredictorServicer_to_server(AioPredictorServicer(make_scorer(config), pool), server)
     return server, _bind(server, config, tls), pool
-
-
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 __all__ = [

@@ -37,9 +37,9 @@ def test_synthetic_features_compress(rng) -> None:
         assert len(codecs.compress(raw, codec)) < len(raw), codec
 
 
-@pytest.mark.parametrize("encoding,codec", [("repeated", "none")] + [
-    ("packed", codec) for codec in codecs.CODECS
-])
+@pytest.mark.parametrize(
+    "encoding,codec", [("repeated", "none")] + [("packed", codec) for codec in codecs.CODECS]
+)
 @pytest.mark.parametrize("entities", [0, 1, 150])
 def test_request_round_trip(encoding: str, codec: str, entities: int, rng) -> None:
     features = payload.make_features(rng, entities, 24)
@@ -55,15 +55,19 @@ def test_request_round_trip(encoding: str, codec: str, entities: int, rng) -> No
         assert matrix.shape[0] == 0
 
 
-@pytest.mark.parametrize("encoding,codec", [("repeated", "none"), ("packed", "none"),
-                                            ("packed", "zstd"), ("packed", "snappy")])
+@pytest.mark.parametrize(
+    "encoding,codec",
+    [("repeated", "none"), ("packed", "none"), ("packed", "zstd"), ("packed", "snappy")],
+)
 @pytest.mark.parametrize("count", [0, 3, 200])
 def test_scores_round_trip(encoding: str, codec: str, count: int, rng) -> None:
     scores = rng.random(count).astype(np.float32)
     response = codecs.encode_scores(pb.PredictResponse(), scores, encoding, codec)
     wire = pb.PredictResponse.FromString(response.SerializeToString())
     np.testing.assert_array_equal(codecs.decode_scores(wire), scores)
-    assert wire.WhichOneof("scores") == ("score_list" if encoding == "repeated" else "packed_scores")
+    assert wire.WhichOneof("scores") == (
+        "score_list" if encoding == "repeated" else "packed_scores"
+    )
 
 
 def test_empty_request_decodes_as_no_entities() -> None:
@@ -72,7 +76,9 @@ def test_empty_request_decodes_as_no_entities() -> None:
 
 
 def test_unknown_codec_names_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown payload codec 'brotli'; expected one of none, zstd, lz4, snappy"):
+    with pytest.raises(
+        ValueError, match=r"unknown payload codec 'brotli'; expected one of none, zstd, lz4, snappy"
+    ):
         codecs.compress(b"x", "brotli")
     with pytest.raises(ValueError, match="unknown payload codec enum value 42"):
         codecs.codec_from_enum(42)
@@ -90,7 +96,9 @@ def test_unknown_codec_enum_in_request() -> None:
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
 def test_corrupted_payload(codec: str, damage: str, rng) -> None:
     data = codecs.pack_matrix(payload.make_features(rng, 20, 8), codec)
-    broken = {"truncate": data[: len(data) // 2], "garbage": b"\x07not a frame" * 3, "empty": b""}[damage]
+    broken = {"truncate": data[: len(data) // 2], "garbage": b"\x07not a frame" * 3, "empty": b""}[
+        damage
+    ]
     with pytest.raises(ValueError, match=rf"(corrupted {codec} payload|wrong length)") as error:
         codecs.unpack_matrix(broken, 20, 8, codec)
     assert "Traceback" not in str(error.value)
@@ -99,7 +107,9 @@ def test_corrupted_payload(codec: str, damage: str, rng) -> None:
 @pytest.mark.parametrize("codec", codecs.CODECS)
 def test_wrong_length_is_reported_with_sizes(codec: str, rng) -> None:
     data = codecs.pack_matrix(payload.make_features(rng, 10, 4), codec)
-    with pytest.raises(ValueError, match=r"wrong length: .*160 bytes, expected 200 \(entities x features x 4\)"):
+    with pytest.raises(
+        ValueError, match=r"wrong length: .*160 bytes, expected 200 \(entities x features x 4\)"
+    ):
         codecs.unpack_matrix(data, 10, 5, codec)
 
 
@@ -108,14 +118,19 @@ def test_packed_request_errors_name_the_shape() -> None:
         pb.PredictRequest(), ["a", "b"], np.ones((2, 3)), "packed", "lz4"
     )
     request.packed.feature_count = 4
-    with pytest.raises(ValueError, match=r"packed features \(2 entities x 4 features, lz4\): wrong length"):
+    with pytest.raises(
+        ValueError, match=r"packed features \(2 entities x 4 features, lz4\): wrong length"
+    ):
         codecs.decode_features(request)
 
 
 def test_feature_count_mismatch_names_the_entity() -> None:
     request = codecs.encode_features(pb.PredictRequest(), ["a", "b", "c"], np.ones((3, 4)))
     del request.entities.entities[2].features[0]
-    with pytest.raises(ValueError, match=r"feature count mismatch: entity 'c' \(index 2\) has 3 features, entity 0 has 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"feature count mismatch: entity 'c' \(index 2\) has 3 features, entity 0 has 4",
+    ):
         codecs.decode_features(request)
 
 

@@ -5,13 +5,24 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import check_summary, run_load
 
-from grpc_overhead.prediction.process import ServiceProcess, offline_env
+from grpc_overhead.load_generator.stats import check_summary as summary_problems
+from grpc_overhead.prediction.process import ServiceProcess, offline_env, run_load
 
 pytestmark = pytest.mark.e2e
+
+
+def check_summary(summary: dict[str, Any], calls: int | None = None) -> None:
+    assert summary_problems(summary) == []
+    if calls is not None:
+        assert summary["calls"] == calls
+    if summary["ok"]:
+        latency = summary["latency_ms"]
+        assert latency["min"] > 0
+        assert summary["histogram"][-1]["le_ms"] == latency["max"]
 
 
 @pytest.mark.parametrize("mode", ["unary", "stream", "batch", "chunks", "upload"])
@@ -42,7 +53,9 @@ def test_compressions(service, compression: str) -> None:
     payload = summary["payload"]
     if compression in ("zstd", "lz4", "snappy"):
         assert (payload["encoding"], payload["codec"], payload["grpc_compression"]) == (
-            "packed", compression, "none"
+            "packed",
+            compression,
+            "none",
         )
         assert payload["request_bytes"] < payload["raw_feature_bytes"]
     else:
@@ -89,14 +102,24 @@ def test_duration_bounded_closed_loop(service) -> None:
     assert 0.9 <= summary["duration_s"] < 5
 
 
-def test_model_cost_and_server_options(tmp_path: Path) -> None:
+def test_model_cost_and_server_options() -> None:
     args = ["--model-cost-ms", "5", "--workers", "2", "--max-concurrent-rpcs", "64",
-            "--max-connection-age-s", "1", "--compression", "gzip"]  # fmt: skip
+            "--compression", "gzip"]  # fmt: skip
     with ServiceProcess(args, env=offline_env()) as svc:
         summary = run_load("--target", svc.target, "--calls", "12", "--json").summary
     check_summary(summary, calls=12)
     assert summary["ok"] == 12
     assert summary["latency_ms"]["min"] >= 4  # every call burns 5 ms of server CPU
+
+
+def test_max_connection_age_reconnects_without_errors() -> None:
+    with ServiceProcess(["--max-connection-age-s", "0.5"], env=offline_env()) as svc:
+        summary = run_load(
+            "--target", svc.target, "--duration", "2", "--concurrency", "2", "--entities", "20",
+            "--json",
+        ).summary  # fmt: skip
+    check_summary(summary)
+    assert summary["calls"] > 0 and summary["errors"] == 0, summary["error_messages"]
 
 
 def test_aio_service() -> None:
@@ -124,7 +147,9 @@ def test_tls_end_to_end(tmp_path: Path) -> None:
         assert plain.returncode == 2
         assert "cannot connect" in plain.stderr and "Traceback" not in plain.stderr
         # nor a TLS client that does not trust the certificate
-        untrusted = run_load("--target", svc.target, "--tls", "--calls", "1", "--connect-timeout", "1")
+        untrusted = run_load(
+            "--target", svc.target, "--tls", "--calls", "1", "--connect-timeout", "1"
+        )
         assert untrusted.returncode == 2 and "TLS" in untrusted.stderr
 
 
@@ -132,7 +157,9 @@ def test_tls_temporary_directory_is_removed() -> None:
     with ServiceProcess(["--tls"], env=offline_env()) as svc:
         ca = svc.tls_ca
         assert ca is not None and ca.is_file()
-        summary = run_load("--target", svc.target, "--tls-ca", str(ca), "--calls", "3", "--json").summary
+        summary = run_load(
+            "--target", svc.target, "--tls-ca", str(ca), "--calls", "3", "--json"
+        ).summary
         assert summary["ok"] == 3
     assert not ca.exists()
 

@@ -62,7 +62,9 @@ def _expected(request: pb.PredictRequest) -> np.ndarray:
 def _check(response: pb.PredictResponse, request: pb.PredictRequest, encoding: str) -> None:
     assert response.server_instance_id == "in-process"
     assert response.model_version == Model().version
-    assert response.WhichOneof("scores") == ("score_list" if encoding == "repeated" else "packed_scores")
+    assert response.WhichOneof("scores") == (
+        "score_list" if encoding == "repeated" else "packed_scores"
+    )
     np.testing.assert_allclose(codecs.decode_scores(response), _expected(request), rtol=1e-6)
 
 
@@ -71,7 +73,9 @@ def test_all_five_rpcs(stub, encoding: str, codec: str) -> None:
     request = _request(encoding, codec)
     _check(stub.Predict(request, timeout=10), request, encoding)
 
-    streamed = list(stub.PredictStream(iter([request, _request(encoding, codec, seed=1)]), timeout=10))
+    streamed = list(
+        stub.PredictStream(iter([request, _request(encoding, codec, seed=1)]), timeout=10)
+    )
     assert len(streamed) == 2
     _check(streamed[0], request, encoding)
 
@@ -119,9 +123,15 @@ def test_bad_requests_are_invalid_argument(stub) -> None:
     mismatch = _request("repeated", "none")
     del mismatch.entities.entities[5].features[-1]
     _invalid(lambda: stub.Predict(mismatch, timeout=10), "feature count mismatch: entity")
-    _invalid(lambda: list(stub.PredictStream(iter([mismatch]), timeout=10)), "feature count mismatch")
-    _invalid(lambda: stub.PredictBatch(payload.batch([_request("repeated", "none"), mismatch]),
-                                       timeout=10), "feature count mismatch")
+    _invalid(
+        lambda: list(stub.PredictStream(iter([mismatch]), timeout=10)), "feature count mismatch"
+    )
+    _invalid(
+        lambda: stub.PredictBatch(
+            payload.batch([_request("repeated", "none"), mismatch]), timeout=10
+        ),
+        "feature count mismatch",
+    )
     _invalid(lambda: list(stub.PredictChunks(mismatch, timeout=10)), "feature count mismatch")
 
     unknown = _request("packed", "lz4")
@@ -169,15 +179,21 @@ def test_aio_server_answers_all_rpcs(pipeline, exporter) -> None:
                 request = _request("packed", "zstd")
                 response = await aio_stub.Predict(request, timeout=10)
                 assert response.server_instance_id == "aio"
-                np.testing.assert_allclose(codecs.decode_scores(response), _expected(request), rtol=1e-6)
-                streamed = [r async for r in aio_stub.PredictStream(iter([request] * 3), timeout=10)]
+                np.testing.assert_allclose(
+                    codecs.decode_scores(response), _expected(request), rtol=1e-6
+                )
+                streamed = [
+                    r async for r in aio_stub.PredictStream(iter([request] * 3), timeout=10)
+                ]
                 assert len(streamed) == 3
                 batch = await aio_stub.PredictBatch(payload.batch([request] * 2), timeout=10)
                 assert len(batch.responses) == 2
                 request.chunk_entities = 50
                 chunks = [r async for r in aio_stub.PredictChunks(request, timeout=10)]
                 assert [c.entity_offset for c in chunks] == [0, 50]
-                uploaded = await aio_stub.PredictUpload(iter(payload.split_request(request, 30)), timeout=10)
+                uploaded = await aio_stub.PredictUpload(
+                    iter(payload.split_request(request, 30)), timeout=10
+                )
                 assert len(codecs.decode_scores(uploaded)) == ENTITIES
                 bad = _request("packed", "lz4")
                 bad.packed.data = b"nope"

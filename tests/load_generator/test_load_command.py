@@ -1,0 +1,147 @@
+"""`grpc-overhead load` arguments: bad ones exit 2 with a clear message, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from grpc_overhead.instrumentation import SpanPipeline, set_default_pipeline
+from grpc_overhead.load_generator import command
+from grpc_overhead.prediction.process import free_port, offline_env
+
+
+def _main(capsys, *argv: str) -> tuple[int, str, str]:
+    code = command.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        ([], "--target HOST:PORT is required"),
+        (["--target", "localhost"], "expected HOST:PORT"),
+        (["--target", "h:0"], "expected HOST:PORT"),
+        (["--target", "::1:80"], "[ADDR]:PORT"),
+        (["--target", "h:1", "--calls", "0"], "must be > 0"),
+        (["--target", "h:1", "--duration", "-1"], "must be > 0"),
+        (["--target", "h:1", "--rps", "abc"], "not a number"),
+        (["--target", "h:1", "--mode", "bidi"], "invalid choice"),
+        (["--target", "h:1", "--compression", "brotli"], "invalid choice"),
+        (
+            ["--target", "h:1", "--compression", "zstd", "--encoding", "repeated"],
+            "--compression zstd compresses the packed feature blob",
+        ),
+        (["--target", "h:1", "--features", "5000"], "the model supports at most"),
+        (["--target", "h:1", "--tls-ca", "/nonexistent/ca.pem"], "no such file"),
+    ],
+)
+def test_bad_arguments(capsys, argv: list[str], message: str) -> None:
+    code, out, err = _main(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.unit
+def test_compression_choice_selects_encoding() -> None:
+    parse = command.build_parser().parse_args
+    config = command.config_from_args(parse(["--target", "h:1", "--compression", "snappy"]))
+    assert (config.workload.encoding, config.workload.codec, config.grpc_compression) == (
+        "packed",
+        "snappy",
+        "none",
+    )
+    config = command.config_from_args(parse(["--target", "h:1,h:2", "--target", "h:3",
+                                              "--compression", "gzip"]))  # fmt: skip
+    assert config.targets == ["h:1", "h:2", "h:3"]
+    assert (config.workload.encoding, config.grpc_compression) == ("repeated", "gzip")
+    assert config.calls == 200 and config.concurrency == 8
+    config = command.config_from_args(parse(["--target", "h:1", "--duration", "3", "--rps", "5"]))
+    assert config.calls is None and config.duration_s == 3 and config.concurrency == 32
+
+
+@pytest.mark.unit
+def test_run_id_default_format(monkeypatch) -> None:
+    monkeypatch.delenv("GRPC_OVERHEAD_RUN_ID", raising=False)
+    assert re.fullmatch(r"run-\d{8}-\d{6}-[0-9a-f]{4}", command.default_run_id())
+    monkeypatch.setenv("GRPC_OVERHEAD_RUN_ID", "from-env")
+    config = command.config_from_args(command.build_parser().parse_args(["--target", "h:1"]))
+    assert config.run_id == "from-env"
+
+
+@pytest.mark.unit
+def test_help_mentions_forced_packed_encoding(capsys) -> None:
+    code, out, _ = _main(capsys, "--help")
+    assert code == 0
+    assert "forces --encoding packed" in " ".join(out.split())
+
+
+@pytest.fixture
+def own_default_pipeline() -> Iterator[InMemorySpanExporter]:
+    """main() flushes and shuts down the process-wide pipeline: give it one of its own."""
+    exporter = InMemorySpanExporter()
+    set_default_pipeline(SpanPipeline(exporter=exporter))
+    yield exporter
+    set_default_pipeline(None)
+
+
+@pytest.mark.unit
+def test_json_run_in_process(capsys, target, own_default_pipeline) -> None:
+    code, out, err = _main(capsys, "--target", target, "--calls", "6", "--json", "--quiet",
+                           "--entities", "10", "--run-id", "in-process")  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["run_id"] == "in-process" and summary["ok"] == 6
+    clients = [s for s in own_default_pipeline.get_finished_spans() if s.kind.name == "CLIENT"]
+    assert len(clients) == 6
+    assert {s.attributes["grpc_overhead.run_id"] for s in clients} == {"in-process"}
+
+
+@pytest.mark.e2e
+def test_unreachable_target_subprocess() -> None:
+    port = free_port()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "load",
+            "--target",
+            f"127.0.0.1:{port}",
+            "--connect-timeout",
+            "1",
+            "--calls",
+            "5",
+        ],
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2
+    assert f"cannot connect to 127.0.0.1:{port} within 1 s" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.e2e
+def test_bad_argument_subprocess() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", "load", "--target", "x:1", "--calls", "-3"],
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2
+    assert "--calls: must be > 0" in done.stderr.replace("argument ", "")
+    assert "Traceback" not in done.stderr
