@@ -61,13 +61,13 @@ DOCUMENTED: tuple[Variable, ...] = (
         "GRPC_OVERHEAD_COLLECTOR_BIN",
         "collector/dist/otelcol-grpc-overhead",
         "collector binary to run instead of the one make collector builds",
-    ),  # fmt: skip
+    ),
     Variable("GRPC_OVERHEAD_GO", "go on PATH", "the go command collector/build.sh uses"),
     Variable(
         "GRPC_OVERHEAD_COLLECTOR_OTLP_HOST",
         "127.0.0.1 (embedded), 0.0.0.0 (clickhouse)",
         "address the collector's OTLP receiver binds",
-    ),  # fmt: skip
+    ),
     Variable("GRPC_OVERHEAD_COLLECTOR_OTLP_PORT", "4317", "the collector's OTLP/gRPC port"),
     Variable("GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT", "13133", "health_check extension port"),
     Variable("GRPC_OVERHEAD_COLLECTOR_LOG_LEVEL", "info", "the collector's own log level"),
@@ -75,18 +75,18 @@ DOCUMENTED: tuple[Variable, ...] = (
         "GRPC_OVERHEAD_COLLECTOR_METRICS_LEVEL",
         "none",
         "the collector's own metrics (none: nothing listens, so collectors never clash)",
-    ),  # fmt: skip
+    ),
     Variable("GRPC_OVERHEAD_COLLECTOR_METRICS_PORT", "8888", "port of those metrics when enabled"),
     Variable(
         "GRPC_OVERHEAD_INTAKE_ENDPOINT",
         "127.0.0.1:4327",
         "where the embedded collector config sends spans (the analyzer intake)",
-    ),  # fmt: skip
+    ),
     Variable(
         "GRPC_OVERHEAD_CLICKHOUSE_ENDPOINT",
         "tcp://127.0.0.1:9000?dial_timeout=10s",
         "ClickHouse server for the clickhouse collector config",
-    ),  # fmt: skip
+    ),
     Variable("GRPC_OVERHEAD_CLICKHOUSE_DATABASE", "otel", "its database"),
     Variable("GRPC_OVERHEAD_CLICKHOUSE_USERNAME", "default", "its user"),
     Variable("GRPC_OVERHEAD_CLICKHOUSE_PASSWORD", "(empty)", "its password"),
@@ -95,5 +95,5 @@ DOCUMENTED: tuple[Variable, ...] = (
         "GRPC_OVERHEAD_JAEGER_ENDPOINT",
         "127.0.0.1:14317",
         "optional second OTLP exporter to Jaeger (commented out in clickhouse.yaml)",
-    ),  # fmt: skip
+    ),
 )

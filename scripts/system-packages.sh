@@ -8,7 +8,6 @@ needed=(
   "faketime faketime"
   "ip iproute2"
   "tc iproute2"
-  "chromium chromium"
 )
 missing=()
 for pair in "${needed[@]}"; do

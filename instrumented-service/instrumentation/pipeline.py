@@ -150,8 +150,11 @@ class SpanPipeline:
             return
         try:
             result = self.exporter.export(spans)
-        except Exception:
-            _LOGGER.exception("grpc-overhead span export raised; %d spans lost", len(spans))
+        except Exception as error:
+            if self._stopped:  # the exporter was shut down under a stuck export
+                _LOGGER.warning("grpc-overhead: %d spans lost at shutdown (%s)", len(spans), error)
+            else:
+                _LOGGER.exception("grpc-overhead span export raised; %d spans lost", len(spans))
             result = SpanExportResult.FAILURE
         if result is SpanExportResult.SUCCESS:
             self.exported_spans += len(spans)
@@ -173,12 +176,28 @@ class SpanPipeline:
         return True
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Export what is queued, then stop. When the backend is down the exporter would
+        keep retrying; shutting it down first makes it give up, so a process never hangs
+        on exit because its collector is gone."""
         if self._stopped:
             return
-        self.force_flush(timeout_s)
+        flushed = self.force_flush(timeout_s)
         self._stopped = True
         self._wake.set()
+        if not flushed:
+            self._shutdown_exporter()
         self._worker.join(timeout_s)
+        if flushed:
+            self._shutdown_exporter()
+        if not flushed or self.queued_calls:
+            _LOGGER.warning(
+                "grpc-overhead stopped with spans not exported (%d calls still queued, "
+                "%d failed): is the OTLP endpoint reachable?",
+                self.queued_calls,
+                self.failed_spans,
+            )
+
+    def _shutdown_exporter(self) -> None:
         try:
             self.exporter.shutdown()
         except Exception:

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_overhead.collector import CollectorUnavailable, build_collector
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from grpc_overhead.collector import CollectorUnavailable, build_collector
 
 
 @pytest.fixture(scope="session")

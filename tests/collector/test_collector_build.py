@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from grpc_overhead.collector import CollectorUnavailable, build_collector, collector_binary, runner
 
 COLLECTOR_DIR = Path(runner.__file__).parent

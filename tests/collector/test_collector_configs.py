@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from grpc_overhead.collector import (
     CONFIG_NAMES,
     CollectorConfigError,

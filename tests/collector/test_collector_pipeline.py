@@ -8,12 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from grpc_overhead.collector import CollectorProcess, CollectorStartError
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
+
+from grpc_overhead.collector import CollectorProcess, CollectorStartError
 
 SPAN_NAME = "prediction.Predictor/Predict"
 

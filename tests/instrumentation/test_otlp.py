@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from grpc_overhead.instrumentation import SpanPipeline
 from grpc_overhead.instrumentation.otlp import encode_request, encode_resource
-from grpc_overhead.instrumentation.records import CallRecord
 from grpc_overhead.instrumentation.recorder import Recorder
+from grpc_overhead.instrumentation.records import CallRecord
 from grpc_overhead.instrumentation.spans import SpanBuilder
 
 pytestmark = pytest.mark.unit
@@ -35,7 +35,12 @@ def client_record(recorder) -> CallRecord:
     record.peer = "dns:///predictor.internal:50051"
     record.residence_ns = 2_500
     record.run_id = "run-1"
-    record.attributes = {"grpc_overhead.entities": 200, "ratio": 0.25, "flag": True, "tags": ["a", "b"]}
+    record.attributes = {
+        "grpc_overhead.entities": 200,
+        "ratio": 0.25,
+        "flag": True,
+        "tags": ["a", "b"],
+    }
     record.end = 6_000
     return record
 
