@@ -8,9 +8,11 @@ Three configurations of the same echo service (protobuf ``BytesValue``, unary-un
   opentelemetry-instrumentation-grpc, an SDK ``TracerProvider`` and ``BatchSpanProcessor``;
 - ``ours``: ``instrumented_server`` + ``instrument_channel`` with a ``SpanPipeline``.
 
-Both instrumented configurations pay for export the same way: the OTLP gRPC
+Both instrumented configurations pay for export the same way: the SDK's OTLP/gRPC
 exporter (same batch size, queue and interval) sending to a real OTLP sink that
 runs in its own process and discards what it receives (after counting spans).
+Ours uses the exporter it ships (``CallRecordOTLPExporter``: that same exporter
+class, with its translation step replaced by direct encoding of call records).
 
 Every configuration has its own server process and its own client process, all
 alive for the whole run, so each side's CPU is read from its own process clock
@@ -749,9 +751,10 @@ def render_markdown(summary: dict[str, Any], info: dict[str, Any], raw: dict[str
         f"Median of {raw['rounds']} interleaved rounds. Unary echo of a protobuf BytesValue "
         f"over loopback; client and server in separate processes. CPU is per call per process "
         f'(all threads, export included) from sequential calls; "added" is the per-round '
-        f'difference to bare grpcio; "export" is the export thread\'s share (OTLP/gRPC to a '
-        f"local sink, batches of {EXPORT_BATCH_SIZE}); throughput is {FULL.threads} client "
-        f"threads in a closed loop.\n\n"
+        f"difference to bare grpcio; \"export\" is the export thread's share (the SDK's "
+        f"OTLP/gRPC exporter to a local sink, batches of {EXPORT_BATCH_SIZE}; ours encodes "
+        f"its call records directly); throughput is {FULL.threads} client threads in a "
+        f"closed loop.\n\n"
         + markdown_table(
             [
                 "payload",
