@@ -806,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short smoke run (2 rounds)")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
     parser.add_argument("--seed", type=int, help="seed of the block order shuffle")
-    options = parser.parse_args(argv or [])
+    options = parser.parse_args(argv)
     plan = QUICK if options.quick else FULL
     if options.rounds:
         plan = replace(plan, rounds=options.rounds)

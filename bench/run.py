@@ -15,6 +15,7 @@ import importlib
 import pkgutil
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         try:
             code = entry(list(passed))
-        except Exception as exception:  # one broken benchmark must not hide the others
-            print(f"bench.{name} raised {type(exception).__name__}: {exception}")
+        except Exception:  # one broken benchmark must not hide the others
+            traceback.print_exc()
             code = 1
         outcomes.append((name, code, time.monotonic() - started))
     print("\n== summary")

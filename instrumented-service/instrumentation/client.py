@@ -76,9 +76,44 @@ class InstrumentedChannel(grpc.Channel):
                                response_deserializer, _registered_method)  # fmt: skip
 
 
+def _slots(cls: type) -> tuple[str, ...]:
+    return tuple(name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ()))
+
+
+def _cloner(template: Any) -> Callable[[Any, Any], Any] | None:
+    """A fast per-call copy of grpcio's multicallable with other (de)serializers.
+
+    Creating a multicallable through the channel costs a few microseconds (census
+    context, call-management closure, method encoding); a copy of one made
+    earlier costs a fraction, and calls still get their own serializer closures.
+    grpcio 1.85's sync multicallables keep their state in these slots plus
+    ``_registered_call_handle``; anything else falls back to the channel factory.
+    """
+    cls = type(template)
+    names = _slots(cls)
+    if "_request_serializer" not in names or "_response_deserializer" not in names:
+        return None
+    copied = tuple(n for n in names if n not in ("_request_serializer", "_response_deserializer"))
+    extra = dict(getattr(template, "__dict__", {}))
+    new = object.__new__
+    values = tuple(getattr(template, name) for name in copied)
+
+    def clone(serializer: Any, deserializer: Any) -> Any:
+        copy = new(cls)
+        for name, value in zip(copied, values, strict=True):
+            object.__setattr__(copy, name, value)
+        if extra:
+            copy.__dict__.update(extra)
+        copy._request_serializer = serializer
+        copy._response_deserializer = deserializer
+        return copy
+
+    return clone
+
+
 class _MultiCallable:
-    __slots__ = ("_call_type", "_channel", "_deserializer", "_method", "_plain", "_registered",
-                 "_serializer")  # fmt: skip
+    __slots__ = ("_call_type", "_channel", "_clone", "_deserializer", "_method", "_plain",
+                 "_registered", "_serializer")  # fmt: skip
 
     def __init__(self, channel: InstrumentedChannel, call_type: str, method: str,
                  serializer: Any, deserializer: Any, registered: Any) -> None:  # fmt: skip
@@ -88,7 +123,9 @@ class _MultiCallable:
         self._serializer = serializer
         self._deserializer = deserializer
         self._registered = registered
-        self._plain: Any = None
+        self._plain: Any = self._factory()(method, serializer, deserializer,
+                                           _registered_method=registered)  # fmt: skip
+        self._clone = _cloner(self._plain)
 
     def _factory(self) -> Callable[..., Any]:
         return getattr(self._channel._channel, self._call_type)
@@ -100,13 +137,10 @@ class _MultiCallable:
             channel._recorder, channel._target, self._method, self._call_type, metadata, compression
         )
         if record is None:
-            if self._plain is None:
-                self._plain = self._factory()(
-                    self._method, self._serializer, self._deserializer,
-                    _registered_method=self._registered,
-                )  # fmt: skip
             return None, outgoing, self._plain
         serialize, deserialize = bind_serializers(record, self._serializer, self._deserializer)
+        if self._clone is not None:
+            return record, outgoing, self._clone(serialize, deserialize)
         bound = self._factory()(
             self._method, serialize, deserialize, _registered_method=self._registered
         )
