@@ -63,6 +63,24 @@ def start_otlp_sink(delay_s: float = 0.0) -> tuple[grpc.Server, OtlpSink, int]:
     return server, sink, port
 
 
+@pytest.fixture(scope="module")
+def exporter():
+    """The SDK's in-memory span exporter, shared by a module's tests."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    return InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module")
+def pipeline(exporter):
+    """A real SpanPipeline exporting into ``exporter``."""
+    from grpc_overhead.instrumentation import SpanPipeline
+
+    pipeline = SpanPipeline(exporter=exporter)
+    yield pipeline
+    pipeline.shutdown()
+
+
 @pytest.fixture
 def otlp_sink() -> Iterator[tuple[OtlpSink, int]]:
     server, sink, port = start_otlp_sink()

@@ -5,22 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from grpc_overhead.instrumentation import SpanPipeline
 from grpc_overhead.prediction.server import ServiceConfig, build_server
-
-
-@pytest.fixture(scope="module")
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture(scope="module")
-def pipeline(exporter) -> Iterator[SpanPipeline]:
-    pipeline = SpanPipeline(exporter=exporter)
-    yield pipeline
-    pipeline.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -105,27 +105,23 @@ def test_json_run_in_process(capsys, target, own_default_pipeline) -> None:
     assert {s.attributes["grpc_overhead.run_id"] for s in clients} == {"in-process"}
 
 
-@pytest.mark.e2e
-def test_unreachable_target_subprocess() -> None:
-    port = free_port()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_overhead",
-            "load",
-            "--target",
-            f"127.0.0.1:{port}",
-            "--connect-timeout",
-            "1",
-            "--calls",
-            "5",
-        ],
+def _load_subprocess(*argv: str) -> subprocess.CompletedProcess:
+    """``grpc-overhead load ...`` as a user runs it: its own process, no collector, no stdin."""
+    return subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", "load", *argv],
         env=offline_env(),
         capture_output=True,
         text=True,
         timeout=30,
         stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.e2e
+def test_unreachable_target_subprocess() -> None:
+    port = free_port()
+    done = _load_subprocess(
+        "--target", f"127.0.0.1:{port}", "--connect-timeout", "1", "--calls", "5"
     )
     assert done.returncode == 2
     assert f"cannot connect to 127.0.0.1:{port} within 1 s" in done.stderr
@@ -134,14 +130,7 @@ def test_unreachable_target_subprocess() -> None:
 
 @pytest.mark.e2e
 def test_bad_argument_subprocess() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "load", "--target", "x:1", "--calls", "-3"],
-        env=offline_env(),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
+    done = _load_subprocess("--target", "x:1", "--calls", "-3")
     assert done.returncode == 2
     assert "--calls: must be > 0" in done.stderr.replace("argument ", "")
     assert "Traceback" not in done.stderr

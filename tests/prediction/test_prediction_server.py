@@ -8,9 +8,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from grpc_overhead.instrumentation import SpanPipeline
 from grpc_overhead.prediction import codec as codecs
 from grpc_overhead.prediction import payload
 from grpc_overhead.prediction.model import MAX_FEATURES, Model
@@ -22,18 +20,6 @@ pytestmark = pytest.mark.unit
 
 ENCODINGS = [("repeated", "none")] + [("packed", codec) for codec in codecs.CODECS]
 ENTITIES, FEATURES = 90, 12
-
-
-@pytest.fixture(scope="module")
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture(scope="module")
-def pipeline(exporter) -> Iterator[SpanPipeline]:
-    pipeline = SpanPipeline(exporter=exporter)
-    yield pipeline
-    pipeline.shutdown()
 
 
 @pytest.fixture(scope="module")
