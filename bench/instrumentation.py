@@ -31,6 +31,7 @@ round's bare block, then the median is taken.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import itertools
 import os
@@ -73,7 +74,10 @@ from grpc_overhead.instrumentation import SpanPipeline, instrument_channel, inst
 from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
 
 NAME = "instrumentation"
-CONFIGS = ("bare", "official", "ours")
+CONFIGS = ("bare", "propagation-only", "official", "ours")
+# "propagation-only": bare grpcio whose client sends one static W3C traceparent header and
+# records nothing: the floor any instrumentation that propagates trace context pays.
+STATIC_TRACEPARENT = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
 INSTRUMENTED = ("official", "ours")
 SEQUENTIAL, SATURATION = "sequential", "saturation"
 SIDES = ("client", "server")
@@ -204,7 +208,7 @@ class _Telemetry:
         self._processor: BatchSpanProcessor | None = None
         self._exporter: _Counting | None = None
         self._flush_cpu_ns = 0
-        if config == "bare":
+        if config in ("bare", "propagation-only"):
             return
         os.environ["OTEL_SERVICE_NAME"] = f"bench-{config}-{side}"
         endpoint = f"http://127.0.0.1:{sink_port}"
@@ -401,6 +405,8 @@ def _client_process(connection: Connection, config: str, server_port: int, sink_
         response_deserializer=BytesValue.FromString,
         _registered_method=True,
     )
+    if config == "propagation-only":
+        echo = functools.partial(echo, metadata=STATIC_TRACEPARENT)
     requests: dict[int, BytesValue] = {}
 
     def block(kind: str, size: int, calls: int, threads: int, timeout_s: float) -> dict:
@@ -754,7 +760,9 @@ def render_markdown(summary: dict[str, Any], info: dict[str, Any], raw: dict[str
         f"difference to bare grpcio; \"export\" is the export thread's share (the SDK's "
         f"OTLP/gRPC exporter to a local sink, batches of {EXPORT_BATCH_SIZE}; ours encodes "
         f"its call records directly); throughput is {FULL.threads} client threads in a "
-        f"closed loop.\n\n"
+        f'closed loop. "propagation-only" is bare grpcio whose client sends one static '
+        f"traceparent header and records nothing: the floor of any instrumentation that "
+        f"propagates W3C trace context through gRPC metadata.\n\n"
         + markdown_table(
             [
                 "payload",
