@@ -10,6 +10,12 @@ writes exactly the rows that exporter would write.
 
     with Intake(store, IntakeConfig(port=0)) as intake:
         print(intake.port, intake.stats())
+
+Decisions: attribute values are stored whole, however large (the collector
+does not truncate either); the only cap is ``max_message_bytes`` per request,
+beyond which gRPC itself answers RESOURCE_EXHAUSTED. Strings that are not
+UTF-8 are stored byte for byte on the chDB path, as the Go exporter does;
+bytes values are base64 text as pdata's AsString makes them.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ class IntakeConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_OTLP_PORT
     batch_bytes: int = 16 << 20
-    flush_interval: float = 0.2
+    flush_interval: float = 0.05
     max_pending_bytes: int = 128 << 20
     max_message_bytes: int = 64 << 20
     workers: int = 32

@@ -49,6 +49,7 @@ class BatchStats:
     rows_inserted: int = 0
     last_error: str = ""
     last_flush_seconds: float = 0.0
+    export_seconds: float = 0.0  # total time spent in the exporter (the store's share)
 
 
 class BatchProcessor:
@@ -57,7 +58,7 @@ class BatchProcessor:
         exporter: Exporter,
         *,
         batch_bytes: int = 16 << 20,
-        flush_interval: float = 0.2,
+        flush_interval: float = 0.05,
         max_pending_bytes: int = 128 << 20,
     ) -> None:
         if batch_bytes <= 0 or max_pending_bytes < batch_bytes or flush_interval <= 0:
@@ -149,6 +150,7 @@ class BatchProcessor:
                 pending.done.set()
         finally:
             self.stats.last_flush_seconds = time.perf_counter() - started
+            self.stats.export_seconds += self.stats.last_flush_seconds
             with self._condition:
                 self._pending_bytes -= sum(len(pending.data) for pending in batch)
 

@@ -47,6 +47,7 @@ class IntakeStats:
     batches: int = 0
     failed_batches: int = 0
     pending_bytes: int = 0
+    export_seconds: float = 0.0
     last_error: str = ""
 
 
@@ -82,6 +83,7 @@ class TraceReceiver:
         snapshot.batches = batch.batches
         snapshot.failed_batches = batch.failed_batches
         snapshot.pending_bytes = self.processor.pending_bytes
+        snapshot.export_seconds = batch.export_seconds
         snapshot.last_error = snapshot.last_error or batch.last_error
         return snapshot
 

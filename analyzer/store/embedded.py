@@ -17,6 +17,10 @@ Two facts of chDB shape this class:
   capture stderr while connecting and test the lock ourselves so the error
   can say who holds the directory.
 
+Results travel as Arrow and become DataFrames in pyarrow (Map -> dict,
+DateTime64 -> tz-aware datetime64[ns]; plain DateTime arrives as epoch
+seconds, an Arrow limitation of the engine).
+
 Read-only queries go through a second connection to the same engine opened
 with ``readonly=1`` (a per-connection setting in chDB), so user SQL cannot
 write even with its own SETTINGS clause: ClickHouse refuses to change
@@ -83,7 +87,7 @@ class ChdbStore(Store):
                 return chdb.connect(connection_string)
             except Exception as exc:  # chDB raises a bare RuntimeError here
                 failure = exc
-        engine_output = captured.read()
+                engine_output = captured.read()
         raise self._open_error(str(failure), engine_output) from failure
 
     def _open_error(self, error_text: str, engine_output: str) -> StoreUnavailable:
@@ -122,9 +126,12 @@ class ChdbStore(Store):
             if readonly:
                 conn = self._readonly()
             try:
-                return conn.query(sql, "DataFrame", params=_bind(parameters))
+                table = conn.query(sql, "ArrowTable", params=_bind(parameters))
             except Exception as exc:
                 raise self._query_error(exc, sql, parameters) from exc
+        # Not chDB's own "DataFrame" output: in 4.4 it crashes the process on
+        # Array(Map(...)) columns spanning several rows (Events.Attributes).
+        return table.to_pandas(maps_as_pydicts="lossy")
 
     def command(self, sql: str, parameters: Parameters | None = None) -> None:
         with self._lock:

@@ -82,7 +82,7 @@ class ClickHouseServerStore(Store):
         )
         for name, type_name in column_types:
             if type_name.startswith(("DateTime", "Nullable(DateTime")) and len(frame):
-                frame[name] = pd.to_datetime(frame[name])
+                frame[name] = pd.to_datetime(frame[name], utc=True)
         return frame
 
     def command(self, sql: str, parameters: Parameters | None = None) -> None:

@@ -1,0 +1,406 @@
+"""The phases of a gRPC call: one set of SQL expressions, used by every query.
+
+Each phase (``PHASES``) is a pair of expressions over one merged
+``grpc_calls`` row and the call's clock offset: its value in integer
+nanoseconds and whether it is defined (the events it needs were recorded:
+not for calls from instrumentation without transport events, nor for the
+missing half of a call). ``calls`` returns NULL where undefined, and every
+output is in microseconds. Differences are taken in ``Int64``: a skewed
+clock yields a negative phase, never a wrapped one.
+
+The eight consecutive phases of the design and ``unattributed`` add up to
+``total`` exactly (integer nanoseconds): ``unattributed`` is defined as the
+rest and shown, never hidden. For streaming calls the phases are those of
+the *first* message in each direction; what streaming adds (time between
+messages) lands in ``unattributed``, which can then be negative where the
+first-message phases overlap (a server-streaming handler finishes after its
+first response was sent).
+
+One-way network phases exist raw (timestamps of two clocks subtracted as
+they are) and clock-corrected (``clock_offsets``); their sum
+``request_network + response_network`` is exact whatever the clocks do.
+
+Quantiles are ``quantilesTDigest``: see ``QUANTILES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions, rows_to_scan
+from grpc_overhead.analyzer.clock_offsets import (
+    CALL_OFFSET_COLUMNS,
+    CLOCK_TABLE,
+    OFFSET_CTES,
+    ClockOptions,
+    merged_cte,
+)
+from grpc_overhead.analyzer.store.base import Store
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase as two SQL expressions over a merged call row.
+
+    ``value`` is in nanoseconds and meaningful only where ``defined`` (a
+    UInt8 condition) holds. Keeping the two apart lets aggregates skip
+    undefined calls with ``-If`` combinators instead of Nullable columns,
+    which costs less per row; ``calls()`` turns them into NULLs.
+    Expressions may refer to earlier phases as ``{name}_value`` and
+    ``{name}_defined``.
+    """
+
+    name: str
+    value: str
+    defined: str
+
+
+def _between(name: str, later: str, earlier: str) -> Phase:
+    """``later - earlier`` when both events were recorded."""
+    return Phase(name, f"{later} - {earlier}", f"{later} != 0 AND {earlier} != 0")
+
+
+def _derived(name: str, value: str, *needs: str) -> Phase:
+    return Phase(name, value, " AND ".join(f"{need}_defined" for need in needs))
+
+
+#: The design's phase table, in its order (a contract: names never change).
+DESIGN_PHASES: tuple[str, ...] = (
+    "client_serialize",
+    "request_network",
+    "server_queue",
+    "request_deserialize",
+    "processing",
+    "response_serialize",
+    "response_network",
+    "client_deserialize",
+    "total",
+    "server_residence",
+    "network_overhead",
+    "unattributed",
+)
+#: The eight phases that follow each other through a call.
+CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:8]
+#: Beyond the design table.
+EXTRA_PHASES: tuple[str, ...] = (
+    "pool_wait",
+    "server_duration",
+    "client_server_gap",
+    "request_network_corrected",
+    "response_network_corrected",
+)
+ALL_PHASES: tuple[str, ...] = DESIGN_PHASES + EXTRA_PHASES
+
+_RESIDENCE_EVENTS = _between(
+    "residence_events", "server_outbound_message_sent_last_ns", "server_call_started_ns"
+)
+
+#: Every phase, in ``ALL_PHASES`` order: the one expression set every query uses.
+PHASES: tuple[Phase, ...] = (
+    _between("client_serialize", "client_outbound_message_sent_ns", "client_outbound_message_ns"),
+    _between("request_network", "server_call_started_ns", "client_outbound_message_sent_ns"),
+    _between("server_queue", "server_inbound_message_ns", "server_call_started_ns"),
+    _between("request_deserialize", "server_inbound_message_read_ns", "server_inbound_message_ns"),
+    _between("processing", "predictions_made_ns", "server_inbound_message_read_ns"),
+    _between("response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"),
+    _between("response_network", "client_received_response_ns", "server_outbound_message_sent_ns"),
+    _between("client_deserialize", "client_inbound_message_read_ns", "client_received_response_ns"),
+    _between("total", "client_end_ns", "client_start_ns"),
+    # The server's clock only: from its events, else from its residence
+    # attribute (the client reads it from the trailer, so a call whose server
+    # half is missing still has it).
+    Phase(
+        "server_residence",
+        f"if({_RESIDENCE_EVENTS.defined}, {_RESIDENCE_EVENTS.value}, server_residence_ns)",
+        f"{_RESIDENCE_EVENTS.defined} OR server_residence_ns >= 0",
+    ),
+    _derived("network_overhead", "total_value - processing_value", "total", "processing"),
+    _derived(
+        "unattributed",
+        "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
+        "total",
+        *CONSECUTIVE_PHASES,
+    ),
+    _between("pool_wait", "call_scheduled_ns", "server_call_started_ns"),
+    _between("server_duration", "server_end_ns", "server_start_ns"),
+    _derived(
+        "client_server_gap", "total_value - server_duration_value", "total", "server_duration"
+    ),
+    _derived(
+        "request_network_corrected",
+        "request_network_value - clock_offset_ns",
+        "request_network",
+        "clock",
+    ),
+    _derived(
+        "response_network_corrected",
+        "response_network_value + clock_offset_ns",
+        "response_network",
+        "clock",
+    ),
+)
+assert tuple(phase.name for phase in PHASES) == ALL_PHASES
+
+#: Columns ``calls()`` returns besides the phases.
+CALL_COLUMNS: tuple[str, ...] = (
+    "TraceId",
+    "ClientSpanId",
+    "ServerSpanId",
+    "service",
+    "method",
+    "call_type",
+    "run_id",
+    "client_service",
+    "client_host",
+    "client_instance",
+    "server_service",
+    "server_host",
+    "server_instance",
+    "server_address",
+    "client_address",
+    "compression",
+    "payload_codec",
+    "request_messages",
+    "request_uncompressed_bytes",
+    "request_compressed_bytes",
+    "response_messages",
+    "response_uncompressed_bytes",
+    "response_compressed_bytes",
+    "client_events",
+    "server_events",
+    "client_domain",
+    "server_domain",
+)
+
+#: ``quantilesTDigest``: t-digest's error is relative to the tail, well under
+#: 1 % of the value at p99 for latency-shaped data (measured against
+#: ``quantilesExact`` in tests/analyzer/test_phases.py and bench/analysis.py);
+#: it is deterministic for a given part layout, mergeable, and fast enough
+#: for the 10 M-call target. (``quantiles`` samples 8192 values per group and
+#: varies between runs; ``quantilesExact`` keeps every value.)
+QUANTILE_FUNCTION = "quantilesTDigest"
+QUANTILE_LEVELS = "0.5, 0.9, 0.99"
+QUANTILES = f"{QUANTILE_FUNCTION}({QUANTILE_LEVELS})"
+#: The type of a phase's quantile state (rollup columns).
+QUANTILE_STATE_TYPE = f"AggregateFunction({QUANTILE_FUNCTION}If({QUANTILE_LEVELS}), Float64, UInt8)"
+
+
+def _status_columns() -> tuple[str, ...]:
+    return (
+        "if(client_status_code >= 0, client_status_code, server_status_code) AS status_code",
+        "client_status_code",
+        "server_status_code",
+        "toUInt8(client_error OR server_error) AS error",
+        "client_start_ns != 0 AS has_client",
+        "server_start_ns != 0 AS has_server",
+    )
+
+
+def per_call_sql(options: CallsOptions | None = None, read: str = "final") -> str:
+    """One row per call: identity, each phase as ``{name}_value``/``{name}_defined``
+    (ns), and the clock offset applied (``clock_offset_ns``, ``clock_defined``).
+
+    Parameters: ``CallFilters.parameters()`` + ``ClockOptions.parameters()``.
+    """
+    phases = []
+    for phase in PHASES:
+        phases += [
+            f"{phase.value} AS {phase.name}_value",
+            f"{phase.defined} AS {phase.name}_defined",
+        ]
+    return (
+        f"WITH\n{merged_cte(options or CallsOptions(), read)},\n{OFFSET_CTES},\n{CLOCK_TABLE}\n"
+        "SELECT\n    "
+        + ",\n    ".join(
+            [
+                *CALL_COLUMNS,
+                "call_start_ns",
+                *_status_columns(),
+                *CALL_OFFSET_COLUMNS,
+                *phases,
+            ]
+        )
+        + f"\nFROM merged\nWHERE {CALL_FILTER}"
+    )
+
+
+def _parameters(
+    filters: CallFilters | None,
+    clock: ClockOptions | None,
+    settled: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    return {
+        **(filters or CallFilters()).parameters(settled),
+        **(clock or ClockOptions()).parameters(),
+    }
+
+
+def calls(
+    store: Store,
+    filters: CallFilters | None = None,
+    clock: ClockOptions | None = None,
+    *,
+    limit: int | None = None,
+    options: CallsOptions | None = None,
+    read: str = "final",
+) -> pd.DataFrame:
+    """One row per call, every phase in µs (``{phase}_us``, NaN where undefined).
+
+    Ordered by call start; ``limit`` keeps the most recent calls.
+    """
+    internal = [f"{name}_{part}" for name in ALL_PHASES for part in ("value", "defined")]
+    sql = (
+        f"SELECT * EXCEPT ({', '.join(internal)}, clock_offset_ns, clock_uncertainty_ns,"
+        " own_window_offset_ns, pair_offset_ns),\n    "
+        + ",\n    ".join(
+            f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in ALL_PHASES
+        )
+        + ",\n    fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start"
+        + ",\n    if(clock_defined, clock_offset_ns / 1000, NULL) AS clock_offset_us"
+        + ",\n    if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us"
+        + f"\nFROM ({per_call_sql(options, read)})\nORDER BY call_start_ns DESC"
+    )
+    parameters = _parameters(filters, clock)
+    if limit is not None:
+        sql += "\nLIMIT {limit:UInt64}"
+        parameters["limit"] = int(limit)
+    frame = store.query(sql, parameters, readonly=True)
+    return frame.iloc[::-1].reset_index(drop=True)
+
+
+def state_aggregates(*, empty: bool = False) -> list[str]:
+    """Per phase: the quantile state, the sum and the count of defined values (ns).
+
+    States rather than finished quantiles so that a breakdown can merge
+    rollups of settled minutes (``rollup``) with calls computed raw.
+    ``empty``: the same columns over no value (a rollup's watermark row).
+    """
+    aggregates = []
+    for name in ALL_PHASES:
+        value, defined = f"toFloat64({name}_value)", f"toUInt8({name}_defined)"
+        if empty:
+            value, defined = "toFloat64(0)", "toUInt8(0)"
+        aggregates += [
+            f"{QUANTILE_FUNCTION}IfState({QUANTILE_LEVELS})({value}, {defined}) AS {name}_q",
+            f"sumIf({value}, {defined}) AS {name}_sum",
+            f"countIf({defined}) AS {name}_calls",
+        ]
+    return aggregates
+
+
+def _state_columns() -> list[str]:
+    return [f"{name}_{part}" for name in ALL_PHASES for part in ("q", "sum", "calls")]
+
+
+def breakdown_sql(
+    options: CallsOptions | None = None,
+    read: str = "final",
+    *,
+    rollup: bool = False,
+    raw: bool = True,
+) -> str:
+    """Per (service, method): calls, and per phase count, p50/p90/p99 and mean in ns.
+
+    With ``rollup``, minutes in ``[settled_from_ns, settled_until_ns)`` come from
+    the rollup table and only the other calls are computed raw (the time filter
+    leaves that range out); ``raw=False`` when no other call can match.
+    """
+    options = options or CallsOptions()
+    raw_states = (
+        "SELECT service, method, count() AS calls,\n    "
+        + ",\n    ".join(state_aggregates())
+        + f"\nFROM ({per_call_sql(options, read)})\nGROUP BY service, method"
+    )
+    sources = [raw_states] if raw else []
+    if rollup:
+        sources.insert(
+            0,
+            f"SELECT service, method, calls, {', '.join(_state_columns())}\n"
+            f"FROM {options.qualified(options.rollup_table)}\n"
+            "WHERE window_start_ns >= {settled_from_ns:Int64}"
+            " AND window_start_ns < {settled_until_ns:Int64}"
+            f" AND calls > 0 AND {CALL_FILTER}",
+        )
+    source = "\nUNION ALL\n".join(sources)
+    merged = []
+    for name in ALL_PHASES:
+        merged += [
+            f"{QUANTILE_FUNCTION}IfMerge({QUANTILE_LEVELS})({name}_q) AS {name}_quantiles",
+            f"sum({name}_sum) / sum({name}_calls) AS {name}_mean",
+            f"sum({name}_calls) AS {name}_defined",
+        ]
+    return (
+        "SELECT service, method, sum(calls) AS calls,\n    "
+        + ",\n    ".join(merged)
+        + f"\nFROM (\n{source}\n)\nGROUP BY service, method\nORDER BY service, method"
+    )
+
+
+BREAKDOWN_COLUMNS = (
+    "service",
+    "method",
+    "calls",
+    "phase",
+    "phase_calls",
+    "p50_us",
+    "p90_us",
+    "p99_us",
+    "mean_us",
+)
+
+
+def phase_breakdown(
+    store: Store,
+    filters: CallFilters | None = None,
+    clock: ClockOptions | None = None,
+    *,
+    options: CallsOptions | None = None,
+    read: str = "final",
+    settled: tuple[int, int] | None = None,
+) -> pd.DataFrame:
+    """One row per (service, method, phase), phases in ``ALL_PHASES`` order.
+
+    Columns ``BREAKDOWN_COLUMNS``: ``calls`` counts the method's calls,
+    ``phase_calls`` those for which the phase is defined; quantiles and
+    mean are NaN where it is defined for none. ``settled``: a range of call
+    starts (Unix ns, whole rollup windows) to read from the rollup table
+    instead (``rollup.breakdown`` finds it).
+    """
+    options = options or CallsOptions()
+    parameters = _parameters(filters, clock, settled)
+    raw = not settled or rows_to_scan(store, options, parameters)
+    sql = breakdown_sql(options, read, rollup=bool(settled), raw=raw)
+    return long_breakdown(store.query(sql, parameters, readonly=True))
+
+
+def long_breakdown(wide: pd.DataFrame) -> pd.DataFrame:
+    """The wide result of ``breakdown_sql`` (ns) as ``BREAKDOWN_COLUMNS`` rows (µs)."""
+    records = []
+    for row in wide.itertuples(index=False):
+        values = row._asdict()
+        for name in ALL_PHASES:
+            count = int(values[f"{name}_defined"])
+            quantiles = values[f"{name}_quantiles"]
+            defined = count > 0 and quantiles is not None and len(quantiles) == 3
+            p50, p90, p99 = (q / 1000 for q in quantiles) if defined else (None,) * 3
+            mean = values[f"{name}_mean"]
+            records.append(
+                (
+                    values["service"],
+                    values["method"],
+                    int(values["calls"]),
+                    name,
+                    count,
+                    p50,
+                    p90,
+                    p99,
+                    mean / 1000 if defined and mean is not None else None,
+                )
+            )
+    frame = pd.DataFrame.from_records(records, columns=list(BREAKDOWN_COLUMNS))
+    for column in ("p50_us", "p90_us", "p99_us", "mean_us"):
+        frame[column] = frame[column].astype("float64")
+    return frame

@@ -1,0 +1,184 @@
+"""The phase report: per method, every phase's p50/p90/p99/mean, and the clock offsets.
+
+``build_report`` runs two queries (the breakdown, the per-pair offsets) and
+returns a ``Report``; ``to_json``/``render_table``/``to_csv`` only format it.
+
+``to_json`` is a stable contract (design brief, "Command line")::
+
+    {"calls": N,
+     "methods": [{"service", "method", "calls",
+                  "phases": {PHASE: {"p50_us", "p90_us", "p99_us", "mean_us"}}}],
+     "clock_offsets": [{"client_host", "server_host", "offset_us", "uncertainty_us", "calls"}]}
+
+Every phase of the design table is present for every method, null where it
+is undefined (e.g. calls without transport events). Keys may be added, never
+renamed: each phase also carries ``calls`` (how many calls define it), the
+extra phases (``pool_wait``, ``server_duration``, ``client_server_gap``, the
+clock-corrected one-way phases) follow the design's, and each offset carries
+``windows``, ``offset_min_us`` and ``offset_max_us``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.clock_offsets import ClockOptions
+from grpc_overhead.analyzer.phases import ALL_PHASES, BREAKDOWN_COLUMNS, DESIGN_PHASES
+from grpc_overhead.analyzer.rollup import breakdown, offsets
+from grpc_overhead.analyzer.store.base import Store
+
+STATISTICS = ("p50_us", "p90_us", "p99_us", "mean_us")
+OFFSET_KEYS = ("client_host", "server_host", "offset_us", "uncertainty_us", "calls")
+
+
+@dataclass
+class Report:
+    breakdown: pd.DataFrame  # phases.BREAKDOWN_COLUMNS, one row per (service, method, phase)
+    offsets: pd.DataFrame  # clock_offsets.pair_offsets columns
+    filters: CallFilters = field(default_factory=CallFilters)
+
+    @property
+    def calls(self) -> int:
+        per_method = self.breakdown.drop_duplicates(["service", "method"])
+        return int(per_method["calls"].sum())
+
+
+def build_report(
+    store: Store,
+    filters: CallFilters | None = None,
+    clock: ClockOptions | None = None,
+    *,
+    options: CallsOptions | None = None,
+) -> Report:
+    """Settled minutes come from the rollups (``rollup``), the rest is computed raw."""
+    filters = filters or CallFilters()
+    return Report(
+        breakdown(store, filters, clock, options=options),
+        offsets(store, filters, clock, options=options),
+        filters,
+    )
+
+
+def _number(value: Any, digits: int = 3) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    if math.isnan(value):
+        return None
+    return round(value, digits)
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The JSON contract (a dict ready for ``json.dumps``)."""
+    methods = []
+    for (service, method), rows in report.breakdown.groupby(
+        ["service", "method"], sort=True, observed=True
+    ):
+        by_phase = {row.phase: row for row in rows.itertuples(index=False)}
+        phases: dict[str, Any] = {}
+        for name in ALL_PHASES:
+            row = by_phase.get(name)
+            phases[name] = {
+                statistic: _number(getattr(row, statistic)) if row is not None else None
+                for statistic in STATISTICS
+            } | {"calls": int(row.phase_calls) if row is not None else 0}
+        methods.append(
+            {
+                "service": service,
+                "method": method,
+                "calls": int(rows["calls"].iloc[0]),
+                "phases": phases,
+            }
+        )
+    offsets = [
+        {
+            "client_host": row.client_host,
+            "server_host": row.server_host,
+            "offset_us": _number(row.offset_us),
+            "uncertainty_us": _number(row.uncertainty_us),
+            "calls": int(row.calls),
+            "windows": int(row.windows),
+            "offset_min_us": _number(row.offset_min_us),
+            "offset_max_us": _number(row.offset_max_us),
+        }
+        for row in report.offsets.itertuples(index=False)
+    ]
+    return {"calls": report.calls, "methods": methods, "clock_offsets": offsets}
+
+
+def to_csv(report: Report) -> str:
+    """One row per (method, phase): ``phases.BREAKDOWN_COLUMNS``, µs, empty where undefined."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(BREAKDOWN_COLUMNS)
+    for row in report.breakdown.itertuples(index=False):
+        values = []
+        for column in BREAKDOWN_COLUMNS:
+            value = getattr(row, column)
+            if column in STATISTICS:
+                value = _number(value)
+            values.append("" if value is None else value)
+        writer.writerow(values)
+    return out.getvalue()
+
+
+def _cell(value: Any) -> str:
+    number = _number(value, 1)
+    if number is None:
+        return "-"
+    return f"{number:,.1f}"
+
+
+def render_table(report: Report, width: int | None = None) -> str:
+    """Aligned text: one table per method (design phases, then extras), then the offsets."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=io.StringIO(), width=width or 100, force_terminal=False)
+    for (service, method), rows in report.breakdown.groupby(
+        ["service", "method"], sort=True, observed=True
+    ):
+        calls = int(rows["calls"].iloc[0])
+        table = Table(title=f"{service}/{method}: {calls:,} calls", title_justify="left")
+        table.add_column("phase")
+        for header in ("p50 µs", "p90 µs", "p99 µs", "mean µs", "calls"):
+            table.add_column(header, justify="right")
+        for row in rows.itertuples(index=False):
+            table.add_row(
+                row.phase,
+                _cell(row.p50_us),
+                _cell(row.p90_us),
+                _cell(row.p99_us),
+                _cell(row.mean_us),
+                f"{int(row.phase_calls):,}",
+                end_section=row.phase == DESIGN_PHASES[-1],
+            )
+        console.print(table)
+        console.print()
+    if len(report.offsets):
+        table = Table(
+            title="clock offsets (positive: server clock ahead; corrected one-way phases use them)",
+            title_justify="left",
+        )
+        for header in ("client host", "server host"):
+            table.add_column(header)
+        for header in ("offset µs", "± µs", "calls", "windows"):
+            table.add_column(header, justify="right")
+        for row in report.offsets.itertuples(index=False):
+            table.add_row(
+                row.client_host,
+                row.server_host,
+                _cell(row.offset_us),
+                _cell(row.uncertainty_us),
+                f"{int(row.calls):,}",
+                f"{int(row.windows):,}",
+            )
+        console.print(table)
+    return console.file.getvalue()  # type: ignore[attr-defined]

@@ -1,0 +1,186 @@
+"""``grpc-overhead report``: the phase breakdown of the calls in a store, as table, JSON or CSV.
+
+    grpc-overhead report --store DIR | --clickhouse URL
+        [--since 15m|2026-11-21T10:00:00Z] [--until ...] [--service S] [--method M] [--run R]
+        [--format table|json|csv] [--window 60] [--clock-domain host|process]
+
+Every failure the user can fix (store missing or locked, unreachable server,
+empty store, a bad --since) is one clear line on stderr and exit status 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
+from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError, StoreLocked
+from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
+from grpc_overhead.analyzer.rollup import settle
+from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, open_store
+from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.embedded import ChdbStore, lock_holder, locked_message
+
+EXIT_USAGE = 2
+INTAKE_HINT = (
+    "no calls yet: send OTLP to the intake (`grpc-overhead serve --store DIR`, then point "
+    "OTEL_EXPORTER_OTLP_ENDPOINT or the collector's otlp exporter at it) and run some load "
+    "(`grpc-overhead load ...`)"
+)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+class ReportInputError(BadInput):
+    """A command-line value the report cannot use."""
+
+
+def parse_moment(text: str, *, option: str, now: datetime | None = None) -> datetime:
+    """ISO 8601 (``2026-11-21T10:00:00Z``; without a zone: local time) or a duration
+    back from now (``90s``, ``15m``, ``2h``, ``1d``, ``1w``, ``500ms``)."""
+    now = now or datetime.now(UTC)
+    match = _DURATION.match(text)
+    if match:
+        return now - timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ReportInputError(
+            f"bad {option} {text!r}: expected ISO 8601 (2026-11-21T10:00:00Z) "
+            "or a duration back from now (30s, 15m, 2h, 1d)"
+        ) from None
+    return moment if moment.tzinfo else moment.astimezone()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="grpc-overhead report",
+        description="Phase breakdown per method (p50/p90/p99/mean, µs) and clock offsets.",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--store", metavar="DIR", help=f"chDB store (default {DEFAULT_STORE_DIR})")
+    where.add_argument("--clickhouse", metavar="URL", help="clickhouse://user:pass@host:9000/db")
+    p.add_argument("--since", help="calls started at or after: ISO 8601 or 15m, 2h, 1d ago")
+    p.add_argument("--until", help="calls started before: ISO 8601 or a duration ago")
+    p.add_argument("--service", help="only this gRPC service (e.g. predict.Predictor)")
+    p.add_argument("--method", help="only this method (e.g. Predict)")
+    p.add_argument("--run", help="only this run (grpc_overhead.run_id)")
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.add_argument(
+        "--window",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="clock offset estimation window (default 60)",
+    )
+    p.add_argument(
+        "--clock-domain",
+        choices=(DOMAIN_HOST, DOMAIN_PROCESS),
+        default=DOMAIN_HOST,
+        help="processes sharing a clock: same host.name (default) or only the same process",
+    )
+    return p
+
+
+def _open(args: argparse.Namespace) -> Store:
+    if args.clickhouse:
+        return open_store(None, args.clickhouse)
+    directory = args.store or DEFAULT_STORE_DIR
+    if not os.path.isdir(directory):
+        raise ReportInputError(
+            f"no store at {directory}: pass --store DIR of a `grpc-overhead serve` store "
+            "(or --clickhouse URL)"
+        )
+    # Ask the lock first: a clear message without starting an engine that cannot own it.
+    holder = lock_holder(os.path.abspath(directory))
+    if holder is not None:
+        pid, started = holder
+        raise StoreLocked(
+            locked_message(os.path.abspath(directory), pid, started, ""),
+            location=directory,
+            holder_pid=pid,
+        )
+    return open_store(directory)
+
+
+def _has_table(store: Store, table: str) -> bool:
+    found = store.query(
+        "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
+        "AND name = {name:String}",
+        {"name": table},
+    )
+    return bool(int(found["n"].iloc[0]))
+
+
+def _has_calls(store: Store, options: CallsOptions) -> bool:
+    found = store.query(f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls} LIMIT 1)")
+    return bool(int(found["n"].iloc[0]))
+
+
+def run(args: argparse.Namespace) -> int:
+    filters = CallFilters(
+        since=parse_moment(args.since, option="--since") if args.since else None,
+        until=parse_moment(args.until, option="--until") if args.until else None,
+        service=args.service,
+        method=args.method,
+        run_id=args.run,
+    )
+    if args.window <= 0:
+        raise ReportInputError(f"bad --window {args.window}: must be a positive number of seconds")
+    clock = ClockOptions(window=timedelta(seconds=args.window), domain=args.clock_domain)
+    options = CallsOptions()
+    with _open(args) as store:
+        if not _has_table(store, DEFAULT_TRACES_TABLE):
+            print(
+                f"{store.description}: no {DEFAULT_TRACES_TABLE} table. {INTAKE_HINT}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        # Idempotent; on a store the collector's exporter made, this assembles its spans.
+        create_calls(store, options)
+        if not _has_calls(store, options):
+            print(INTAKE_HINT, file=sys.stderr)
+            return EXIT_USAGE
+        if isinstance(store, ChdbStore):  # we own it: no other process settles it
+            settle(store, options)
+        report = build_report(store, filters, clock, options=options)
+    if args.format == "json":
+        print(json.dumps(to_json(report), indent=2))
+    elif args.format == "csv":
+        sys.stdout.write(to_csv(report))
+    elif report.calls == 0:
+        print("no calls match the filters")
+    else:
+        sys.stdout.write(render_table(report, width=_terminal_width()))
+    return 0
+
+
+def _terminal_width() -> int:
+    try:
+        return max(80, min(os.get_terminal_size().columns, 160))
+    except OSError:
+        return 100
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except QueryError as error:
+        print(f"grpc-overhead report: the store refused a query: {error.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except AnalyzerError as error:
+        print(f"grpc-overhead report: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

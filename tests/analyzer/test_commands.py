@@ -1,0 +1,145 @@
+"""``grpc-overhead sql`` and ``grpc-overhead serve`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpc_overhead.analyzer import sql_command
+from grpc_overhead.analyzer.schema import create_schema
+from grpc_overhead.analyzer.store import open_store
+from tests.analyzer.otlp_requests import request, span, stub
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> str:
+    directory = str(tmp_path / "store")
+    with open_store(directory) as store:
+        create_schema(store)
+        store.command("INSERT INTO otel_traces (SpanName, SpanKind) VALUES ('a', 'Server')")
+    return directory
+
+
+def test_sql_is_read_only_unless_write(store_dir: str, capsys: pytest.CaptureFixture) -> None:
+    insert = "INSERT INTO otel_traces (SpanName) VALUES ('b')"
+    assert sql_command.main([insert, "--store", store_dir]) == sql_command.EXIT_QUERY
+    error = capsys.readouterr().err
+    assert "read-only" in error and "--write" in error and insert in error
+    assert sql_command.main([insert, "--store", store_dir, "--write"]) == 0
+    assert sql_command.main(["SELECT count() AS n FROM otel_traces", "--store", store_dir]) == 0
+    assert capsys.readouterr().out.split() == ["n", "2"]
+
+
+def test_sql_syntax_error_shows_message_and_sql(
+    store_dir: str, capsys: pytest.CaptureFixture
+) -> None:
+    assert sql_command.main(["SELEC 1 FROM otel_traces", "--store", store_dir]) == 1
+    error = capsys.readouterr().err
+    assert "Syntax error" in error and "SQL: SELEC 1 FROM otel_traces" in error
+    assert "Traceback" not in error
+
+
+def test_sql_formats(store_dir: str, capsys: pytest.CaptureFixture) -> None:
+    query = "SELECT SpanName, SpanKind, map('k', 'v') AS m FROM otel_traces"
+    assert sql_command.main([query, "--store", store_dir, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"SpanName": "a", "SpanKind": "Server", "m": {"k": "v"}}
+    ]
+    assert sql_command.main([query, "--store", store_dir, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "SpanName,SpanKind,m"
+
+
+def _serve(directory: str, port: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "serve",
+            "--store",
+            directory,
+            "--otlp-port",
+            str(port),
+            "--no-app",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_line(process: subprocess.Popen, prefix: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if line.startswith(prefix):
+            return line
+        if not line and process.poll() is not None:
+            break
+    error = process.stderr.read() if process.stderr else ""
+    raise AssertionError(f"no {prefix!r} line; stderr: {error}")
+
+
+def test_serve_stores_spans_refuses_a_second_owner_and_stops_cleanly(tmp_path: Path) -> None:
+    directory, port = str(tmp_path / "store"), free_port()
+    server = _serve(directory, port)
+    try:
+        assert (
+            _wait_for_line(server, "intake listening on")
+            .strip()
+            .startswith(f"intake listening on 127.0.0.1:{port}")
+        )
+        assert _wait_for_line(server, "store:").strip() == f"store: chDB {directory}"
+        channel, export = stub(port)
+        export(request(span(1), span(2)), timeout=30)
+        channel.close()
+
+        second = _serve(directory, free_port())
+        _, error = second.communicate(timeout=120)
+        assert second.returncode == 2
+        assert f"in use by process {server.pid}" in error and "Cannot lock file" in error
+        assert "Traceback" not in error
+
+        server.send_signal(signal.SIGTERM)
+        out, error = server.communicate(timeout=60)
+        assert server.returncode == 0, error
+        assert "intake stopped: 2 spans stored" in out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    with open_store(directory) as store:
+        assert int(store.query("SELECT count() AS n FROM otel_traces")["n"][0]) == 2
+
+
+def test_serve_with_unreachable_clickhouse_exits_2_without_traceback() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "serve",
+            "--clickhouse",
+            "clickhouse://default:pw@127.0.0.1:9/otel",
+            "--otlp-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
+    assert result.returncode == 2
+    assert "cannot reach ClickHouse" in result.stderr and "pw" not in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,102 @@
+"""When the store cannot take spans, clients hear a retryable UNAVAILABLE; nothing is lost."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+
+from grpc_overhead.analyzer.intake import Intake, IntakeConfig
+from grpc_overhead.analyzer.intake.exporter import ProtobufSqlExporter, RowsExporter
+from grpc_overhead.analyzer.store import open_store
+from tests.analyzer.otlp_requests import (
+    python_rows,
+    request,
+    span,
+    stored_rows,
+    stub,
+    tricky_request,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_store_down_answers_unavailable(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "store")
+    intake = Intake(store, IntakeConfig(port=0, flush_interval=0.01))
+    intake.start()
+    channel, export = stub(intake.port)
+    try:
+        export(request(span(1)), timeout=10)
+        store.close()  # the store goes away under a running intake
+        with pytest.raises(grpc.RpcError) as raised:
+            export(request(span(2)), timeout=10)
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "closed" in raised.value.details()
+        stats = intake.stats()
+        assert stats.requests_refused == 1 and stats.failed_batches == 1
+        assert stats.spans_accepted == 1
+    finally:
+        channel.close()
+        intake.stop()
+        store.close()
+
+
+class _HeldExporter(ProtobufSqlExporter):
+    """The real chDB exporter, made to wait: a store that is not keeping up."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.release = threading.Event()
+
+    def export(self, requests: list[bytes]):  # type: ignore[override]
+        self.release.wait(10)
+        return super().export(requests)
+
+
+def test_full_buffer_answers_unavailable_then_recovers(tmp_path: Path) -> None:
+    payload = request(span(1), span(2))
+    with open_store(tmp_path / "store") as store:
+        held = _HeldExporter(store)
+        config = IntakeConfig(
+            port=0,
+            flush_interval=0.01,
+            batch_bytes=len(payload),
+            max_pending_bytes=len(payload) * 2,
+        )
+        with Intake(store, config, exporter=held) as intake:
+            channel, export = stub(intake.port)
+            waiting = [export.future(payload, timeout=10) for _ in range(2)]
+            while intake.stats().pending_bytes < len(payload) * 2:
+                threading.Event().wait(0.01)
+            with pytest.raises(grpc.RpcError) as raised:
+                export(payload, timeout=10)
+            assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "not keeping up" in raised.value.details()
+            held.release.set()
+            for future in waiting:
+                future.result()
+            export(payload, timeout=10)  # room again: accepted
+            channel.close()
+            assert intake.stats().requests_refused == 1
+        assert int(store.query("SELECT count() AS n FROM otel_traces")["n"][0]) == 6
+
+
+def test_python_rows_path_stores_the_same_rows(tmp_path: Path) -> None:
+    """The exporter used for ClickHouse servers (Python mapping + column insert)."""
+    data = tricky_request()
+    with open_store(tmp_path / "store") as store:
+        with Intake(store, IntakeConfig(port=0), exporter=RowsExporter(store)) as intake:
+            channel, export = stub(intake.port)
+            bad = span(9)
+            bad.span_id = b"\x01"
+            response = export(request(bad), timeout=10)
+            assert response.partial_success.rejected_spans == 1
+            with pytest.raises(grpc.RpcError) as raised:
+                export(b"\xff\xff", timeout=10)
+            assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            export(data, timeout=10)
+            channel.close()
+        assert stored_rows(store) == python_rows(data)

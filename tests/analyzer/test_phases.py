@@ -1,0 +1,170 @@
+"""Phases: exact arithmetic on known timestamps, official-only spans, filters, quantiles."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from grpc_overhead.analyzer.calls import CallFilters
+from grpc_overhead.analyzer.phases import (
+    ALL_PHASES,
+    BREAKDOWN_COLUMNS,
+    CONSECUTIVE_PHASES,
+    DESIGN_PHASES,
+    PHASES,
+    calls,
+    phase_breakdown,
+)
+from tests.analyzer import seed
+from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
+
+EVENTLESS = ("total", "server_duration", "client_server_gap")
+
+
+@pytest.mark.unit
+def test_one_expression_per_phase_of_the_design():
+    assert DESIGN_PHASES == (
+        "client_serialize",
+        "request_network",
+        "server_queue",
+        "request_deserialize",
+        "processing",
+        "response_serialize",
+        "response_network",
+        "client_deserialize",
+        "total",
+        "server_residence",
+        "network_overhead",
+        "unattributed",
+    )
+    assert tuple(phase.name for phase in PHASES) == ALL_PHASES
+    assert "pool_wait" in ALL_PHASES and "request_network_corrected" in ALL_PHASES
+
+
+@pytest.mark.e2e
+def test_every_phase_is_exact_and_the_phases_add_up_to_total(store):
+    truth = Truth(processing=3_456_789, request_network=123_457, response_network=98_765)
+    seed.insert_spans(store, seed.synthetic_call(truth))
+    [call] = calls(store).to_dict("records")
+    for phase, expected in truth.expected_phases_us().items():
+        assert call[f"{phase}_us"] == pytest.approx(expected, abs=1e-9), phase
+    # Exactly, in integer nanoseconds: the eight phases + unattributed = total.
+    ns = {phase: round(call[f"{phase}_us"] * 1000) for phase in ALL_PHASES}
+    assert sum(ns[p] for p in CONSECUTIVE_PHASES) + ns["unattributed"] == ns["total"]
+    assert ns["network_overhead"] == ns["total"] - ns["processing"]
+    # Same host: corrected one-way phases are the raw ones.
+    assert call["request_network_corrected_us"] == call["request_network_us"]
+    assert call["response_network_corrected_us"] == call["response_network_us"]
+
+
+@pytest.mark.e2e
+def test_real_calls_add_up_to_total(store):
+    seed.insert_rows(store, seed.readable_span_rows(seed.real_spans(calls=3)))
+    found = calls(store)
+    assert len(found) == 5
+    for call in found.to_dict("records"):
+        eight = sum(round(call[f"{p}_us"] * 1000) for p in CONSECUTIVE_PHASES)
+        assert eight + round(call["unattributed_us"] * 1000) == round(call["total_us"] * 1000)
+        assert all(not math.isnan(call[f"{p}_us"]) for p in ALL_PHASES)
+    unary = found[found["method"] == "Echo"]
+    for phase in ("client_serialize", "request_deserialize", "response_serialize", "total"):
+        assert (unary[f"{phase}_us"] >= 0).all(), phase
+    assert (found["server_duration_us"] <= found["total_us"]).all()
+
+
+@pytest.mark.e2e
+def test_spans_without_events_give_total_server_duration_and_gap(store):
+    seed.insert_rows(store, seed.readable_span_rows(seed.official_spans(calls=3)))
+    found = calls(store)
+    assert len(found) == 3
+    for phase in ALL_PHASES:
+        column = found[f"{phase}_us"]
+        if phase in EVENTLESS:
+            assert column.notna().all(), phase
+        else:
+            assert column.isna().all(), phase
+    assert (found["client_server_gap_us"] > 0).all()
+    ns = (found[["total_us", "server_duration_us", "client_server_gap_us"]] * 1000).round()
+    assert (ns["total_us"] == ns["server_duration_us"] + ns["client_server_gap_us"]).all()
+
+
+@pytest.mark.e2e
+def test_synthetic_official_calls_have_exact_total_and_gap(store):
+    truth = Truth()
+    seed.insert_spans(store, seed.synthetic_call(truth, official=True))
+    [call] = calls(store).to_dict("records")
+    expected = truth.expected_phases_us()
+    for phase in EVENTLESS:
+        assert call[f"{phase}_us"] == pytest.approx(expected[phase], abs=1e-9)
+    breakdown = phase_breakdown(store).set_index("phase")
+    assert breakdown.loc["processing", "phase_calls"] == 0
+    assert math.isnan(breakdown.loc["processing", "p50_us"])
+    assert breakdown.loc["total", "p50_us"] == pytest.approx(expected["total"], rel=1e-6)
+
+
+@pytest.mark.e2e
+def test_skewed_clocks_give_negative_phases_not_wrapped_ones(store):
+    # Server clock 50 ms behind: raw request_network is negative, and the server
+    # span of a second call even ends "before" it starts (Duration wraps in UInt64).
+    skewed = Truth(server_offset=-50 * MS)
+    seed.insert_spans(store, seed.synthetic_call(skewed, server_host="host-b"))
+    client, server = seed.synthetic_call(Truth(start=seed.BASE_NS + MS), server_host="host-b")
+    server.end = server.start - 5 * MS
+    client.end = client.start - 1 * MS
+    seed.insert_spans(store, [client, server])
+    found = calls(store).sort_values("call_start_ns")
+    first, second = found.to_dict("records")
+    assert first["request_network_us"] == pytest.approx((300 * US - 50 * MS) / 1000)
+    assert first["response_network_us"] == pytest.approx((250 * US + 50 * MS) / 1000)
+    assert second["server_duration_us"] == -5000
+    assert second["total_us"] == -1000
+    assert found[[f"{p}_us" for p in ALL_PHASES]].abs().max().max() < 1e6
+
+
+@pytest.mark.e2e
+def test_filters_are_bound_values(store):
+    start = seed.BASE_NS
+    for index, (service, method, run) in enumerate(
+        [("a.A", "One", "r1"), ("a.A", "Two", "r1"), ("b.B", "One", "r2"), ("a.A", "One", "r2")]
+    ):
+        truth = replace(Truth(), start=start + index * 1_000_000_000)
+        seed.insert_spans(
+            store, seed.synthetic_call(truth, service=service, method=method, run_id=run)
+        )
+
+    def count(**filters) -> int:
+        return len(calls(store, CallFilters(**filters)))
+
+    assert count() == 4
+    assert count(service="a.A") == 3
+    assert count(service="a.A", method="One") == 2
+    assert count(run_id="r2") == 2
+    assert count(service="x'); DROP TABLE grpc_calls; --") == 0
+    at = datetime.fromtimestamp((start + 1_500_000_000) / 1e9, UTC)
+    assert count(since=at) == 2
+    assert count(until=at) == 2
+    assert count(since=at, run_id="r2") == 2
+
+
+@pytest.mark.e2e
+def test_breakdown_quantiles_are_close_to_exact_ones(store):
+    rng = np.random.default_rng(7)
+    processing = rng.lognormal(np.log(2_000_000), 0.6, 400).astype(int)
+    spans = []
+    for index, value in enumerate(processing):
+        truth = replace(Truth(), start=seed.BASE_NS + index * MS, processing=int(value))
+        spans += seed.synthetic_call(truth, method="Predict" if index % 4 else "Health")
+    seed.insert_spans(store, spans)
+    breakdown = phase_breakdown(store)
+    assert list(breakdown.columns) == list(BREAKDOWN_COLUMNS)
+    assert len(breakdown) == 2 * len(ALL_PHASES)
+    row = breakdown.set_index(["method", "phase"]).loc[("Predict", "processing")]
+    values = processing[[i for i in range(400) if i % 4]] / 1000
+    assert row["calls"] == row["phase_calls"] == 300
+    assert row["mean_us"] == pytest.approx(values.mean(), rel=1e-9)
+    for q, column in ((50, "p50_us"), (90, "p90_us"), (99, "p99_us")):
+        assert row[column] == pytest.approx(np.percentile(values, q), rel=0.02), column
