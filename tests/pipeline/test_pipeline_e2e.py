@@ -1,0 +1,108 @@
+"""The whole path as users run it: service + load -> real collector -> intake -> chDB -> report.
+
+Every process is real and started the way the README says; the store is read
+only after ``serve`` stopped, since a chDB directory belongs to one process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpc_overhead.collector.runner import CollectorProcess
+from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env, run_load
+
+pytestmark = pytest.mark.e2e
+
+PHASES = [
+    "client_serialize", "request_network", "server_queue", "request_deserialize", "processing",
+    "response_serialize", "response_network", "client_deserialize", "total", "server_residence",
+    "network_overhead", "unattributed",
+]  # fmt: skip
+CALLS = 40
+
+
+class ServeProcess:
+    """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes)."""
+
+    def __init__(self, store: Path, otlp_port: int) -> None:
+        command = [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store),
+                   "--otlp-port", str(otlp_port), "--no-app"]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=offline_env(),
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"serve exited: {self.process.stderr.read()}")
+            if "intake listening on" in line:
+                return
+        raise RuntimeError("serve did not start within 60 s")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def report(store: Path, *extra: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", "report", "--store", str(store),
+         "--format", "json", *extra],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=offline_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_service_to_report_through_the_real_collector(tmp_path):
+    store = tmp_path / "store"
+    intake_port, collector_port = free_port(), free_port()
+    serve = ServeProcess(store, intake_port)
+    try:
+        with CollectorProcess(
+            "embedded",
+            otlp_port=collector_port,
+            intake=f"127.0.0.1:{intake_port}",
+            health_port=free_port(),
+        ):
+            endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
+            service_env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
+            with ServiceProcess(["--workers", "2", "--model-cost-ms", "2"], env=service_env) as svc:
+                result = run_load(
+                    "--target", svc.target, "--calls", str(CALLS), "--concurrency", "2",
+                    "--entities", "50", "--features", "8", "--run-id", "pipeline-e2e", "--json",
+                    env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
+                )  # fmt: skip
+                assert result.returncode == 0, result.stderr
+        # Leaving the block stopped the collector with SIGTERM: it flushed to the intake.
+    finally:
+        serve.stop()
+
+    body = report(store, "--run", "pipeline-e2e")
+    assert body["calls"] == CALLS
+    [method] = [m for m in body["methods"] if m["method"] == "Predict"]
+    assert method["calls"] == CALLS
+    for phase in PHASES:
+        assert phase in method["phases"], phase
+        assert set(method["phases"][phase]) >= {"p50_us", "p90_us", "p99_us", "mean_us"}
+    phases = {name: values["mean_us"] for name, values in method["phases"].items()}
+    eight = [
+        "client_serialize", "request_network", "server_queue", "request_deserialize",
+        "processing", "response_serialize", "response_network", "client_deserialize",
+    ]  # fmt: skip
+    # Means are linear: the phases add up to the total, with unattributed shown.
+    assert sum(phases[p] for p in eight) + phases["unattributed"] == pytest.approx(
+        phases["total"], abs=1.0
+    )
+    assert phases["processing"] >= 2_000  # --model-cost-ms 2
+    # One host: one clock domain, offset exactly zero.
+    for offset in body["clock_offsets"]:
+        if offset["client_host"] == offset["server_host"]:
+            assert offset["offset_us"] == 0 and offset["uncertainty_us"] == 0
