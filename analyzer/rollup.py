@@ -1,8 +1,9 @@
 """Rollups of settled minutes: what keeps the breakdown fast over millions of calls.
 
-Computing every phase of every call and feeding quantile sketches costs about
-a microsecond per call on two cores (bench/results/analysis.md): seconds at
-10 M calls. But calls stop changing once both halves have arrived, so each
+Computing every phase of every call and feeding quantile sketches costs
+0.7 µs per call on two cores once the halves are merged, several times that
+while they are not (bench/results/analysis.md): seconds at 10 M calls. But
+calls stop changing once both halves have arrived, so each
 minute of calls is computed once, when it has *settled* (older than
 ``DEFAULT_SETTLE_DELAY``, by default 5 minutes: spans are exported within
 seconds and the collector retries for a few minutes), and kept as mergeable
@@ -21,10 +22,11 @@ Rollups assume the default clock options (60 s windows, host domains); a
 report with other options computes everything raw. ``settle`` advances a
 watermark kept in the phase rollup itself: each run also writes a marker
 row (``calls = 0``) for its last minute in the same INSERT as the states, so
-the watermark moves exactly when the states land. A half that arrives after
-its minute settled is not in the rollup (its call counts as it was at
-settle time); a delay longer than the collector's retry horizon makes that
-as rare as data lost in transit.
+the watermark moves exactly when the states land. A span that arrives after
+its minute settled is stored (``calls()`` and SQL see it) but not in the
+breakdown, which counts its call as it was at settle time; a delay longer
+than the collector's retry horizon makes that as rare as data lost in
+transit.
 
 Settling runs in the process that owns the store: ``grpc-overhead serve``
 (every minute) and ``grpc-overhead report`` on a chDB store. Two processes

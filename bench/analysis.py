@@ -136,16 +136,18 @@ SELECT {_IDS}, lower(hex(cityHash64(number, 104))), service, method, 'unary_unar
 FROM (SELECT {_CALL} FROM numbers({{offset:UInt64}}, {{count:UInt64}}))
 """
 
-_CHUNK = 2_000_000
+_CHUNK = 60_000  # one minute of calls per INSERT pair
 
 
 def generate(store: Store, calls: int) -> None:
-    """``calls`` calls as client halves then server halves (separate INSERTs and parts)."""
+    """``calls`` calls as the view writes them: per chunk of consecutive calls (one
+    minute at 1k calls/s), one INSERT of client halves, then one of server halves, in
+    time order, so parts hold contiguous time ranges as in a live store."""
     for table in ("grpc_calls", "grpc_phase_rollup", "grpc_offset_rollup"):
         store.command(f"TRUNCATE TABLE IF EXISTS {table}")
-    for statement in (CLIENT_HALVES, SERVER_HALVES):
-        for offset in range(0, calls, _CHUNK):
-            count = min(_CHUNK, calls - offset)
+    for offset in range(0, calls, _CHUNK):
+        count = min(_CHUNK, calls - offset)
+        for statement in (CLIENT_HALVES, SERVER_HALVES):
             store.command(statement, {"offset": offset, "count": count})
 
 
@@ -400,6 +402,10 @@ def markdown(results: dict[str, Any]) -> str:
         ["settle (one-off, s)"] + [f"{s['settle_live_s']} + {s['settle_rest_s']}" for s in sizes]
     )
     rows.append(["OPTIMIZE FINAL (s)"] + [str(s["optimize_s"]) for s in sizes])
+    rows.append(
+        ["peak RSS after SQL, before pandas (MB)"]
+        + [str(s["rss_mb_after_unmerged"]) for s in sizes]
+    )
     rows.append(["peak RSS (MB)"] + [str(s["rss_mb_peak"]) for s in sizes])
     rows.append(["pandas rows (MB)"] + [str(s["pandas_rows_mb"]) for s in sizes])
     for statistic in ("mean_us", "p50_us", "p99_us"):
@@ -409,14 +415,19 @@ def markdown(results: dict[str, Any]) -> str:
         )
     lines.append(markdown_table(headers, rows))
     largest = sizes[-1]
-    live = largest["seconds"]["rollup_live_tail"]
-    raw = largest["seconds"]["raw_final_unmerged"]
+    seconds = largest["seconds"]
+
+    def verdict(value: float) -> str:
+        return f"**{'met' if value < TARGET_SECONDS else 'not met'}** ({value:.3f} s)"
+
     lines.append(
         f"Target: full breakdown over {largest['calls']:,} calls in under "
-        f"{TARGET_SECONDS:.0f} s: **{'met' if live < TARGET_SECONDS else 'not met'}** with "
-        f"rollups ({live:.3f} s, live tail included); computing every call raw takes "
-        f"{raw:.1f} s (unmerged halves) and {largest['seconds']['raw_final_merged']:.1f} s "
-        "(merged)."
+        f"{TARGET_SECONDS:.0f} s. Settled calls (rollups): "
+        f"{verdict(seconds['rollup_settled'])}. With the last 5 minutes live (computed raw "
+        f"from unmerged halves): {verdict(seconds['rollup_live_tail'])}; that part grows "
+        "with the call rate of the last minutes, not with the calls stored. Every call "
+        f"computed raw: {verdict(seconds['raw_final_unmerged'])} from unmerged halves, "
+        f"{verdict(seconds['raw_final_merged'])} merged."
     )
     lines.append("")
     return "\n".join(lines)
