@@ -14,11 +14,14 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
+from grpc_overhead.analyzer import rollup
+from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, Intake, IntakeConfig
-from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, open_store
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 
 EXIT_USAGE = 2
 
@@ -64,9 +67,13 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         print(f"grpc-overhead serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        intake = Intake(store, IntakeConfig(host=args.host, port=args.otlp_port))
+        config = IntakeConfig(host=args.host, port=args.otlp_port)
+        intake = Intake(store, config)
+        calls_options = CallsOptions.from_schema(config.schema)
         try:
             intake.start()
+            # Calls are assembled as spans arrive (the view), not when a report asks.
+            create_calls(store, calls_options)
         except (AnalyzerError, OSError) as error:
             print(f"grpc-overhead serve: {error}", file=sys.stderr)
             return EXIT_USAGE
@@ -75,9 +82,16 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         if args.no_app:
             print("app: off (--no-app)", flush=True)
         _stop_on_signals(stop)
+        # The embedded store has exactly one owner, this process: it rolls settled
+        # minutes up. On a ClickHouse server several processes may run; none settles
+        # there, so no minute is ever rolled up twice.
+        settle_every_s = SETTLE_INTERVAL_S if not args.clickhouse else None
+        last_settle = time.monotonic()
         try:
             while not stop.wait(1.0):
-                pass
+                if settle_every_s and time.monotonic() - last_settle >= settle_every_s:
+                    last_settle = time.monotonic()
+                    _settle(store, calls_options)
         finally:
             intake.stop()
             stats = intake.stats()
@@ -89,6 +103,19 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         return 0
     finally:
         store.close()
+
+
+SETTLE_INTERVAL_S = 60.0
+
+
+def _settle(store: Store, options: CallsOptions) -> None:
+    """Roll settled minutes up; a failure is reported and retried next time, never fatal."""
+    try:
+        rollup.settle(store, options)
+    except AnalyzerError as error:
+        print(
+            f"grpc-overhead serve: rolling up minutes failed (retrying): {error}", file=sys.stderr
+        )
 
 
 def _stop_on_signals(stop: threading.Event) -> None:

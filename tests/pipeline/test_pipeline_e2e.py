@@ -106,3 +106,29 @@ def test_service_to_report_through_the_real_collector(tmp_path):
     for offset in body["clock_offsets"]:
         if offset["client_host"] == offset["server_host"]:
             assert offset["offset_us"] == 0 and offset["uncertainty_us"] == 0
+
+
+def test_serve_assembles_calls_as_spans_arrive(tmp_path):
+    """While serve runs, its view assembles calls: the store has grpc_calls rows without any
+    report having backfilled them (what the app's freshness relies on)."""
+    store, intake_port = tmp_path / "store", free_port()
+    serve = ServeProcess(store, intake_port)
+    try:
+        endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{intake_port}"}
+        env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
+        with ServiceProcess(["--workers", "2"], env=env) as service:
+            result = run_load(
+                "--target", service.target, "--calls", "10", "--run-id", "live",
+                env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+    finally:
+        serve.stop()
+    done = subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store), "--format", "json",
+         "SELECT count() AS calls FROM (SELECT max(client_start_ns) AS c, max(server_start_ns) "
+         "AS s FROM grpc_calls GROUP BY TraceId, ClientSpanId) WHERE c > 0 AND s > 0"],
+        capture_output=True, text=True, timeout=60, env=offline_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [{"calls": 10}]
