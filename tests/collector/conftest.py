@@ -8,7 +8,6 @@ broken setup.
 
 from __future__ import annotations
 
-import os
 import queue
 import socket
 from collections.abc import Callable, Iterator
@@ -25,12 +24,12 @@ from grpc_overhead.collector import CollectorUnavailable, build_collector
 
 @pytest.fixture(scope="session")
 def collector_bin() -> Path:
+    """The real collector; without Go it fails with build.sh's message (make test installs
+    nothing it cannot build, so a missing toolchain must be seen, not skipped)."""
     try:
         return build_collector(echo=False)
     except CollectorUnavailable as error:
-        if os.environ.get("CI") or "Go not found" not in str(error):
-            raise
-        pytest.skip(f"collector not buildable here: {error}")
+        pytest.fail(f"the collector cannot be built here: {error}", pytrace=False)
 
 
 def _free_port() -> int:
