@@ -187,11 +187,12 @@ CALL_OFFSET_COLUMNS = (
 )
 
 
-def _parameters(
+def query_parameters(
     filters: CallFilters | None,
     clock: ClockOptions | None,
     settled: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
+    """The bound values every analysis query takes: call filters plus clock options."""
     return {
         **(filters or CallFilters()).parameters(settled),
         **(clock or ClockOptions()).parameters(),
@@ -221,7 +222,7 @@ def clock_offsets(
         "    window_calls AS calls\n"
         "FROM windows ORDER BY client_host, server_host, window_start"
     )
-    return store.query(sql, _parameters(filters, clock), readonly=True)
+    return store.query(sql, query_parameters(filters, clock), readonly=True)
 
 
 def pair_offsets(
@@ -242,7 +243,7 @@ def pair_offsets(
     """
     options = options or CallsOptions()
     columns = "client_domain, server_domain, window_offset_ns, window_uncertainty_ns, window_calls"
-    parameters = _parameters(filters, clock, settled)
+    parameters = query_parameters(filters, clock, settled)
     sources = []
     if not settled or rows_to_scan(store, options, parameters):
         sources.append(f"SELECT {columns} FROM windows")

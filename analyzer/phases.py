@@ -26,7 +26,6 @@ Quantiles are ``quantilesTDigest``: see ``QUANTILES``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -37,6 +36,7 @@ from grpc_overhead.analyzer.clock_offsets import (
     OFFSET_CTES,
     ClockOptions,
     merged_cte,
+    query_parameters,
 )
 from grpc_overhead.analyzer.store.base import Store
 
@@ -228,17 +228,6 @@ def per_call_sql(options: CallsOptions | None = None, read: str = "final") -> st
     )
 
 
-def _parameters(
-    filters: CallFilters | None,
-    clock: ClockOptions | None,
-    settled: tuple[int, int] | None = None,
-) -> dict[str, Any]:
-    return {
-        **(filters or CallFilters()).parameters(settled),
-        **(clock or ClockOptions()).parameters(),
-    }
-
-
 def calls(
     store: Store,
     filters: CallFilters | None = None,
@@ -264,7 +253,7 @@ def calls(
         + ",\n    if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us"
         + f"\nFROM ({per_call_sql(options, read)})\nORDER BY call_start_ns DESC"
     )
-    parameters = _parameters(filters, clock)
+    parameters = query_parameters(filters, clock)
     if limit is not None:
         sql += "\nLIMIT {limit:UInt64}"
         parameters["limit"] = int(limit)
@@ -371,7 +360,7 @@ def phase_breakdown(
     instead (``rollup.breakdown`` finds it).
     """
     options = options or CallsOptions()
-    parameters = _parameters(filters, clock, settled)
+    parameters = query_parameters(filters, clock, settled)
     raw = not settled or rows_to_scan(store, options, parameters)
     sql = breakdown_sql(options, read, rollup=bool(settled), raw=raw)
     return long_breakdown(store.query(sql, parameters, readonly=True))
