@@ -1,0 +1,286 @@
+"""What every page shares: the store, the sidebar filters, cached analyzer calls, empty states.
+
+Pages stay thin: they read ``filters()``, call analyzer functions through
+``load`` (cached for ``TTL_S`` seconds, so a refresh within the freshness
+target never runs the same query twice) and draw. The sidebar keeps its
+state in the URL's query parameters, so a view can be shared as a link.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from grpc_overhead.analyzer.calls import CallFilters
+from grpc_overhead.analyzer.errors import AnalyzerError, QueryError, StoreUnavailable
+from grpc_overhead.analyzer.insights import catalog
+from grpc_overhead.app import runtime
+
+#: Seconds an analyzer answer is reused. Under the 5 s freshness target.
+TTL_S = 2.0
+#: Seconds between reruns when auto-refresh is on.
+REFRESH_S = 5.0
+#: Filter choices change slowly; listing them is not worth redoing on every rerun.
+CHOICES_TTL_S = 15.0
+
+ANY = "(all)"
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    key: str  # the ``range`` query parameter
+    label: str
+    length: timedelta | None  # None: all time (or custom)
+
+
+TIME_RANGES: tuple[TimeRange, ...] = (
+    TimeRange("all", "All time", None),
+    TimeRange("5m", "Last 5 minutes", timedelta(minutes=5)),
+    TimeRange("15m", "Last 15 minutes", timedelta(minutes=15)),
+    TimeRange("1h", "Last hour", timedelta(hours=1)),
+    TimeRange("6h", "Last 6 hours", timedelta(hours=6)),
+    TimeRange("24h", "Last 24 hours", timedelta(hours=24)),
+    TimeRange("custom", "Custom (UTC)", None),
+)
+_RANGES = {time_range.key: time_range for time_range in TIME_RANGES}
+
+#: Query parameters the sidebar owns; pages may keep their own under other names.
+QUERY_KEYS = ("range", "since", "until", "service", "method", "run", "refresh")
+
+
+def source() -> runtime.Served:
+    """The store this process serves; stops the page with what to do when there is none."""
+    served = runtime.served()
+    if served is None:
+        st.error(
+            "No store is attached to this app. Start it with `grpc-overhead serve --store DIR` "
+            "(intake + app) or `grpc-overhead app --store DIR` (existing data)."
+        )
+        st.stop()
+    return served
+
+
+def load(function: Callable[..., pd.DataFrame], *args: Any, **kwargs: Any) -> pd.DataFrame:
+    """``function(store, *args, options=..., **kwargs)``, cached for ``TTL_S`` seconds.
+
+    ``function`` must be a module-level analyzer function; arguments must be
+    hashable or picklable (``CallFilters`` is). An analyzer error stops the
+    page with its message instead of a traceback.
+    """
+    return _load(function.__module__, function.__qualname__, args, kwargs, TTL_S)
+
+
+def load_slow(function: Callable[..., pd.DataFrame], *args: Any, **kwargs: Any) -> pd.DataFrame:
+    """``load`` for answers that change slowly (filter choices), cached ``CHOICES_TTL_S``."""
+    return _load(function.__module__, function.__qualname__, args, kwargs, CHOICES_TTL_S)
+
+
+def _load(module: str, name: str, args: tuple, kwargs: dict, ttl: float) -> pd.DataFrame:
+    source()  # a clear message, not an exception, when no store is attached
+    cached = _cached_short if ttl == TTL_S else _cached_long
+    try:
+        return cached(module, name, args, tuple(sorted(kwargs.items())), runtime.generation())
+    except StoreUnavailable as error:
+        st.error(f"The store is unavailable: {error}. Check that it is running, then reload.")
+    except QueryError as error:
+        st.error(f"A query failed: {error}")
+    except AnalyzerError as error:
+        st.error(str(error))
+    st.stop()
+
+
+def _call(module: str, name: str, args: tuple, kwargs: tuple) -> pd.DataFrame:
+    served = runtime.served()
+    if served is None:
+        raise StoreUnavailable("no store is attached to this app")
+    function = importlib.import_module(module)
+    for part in name.split("."):
+        function = getattr(function, part)
+    return function(served.store, *args, options=served.options, **dict(kwargs))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=512)
+def _cached_short(
+    module: str, name: str, args: tuple, kwargs: tuple, generation: int
+) -> pd.DataFrame:
+    return _call(module, name, args, kwargs)
+
+
+@st.cache_data(ttl=CHOICES_TTL_S, show_spinner=False, max_entries=64)
+def _cached_long(
+    module: str, name: str, args: tuple, kwargs: tuple, generation: int
+) -> pd.DataFrame:
+    return _call(module, name, args, kwargs)
+
+
+def clear_caches() -> None:
+    """Forget every cached answer (tests that reuse one store between cases)."""
+    _cached_short.clear()
+    _cached_long.clear()
+
+
+# -- the sidebar ------------------------------------------------------------------------------
+
+
+def filters() -> CallFilters:
+    """Draw the sidebar filters (once per page run) and return what they select.
+
+    Relative ranges ("last 15 minutes") end at now rounded down to ``TTL_S``,
+    so reruns within that time share cached answers.
+    """
+    params = st.query_params
+    sidebar = st.sidebar
+    sidebar.header("Filters")
+    range_keys = [time_range.key for time_range in TIME_RANGES]
+    wanted_range = params.get("range", "all")
+    if wanted_range not in _RANGES:
+        sidebar.warning(f"Unknown time range {wanted_range!r} in the URL; showing all time.")
+        wanted_range = "all"
+    range_key = sidebar.selectbox(
+        "Time range",
+        range_keys,
+        index=range_keys.index(wanted_range),
+        format_func=lambda key: _RANGES[key].label,
+        key="filter_range",
+    )
+    since, until = _time_bounds(range_key, params)
+
+    choices = load_slow(catalog.filter_choices, CallFilters(since=since, until=until))
+    service = _choice(
+        "Service", sorted(choices["service"].unique()), params.get("service"), "filter_service"
+    )
+    in_service = choices if service is None else choices[choices["service"] == service]
+    method = _choice(
+        "Method", sorted(in_service["method"].unique()), params.get("method"), "filter_method"
+    )
+    runs = sorted(run for run in choices["run_id"].unique() if run)
+    run = _choice("Run", runs, params.get("run"), "filter_run")
+
+    served = source()
+    refresh = sidebar.toggle(
+        f"Auto-refresh every {REFRESH_S:g} s",
+        value=params.get("refresh", "1" if served.live else "0") == "1",
+        key="filter_refresh",
+        help="Rerun the page while spans arrive.",
+    )
+    # Only a choice that differs from the default goes into the URL.
+    refresh_param = None if refresh == served.live else ("1" if refresh else "0")
+    _write_query_params(range_key, since, until, service, method, run, refresh_param)
+    if refresh:
+        _auto_refresh()
+    return CallFilters(since=since, until=until, service=service, method=method, run_id=run)
+
+
+def _time_bounds(range_key: str, params: Any) -> tuple[datetime | None, datetime | None]:
+    time_range = _RANGES[range_key]
+    if time_range.length is not None:
+        now = datetime.now(UTC)
+        rounded = now.replace(microsecond=0) - timedelta(seconds=now.second % int(max(TTL_S, 1)))
+        return rounded - time_range.length, None
+    if range_key != "custom":
+        return None, None
+    since = _parse_moment(
+        st.sidebar.text_input("From (UTC, ISO 8601)", params.get("since", ""), key="filter_since"),
+        "From",
+    )
+    until = _parse_moment(
+        st.sidebar.text_input("To (UTC, ISO 8601)", params.get("until", ""), key="filter_until"),
+        "To",
+    )
+    if since and until and until <= since:
+        st.sidebar.error("'To' must be after 'From'; showing from 'From' on.")
+        until = None
+    return since, until
+
+
+def _parse_moment(text: str, label: str) -> datetime | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        st.sidebar.error(f"{label}: {text!r} is not a date and time like 2026-11-21T14:05:00.")
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _choice(label: str, options: list[str], wanted: str | None, key: str) -> str | None:
+    """A selectbox with an "(all)" entry; a value from the URL that no call has is kept
+    (shown, and matching nothing) rather than silently dropped."""
+    values = [ANY, *[option for option in options if option]]
+    if wanted and wanted not in values:
+        values.append(wanted)
+    index = values.index(wanted) if wanted in values else 0
+    selected = st.sidebar.selectbox(label, values, index=index, key=key)
+    return None if selected == ANY else selected
+
+
+def _write_query_params(
+    range_key: str,
+    since: datetime | None,
+    until: datetime | None,
+    service: str | None,
+    method: str | None,
+    run: str | None,
+    refresh: str | None,
+) -> None:
+    """Mirror the sidebar into the URL, leaving every other page's parameters alone."""
+    wanted = {
+        "range": None if range_key == "all" else range_key,
+        "since": since.isoformat() if since and range_key == "custom" else None,
+        "until": until.isoformat() if until and range_key == "custom" else None,
+        "service": service,
+        "method": method,
+        "run": run,
+        "refresh": refresh,
+    }
+    params = st.query_params
+    for key, value in wanted.items():
+        if value is None:
+            if key in params:
+                del params[key]
+        elif params.get(key) != value:
+            params[key] = value
+
+
+def _auto_refresh() -> None:
+    @st.fragment(run_every=REFRESH_S)
+    def ticker() -> None:
+        if st.session_state.get("_refresh_armed"):
+            st.session_state["_refresh_armed"] = False
+            st.rerun(scope="app")
+        st.session_state["_refresh_armed"] = True
+
+    with st.sidebar:
+        ticker()
+
+
+# -- empty states --------------------------------------------------------------------------------
+
+SEND_DATA = (
+    "Send spans to the intake: run `grpc-overhead demo`, or point an OpenTelemetry "
+    "Collector's `otlp` exporter (or any OTLP/gRPC SDK exporter) at the address "
+    "`grpc-overhead serve` prints, with the services instrumented by "
+    "`grpc_overhead.instrumentation` (see the README)."
+)
+
+
+def require_calls(filters: CallFilters) -> None:
+    """Stop the page with a helpful empty state when no call matches ``filters``."""
+    found = load(catalog.presence, filters)
+    if int(found["stored"].iloc[0]) == 0:
+        st.info(f"No calls stored yet. {SEND_DATA}")
+        st.stop()
+    if int(found["matching"].iloc[0]) == 0:
+        st.info(
+            "No calls match the filters. Widen the time range or set service, method "
+            "or run back to (all) in the sidebar."
+        )
+        st.stop()

@@ -1,0 +1,125 @@
+"""The app's shell: sidebar filters and the URL, cached loads, empty states, no store."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from grpc_overhead.app import runtime
+from tests.analyzer.seed import BASE_NS, MS, Truth, insert_spans, synthetic_call
+from tests.app.conftest import PAGE_TIMEOUT_S
+
+pytestmark = pytest.mark.unit
+
+
+def probe_page() -> None:
+    """A minimal page: the filters, the empty state, then the matching calls' count."""
+    import streamlit as st
+
+    from grpc_overhead.analyzer.insights import catalog
+    from grpc_overhead.app import shared
+
+    filters = shared.filters()
+    shared.require_calls(filters)
+    choices = shared.load(catalog.filter_choices, filters)  # time filter only
+    for column, wanted in (("method", filters.method), ("run_id", filters.run_id)):
+        if wanted:
+            choices = choices[choices[column] == wanted]
+    st.metric("calls", int(choices["calls"].sum()))
+    st.write(f"service={filters.service} method={filters.method} run={filters.run_id}")
+
+
+def run_probe(query_params: dict[str, str] | None = None) -> AppTest:
+    at = AppTest.from_function(probe_page, default_timeout=PAGE_TIMEOUT_S)
+    for key, value in (query_params or {}).items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def seed(store, calls: int, method: str, run_id: str = "run-1") -> None:
+    spans = []
+    for index in range(calls):
+        spans += synthetic_call(Truth(start=BASE_NS + index * MS), method=method, run_id=run_id)
+    insert_spans(store, spans)
+
+
+def test_empty_store_says_how_to_send_data(served_store):
+    at = run_probe()
+    assert not at.exception
+    assert any("No calls stored yet" in info.value for info in at.info)
+    assert not at.metric
+
+
+def test_counts_and_choices_come_from_the_store(served_store):
+    seed(served_store, 3, "Predict")
+    seed(served_store, 2, "PredictBatch", run_id="run-2")
+    at = run_probe()
+    assert not at.exception
+    assert at.metric[0].value == "5"
+    method_box = at.sidebar.selectbox(key="filter_method")
+    assert method_box.options == ["(all)", "Predict", "PredictBatch"]
+    assert at.sidebar.selectbox(key="filter_run").options == ["(all)", "run-1", "run-2"]
+
+
+def test_filters_come_from_and_go_to_the_url(served_store):
+    seed(served_store, 3, "Predict")
+    seed(served_store, 2, "PredictBatch", run_id="run-2")
+    at = run_probe({"method": "PredictBatch"})
+    assert not at.exception
+    assert at.metric[0].value == "2"
+    assert at.sidebar.selectbox(key="filter_method").value == "PredictBatch"
+    assert "method=PredictBatch" in at.markdown[0].value
+    at.sidebar.selectbox(key="filter_run").set_value("run-1").run()
+    assert at.query_params["run"] == "run-1"
+    assert any("No calls match the filters" in info.value for info in at.info)
+
+
+def test_a_time_range_excludes_old_calls(served_store):
+    seed(served_store, 2, "Predict")  # 2026-09-21: long before "the last hour"
+    at = run_probe({"range": "1h"})
+    assert any("No calls match the filters" in info.value for info in at.info)
+    at.sidebar.selectbox(key="filter_range").set_value("all").run()
+    assert "range" not in at.query_params
+    assert at.metric[0].value == "2"
+
+
+def test_custom_range_and_bad_input_in_the_url(served_store):
+    seed(served_store, 2, "Predict")
+    at = run_probe({"range": "custom", "since": "yesterday"})
+    assert not at.exception
+    assert any("is not a date and time" in error.value for error in at.sidebar.error)
+    assert at.metric[0].value == "2"  # a bad bound is ignored, and said so
+    at = run_probe({"range": "custom", "since": "2026-09-22T00:00:00"})
+    assert any("No calls match the filters" in info.value for info in at.info)
+    at = run_probe({"range": "fortnight"})
+    assert any("Unknown time range" in warning.value for warning in at.sidebar.warning)
+
+
+def test_no_store_attached_says_how_to_start_one():
+    runtime.unregister()
+    at = run_probe()
+    assert not at.exception
+    assert any("grpc-overhead serve" in error.value for error in at.error)
+
+
+def test_answers_are_not_reused_across_stores(served_store):
+    seed(served_store, 1, "Predict")
+    assert run_probe().metric[0].value == "1"
+    seed(served_store, 1, "Predict")
+    runtime.register(runtime.Served(served_store))  # a new registration: a new cache key
+    assert run_probe().metric[0].value == "2"
+
+
+def test_auto_refresh_is_on_for_live_stores_and_kept_in_the_url(served_store):
+    seed(served_store, 1, "Predict")
+    runtime.register(runtime.Served(served_store, live=True))
+    at = run_probe()
+    assert not at.exception
+    assert at.sidebar.toggle(key="filter_refresh").value is True
+    assert "refresh" not in at.query_params  # the default needs no parameter
+    at.sidebar.toggle(key="filter_refresh").set_value(False).run()
+    assert at.query_params["refresh"] == "0"
+    assert run_probe({"refresh": "0"}).sidebar.toggle(key="filter_refresh").value is False
+    runtime.register(runtime.Served(served_store))
+    assert run_probe().sidebar.toggle(key="filter_refresh").value is False
+    assert run_probe({"refresh": "1"}).sidebar.toggle(key="filter_refresh").value is True
