@@ -244,16 +244,7 @@ def pair_offsets(
     options = options or CallsOptions()
     columns = "client_domain, server_domain, window_offset_ns, window_uncertainty_ns, window_calls"
     parameters = query_parameters(filters, clock, settled)
-    sources = []
-    if not settled or rows_to_scan(store, options, parameters):
-        sources.append(f"SELECT {columns} FROM windows")
-    if settled:
-        sources.append(
-            f"SELECT {columns} FROM {options.qualified(options.offset_rollup_table)}"
-            " WHERE window_start_ns >= {settled_from_ns:Int64}"
-            " AND window_start_ns < {settled_until_ns:Int64}"
-        )
-    windows = "\nUNION ALL\n".join(sources)
+    windows = window_sources(store, options, parameters, settled, columns)
     sql = (
         f"WITH\n{merged_cte(options, read)},\n{OFFSET_CTES}\n"
         "SELECT client_domain AS client_host, server_domain AS server_host,\n"
@@ -266,3 +257,25 @@ def pair_offsets(
         "GROUP BY client_domain, server_domain ORDER BY client_host, server_host"
     )
     return store.query(sql, parameters, readonly=True)
+
+
+def window_sources(
+    store: Store,
+    options: CallsOptions,
+    parameters: dict[str, Any],
+    settled: tuple[int, int] | None,
+    columns: str,
+) -> str:
+    """``columns`` of every window estimate: the ``windows`` CTE for calls computed raw,
+    UNION ALL the offset rollup's rows for the ``settled`` minutes (``rollup``); the raw
+    part is left out when no call outside the settled range can match."""
+    sources = []
+    if not settled or rows_to_scan(store, options, parameters):
+        sources.append(f"SELECT {columns} FROM windows")
+    if settled:
+        sources.append(
+            f"SELECT {columns} FROM {options.qualified(options.offset_rollup_table)}"
+            " WHERE window_start_ns >= {settled_from_ns:Int64}"
+            " AND window_start_ns < {settled_until_ns:Int64}"
+        )
+    return "\nUNION ALL\n".join(sources)

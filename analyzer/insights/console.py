@@ -1,0 +1,173 @@
+"""The app's SQL console: the user's own SQL, read-only, with a row limit.
+
+Read-only is enforced by the engine (``store.query(..., readonly=True)``:
+chDB's read-only connection, the server's ``readonly=1``), as for
+``grpc-overhead sql``; nothing here inspects the text to decide what is
+allowed. The text is first parsed alone (``formatQuery``, the SQL passed as
+a bound value), so a syntax error points at the user's own line and
+column. A SELECT is then run as a subquery under ``LIMIT``, which bounds
+what crosses into Python however many rows it would return; other
+statements (SHOW, DESCRIBE, EXPLAIN) return a handful of rows and run as
+typed. Every failure becomes one ``BadInput`` line that says what to do.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import CallsOptions
+from grpc_overhead.analyzer.errors import BadInput, QueryError
+from grpc_overhead.analyzer.store.base import Store
+
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 100_000
+
+#: ``frame.attrs`` key: True when the statement returned more rows than the limit.
+TRUNCATED = "truncated"
+
+READ_ONLY_REFUSAL = (
+    "refused: the SQL page is read-only; run statements that change data or schema "
+    "with `grpc-overhead sql --write` instead"
+)
+
+_SCOPE_SUFFIX = re.compile(r"\s*:?\s*In scope SELECT formatQuery\(.*$", re.DOTALL)
+
+
+def run(
+    store: Store,
+    sql: str,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    options: CallsOptions | None = None,
+) -> pd.DataFrame:
+    """Run ``sql`` read-only; at most ``limit`` rows (``frame.attrs[TRUNCATED]`` says if
+    there were more). ``options`` is accepted for the app's uniform call convention:
+    the user's SQL names its tables itself."""
+    del options
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadInput(f"row limit must be between 1 and {MAX_LIMIT}, not {limit}")
+    text = sql.strip().rstrip(";").strip()
+    if not text:
+        raise BadInput("empty statement: type a SELECT, or pick one of the example queries")
+    formatted = _parse(store, text)
+    if formatted.startswith(("SELECT", "WITH")):
+        try:
+            frame = store.query(
+                f"SELECT * FROM (\n{text}\n) LIMIT {{row_limit:UInt64}}",
+                {"row_limit": limit + 1},
+                readonly=True,
+            )
+        except QueryError as error:
+            if error.is_syntax_error:  # parsed alone, not as a subquery
+                raise BadInput(
+                    "this statement cannot run under the page's row limit (a FORMAT or "
+                    "INTO OUTFILE clause?); remove that clause: the page shows and "
+                    "downloads the rows itself"
+                ) from error
+            raise _explained(error) from error
+    else:
+        try:
+            frame = store.query(text, readonly=True)
+        except QueryError as error:
+            raise _explained(error) from error
+    truncated = len(frame) > limit
+    frame = frame.head(limit).reset_index(drop=True)
+    frame.attrs[TRUNCATED] = truncated
+    return frame
+
+
+def _parse(store: Store, text: str) -> str:
+    """The statement as ClickHouse formats it, or BadInput with its syntax error."""
+    try:
+        found = store.query(
+            "SELECT formatQuery({statement:String}) AS formatted",
+            {"statement": text},
+            readonly=True,
+        )
+    except QueryError as error:
+        message = _SCOPE_SUFFIX.sub("", error.message).rstrip(". ")
+        raise BadInput(f"{message}. Fix the SQL and run it again") from error
+    return str(found["formatted"].iloc[0]).lstrip("(").lstrip()
+
+
+def _explained(error: QueryError) -> BadInput:
+    if error.is_readonly_refusal:
+        return BadInput(READ_ONLY_REFUSAL)
+    return BadInput(f"{error.message.rstrip('. ')}. Fix the SQL and run it again")
+
+
+def examples(options: CallsOptions | None = None) -> dict[str, str]:
+    """Example statements by title, written against this store's tables.
+
+    They read ``grpc_calls`` with ``FINAL`` (the two halves of a call merge
+    while reading) and ``otel_traces`` as the collector's exporter writes it.
+    """
+    options = options or CallsOptions()
+    calls, traces = options.calls, options.traces
+    total = "(client_end_ns - client_start_ns) / 1e3"
+    return {
+        "p50 / p99 total per method": (
+            f"SELECT service, method, count() AS calls,\n"
+            f"    round(quantileTDigest(0.5)({total}), 1) AS p50_us,\n"
+            f"    round(quantileTDigest(0.99)({total}), 1) AS p99_us\n"
+            f"FROM {calls} FINAL\nWHERE client_start_ns != 0\n"
+            "GROUP BY service, method\nORDER BY p99_us DESC"
+        ),
+        "Slowest calls": (
+            "SELECT TraceId, service, method, server_host,\n"
+            "    fromUnixTimestamp64Nano(client_start_ns) AS start,\n"
+            f"    {total} AS total_us,\n"
+            "    (predictions_made_ns - server_inbound_message_read_ns) / 1e3 AS processing_us\n"
+            f"FROM {calls} FINAL\nWHERE client_start_ns != 0\n"
+            "ORDER BY total_us DESC\nLIMIT 20"
+        ),
+        "Calls per server instance": (
+            "SELECT server_instance, server_host, count() AS calls,\n"
+            "    round(100 * calls / sum(calls) OVER (), 1) AS share_percent\n"
+            f"FROM {calls} FINAL\nGROUP BY server_instance, server_host\n"
+            "ORDER BY calls DESC"
+        ),
+        "Server queue p99 per minute": (
+            "SELECT toStartOfMinute(fromUnixTimestamp64Nano(server_call_started_ns)) AS minute,\n"
+            "    count() AS calls,\n"
+            "    round(quantileTDigest(0.99)("
+            "(server_inbound_message_ns - server_call_started_ns) / 1e3), 1) AS queue_p99_us\n"
+            f"FROM {calls} FINAL\nWHERE server_call_started_ns != 0\n"
+            "GROUP BY minute\nORDER BY minute"
+        ),
+        "Span events of recent traces": (
+            "SELECT Timestamp, TraceId, SpanKind, ServiceName, SpanName,\n"
+            "    Duration / 1e3 AS duration_us, Events.Name AS events\n"
+            f"FROM {traces}\nWHERE SpanAttributes['rpc.system'] = 'grpc'\n"
+            "ORDER BY Timestamp DESC\nLIMIT 50"
+        ),
+        "Spans per service and kind": (
+            "SELECT ServiceName, SpanKind, count() AS spans,\n"
+            "    round(avg(Duration) / 1e3, 1) AS mean_duration_us\n"
+            f"FROM {traces}\nGROUP BY ServiceName, SpanKind\nORDER BY spans DESC"
+        ),
+        "Tables in the store": "SHOW TABLES",
+    }
+
+
+def displayable(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with nested values (maps, arrays: ``Events.Attributes``) as text, which
+    a table widget and a CSV file can show; flat columns stay as they are."""
+    shown = frame.copy()
+    for column in shown.columns:
+        values = shown[column]
+        if values.dtype == object and values.map(_nested).any():
+            shown[column] = values.map(_as_text)
+    return shown
+
+
+def _nested(value: object) -> bool:
+    return isinstance(value, dict | list | tuple) or hasattr(value, "tolist")
+
+
+def _as_text(value: object) -> str:
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    return str(value)

@@ -1,0 +1,247 @@
+"""The Phases page's answers: each phase's distribution, and what the slowest calls spend time on.
+
+* ``phase_quantiles``: per phase, a t-digest's quantiles at ``LEVELS`` (an
+  ECDF of 100+ points, log-scale friendly) plus count and mean, in one pass;
+  ``statistics`` turns it into the p50/p90/p99/mean table (the same
+  ``quantilesTDigest`` as ``report``, so the numbers agree with it).
+* ``phase_histogram``: one phase's histogram in log-spaced bins, binned in SQL.
+* ``tail``: the mean phase vector of the slowest calls (``total`` at or above
+  its p99) next to the calls around the median (p45..p55), and where the
+  difference goes. Exact thresholds (``quantilesExact``), since the slowest
+  1 % of 100 calls is one call and a sketch could miss it.
+
+Results are bounded by phases x levels or bins, never by calls.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import (
+    CALL_FILTER,
+    ROW_FILTER,
+    TIME_FILTER,
+    CallFilters,
+    CallsOptions,
+)
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.insights.rows import (
+    CLOCKLESS_PHASE_NAMES,
+    STACKED_PHASES,
+    parameters,
+    rows_sql,
+)
+from grpc_overhead.analyzer.phases import DESIGN_PHASES, QUANTILE_FUNCTION
+from grpc_overhead.analyzer.store.base import Store
+
+#: The phases the page shows: the design's, then the server-side extras.
+SHOWN_PHASES: tuple[str, ...] = (
+    *DESIGN_PHASES,
+    *(name for name in CLOCKLESS_PHASE_NAMES if name not in DESIGN_PHASES),
+)
+
+#: ECDF levels: every percent, plus the tails a latency reader looks at.
+LEVELS: tuple[float, ...] = (
+    0.001,
+    0.005,
+    *(round(k / 100, 2) for k in range(1, 100)),
+    0.995,
+    0.999,
+)
+TABLE_LEVELS = {"p50_us": 0.5, "p90_us": 0.9, "p99_us": 0.99}
+
+QUANTILE_COLUMNS = ("phase", "level", "value_us", "calls", "mean_us")
+
+
+def phase_quantiles(
+    store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
+) -> pd.DataFrame:
+    """One row per (phase of ``SHOWN_PHASES``, level of ``LEVELS``): ``value_us``, and
+    the phase's ``calls`` (where defined) and ``mean_us``. A phase no call defines
+    has NaN values (its rows are kept, so a table can say "not recorded")."""
+    levels = ", ".join(repr(level) for level in LEVELS)
+    columns = []
+    for name in SHOWN_PHASES:
+        value, defined = f"toFloat64({name}_value) / 1000", f"{name}_defined"
+        columns += [
+            f"{QUANTILE_FUNCTION}If({levels})({value}, {defined}) AS {name}_q",
+            f"countIf({defined}) AS {name}_calls",
+            f"avgIf({value}, {defined}) AS {name}_mean",
+        ]
+    sql = "SELECT\n    " + ",\n    ".join(columns) + f"\nFROM ({rows_sql(options)})"
+    row = store.query(sql, parameters(filters), readonly=True).iloc[0]
+    records = []
+    for name in SHOWN_PHASES:
+        calls = int(row[f"{name}_calls"])
+        quantiles = row[f"{name}_q"]
+        mean = float(row[f"{name}_mean"]) if calls else math.nan
+        for index, level in enumerate(LEVELS):
+            value = float(quantiles[index]) if calls else math.nan
+            records.append((name, level, value, calls, mean))
+    return pd.DataFrame.from_records(records, columns=list(QUANTILE_COLUMNS))
+
+
+STATISTICS_COLUMNS = ("phase", "calls", "p50_us", "p90_us", "p99_us", "mean_us")
+
+
+def statistics(quantiles: pd.DataFrame) -> pd.DataFrame:
+    """The p50/p90/p99/mean table (``STATISTICS_COLUMNS``) from ``phase_quantiles``."""
+    rows = []
+    for name, group in quantiles.groupby("phase", sort=False):
+        by_level = dict(zip(group["level"], group["value_us"], strict=True))
+        row = {"phase": name, "calls": int(group["calls"].iloc[0])}
+        row.update({column: by_level[level] for column, level in TABLE_LEVELS.items()})
+        row["mean_us"] = float(group["mean_us"].iloc[0])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(STATISTICS_COLUMNS))
+
+
+HISTOGRAM_COLUMNS = ("bin", "lower_us", "upper_us", "calls", "share")
+MAX_BINS = 200
+
+
+def phase_histogram(
+    store: Store,
+    filters: CallFilters | None = None,
+    phase: str = "total",
+    low_us: float = 1.0,
+    high_us: float = 1_000_000.0,
+    bins: int = 40,
+    *,
+    options: CallsOptions | None = None,
+) -> pd.DataFrame:
+    """Calls per log-spaced bin of ``phase`` between ``low_us`` and ``high_us``.
+
+    Latencies span decades, so equal widths on a log scale keep both the
+    body and the tail readable. Values below ``low_us`` (including zero and
+    negative ones, e.g. a skewed clock's one-way phase) count in the first
+    bin, values above ``high_us`` in the last: every defined call is counted.
+    Every bin is returned, empty ones with 0 calls. ``share`` is of the
+    phase's defined calls.
+    """
+    if phase not in CLOCKLESS_PHASE_NAMES:
+        raise BadInput(f"unknown phase {phase!r}; expected one of {', '.join(SHOWN_PHASES)}")
+    if not (0 < low_us < high_us) or not math.isfinite(high_us):
+        raise BadInput(f"histogram range must satisfy 0 < low < high, not {low_us}..{high_us}")
+    if not 1 <= bins <= MAX_BINS:
+        raise BadInput(f"bins must be between 1 and {MAX_BINS}, not {bins}")
+    value = f"toFloat64({phase}_value) / 1000"
+    index = (
+        f"toUInt32(least(greatest(floor(log(greatest({value}, {{low:Float64}}) / {{low:Float64}})"
+        " / log({high:Float64} / {low:Float64}) * {bins:UInt32}), 0.), {bins:UInt32} - 1.))"
+    )
+    sql = (
+        f"SELECT {index} AS bin, count() AS calls\nFROM ({rows_sql(options)})\n"
+        f"WHERE {phase}_defined\nGROUP BY bin ORDER BY bin"
+    )
+    found = store.query(
+        sql,
+        {**parameters(filters), "low": float(low_us), "high": float(high_us), "bins": int(bins)},
+        readonly=True,
+    )
+    counts = np.zeros(bins, dtype="int64")
+    for bin_index, calls in zip(found["bin"], found["calls"], strict=True):
+        counts[int(bin_index)] = int(calls)
+    edges = np.geomspace(low_us, high_us, bins + 1)
+    total = counts.sum()
+    return pd.DataFrame(
+        {
+            "bin": np.arange(bins),
+            "lower_us": edges[:-1],
+            "upper_us": edges[1:],
+            "calls": counts,
+            "share": counts / total if total else np.zeros(bins),
+        },
+        columns=list(HISTOGRAM_COLUMNS),
+    )
+
+
+TAIL_COLUMNS = (
+    "phase",
+    "median_us",
+    "slowest_us",
+    "median_share",
+    "slowest_share",
+    "extra_us",
+    "extra_share",
+    "median_calls",
+    "slowest_calls",
+    "slowest_from_us",
+)
+
+#: The calls "around the median": total between these quantiles.
+MEDIAN_BAND = (0.45, 0.55)
+
+
+def tail(
+    store: Store,
+    filters: CallFilters | None = None,
+    slowest: float = 0.01,
+    *,
+    options: CallsOptions | None = None,
+) -> pd.DataFrame:
+    """Per phase of ``STACKED_PHASES`` (plus ``total``): the mean over the slowest
+    calls and over the calls around the median, and where the extra time goes.
+
+    Thresholds are quantiles of ``total`` over every call with a client span
+    (exact, ``quantilesExact``: the element at rank ``floor(level * n)``);
+    the means are over the calls that record every event (so the phases add
+    up to total): *slowest* = ``total`` >= the ``1 - slowest`` quantile (p99
+    by default), *median* = ``total`` within p45..p55. ``extra_us`` = slowest - median,
+    and ``extra_share`` its part of the extra ``total``: "of the 9 ms the
+    slowest calls add, 80 % is server_queue". Empty when no call records
+    every event.
+    """
+    if not 0 < slowest < 0.5:
+        raise BadInput(f"the slowest share must be between 0 and 0.5, not {slowest}")
+    options = options or CallsOptions()
+    means = [f"avg({name}_value) / 1000 AS {name}_us" for name in (*STACKED_PHASES, "total")]
+    # Thresholds from the client halves alone (total is the client span's
+    # duration): two columns and no merging, so the tail costs one merged pass.
+    client_totals = (
+        "SELECT client_end_ns - client_start_ns AS total_ns FROM (SELECT client_start_ns AS"
+        " call_start_ns, client_start_ns, client_end_ns, service, method, run_id"
+        f" FROM {options.calls} WHERE {ROW_FILTER} AND client_start_ns != 0"
+        f" AND client_end_ns != 0) WHERE {TIME_FILTER} AND {CALL_FILTER}"
+    )
+    sql = (
+        "WITH (SELECT quantilesExact({low:Float64}, {high:Float64}, {tail:Float64})(total_ns)"
+        f" FROM ({client_totals})) AS thresholds\n"
+        "SELECT multiIf(total_value >= thresholds[3], 'slowest',"
+        " total_value >= thresholds[1] AND total_value <= thresholds[2], 'median', '')"
+        " AS band,\n    count() AS calls, any(thresholds[3]) / 1000 AS slowest_from_us,\n    "
+        + ",\n    ".join(means)
+        + f"\nFROM ({rows_sql(options)})\nWHERE unattributed_defined AND band != ''\nGROUP BY band"
+    )
+    low, high = MEDIAN_BAND
+    found = store.query(
+        sql,
+        {**parameters(filters), "low": low, "high": high, "tail": 1 - float(slowest)},
+        readonly=True,
+    )
+    bands = {row["band"]: row for row in found.to_dict("records")}
+    if "slowest" not in bands or "median" not in bands:
+        return pd.DataFrame(columns=list(TAIL_COLUMNS))
+    median, slow = bands["median"], bands["slowest"]
+    extra_total = slow["total_us"] - median["total_us"]
+    records = []
+    for name in (*STACKED_PHASES, "total"):
+        median_us, slowest_us = float(median[f"{name}_us"]), float(slow[f"{name}_us"])
+        records.append(
+            (
+                name,
+                median_us,
+                slowest_us,
+                median_us / median["total_us"] if median["total_us"] else math.nan,
+                slowest_us / slow["total_us"] if slow["total_us"] else math.nan,
+                slowest_us - median_us,
+                (slowest_us - median_us) / extra_total if extra_total else math.nan,
+                int(median["calls"]),
+                int(slow["calls"]),
+                float(slow["slowest_from_us"]),
+            )
+        )
+    return pd.DataFrame.from_records(records, columns=list(TAIL_COLUMNS))

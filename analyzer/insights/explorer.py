@@ -1,0 +1,424 @@
+"""Find calls, then look at one: its events on one timeline, raw and clock-corrected.
+
+``find_calls`` is the search (method, time, run from the filters; latency
+bounds; a trace id), bounded by ``LIMIT`` and ordered in ClickHouse, so it
+costs one pass over the matching calls whatever their number.
+
+``call_summary`` and ``call_waterfall`` describe one call. Its phases and
+clock offset come from ``phases.per_call_sql`` restricted to the call's own
+estimation window: a window's estimate depends only on the calls in it, so
+the offset is exactly the one every other page applies to this call. Its
+events come from the client and server spans in ``otel_traces`` (every
+event, every message of a stream); the phase bars from the merged
+``grpc_calls`` row, using the column pairs that define each phase in
+``phases.PHASES``, so a bar's length is the phase's value by construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import (
+    CALL_FILTER,
+    COLUMNS,
+    HALF_MARGIN_NS,
+    INT64_MAX,
+    CallFilters,
+    CallsOptions,
+    calls_source,
+    time_parameters,
+)
+from grpc_overhead.analyzer.clock_offsets import ClockOptions, merged_cte, query_parameters
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.phases import ALL_PHASES, CONSECUTIVE_PHASES, PHASES, per_call_sql
+from grpc_overhead.analyzer.store.base import Store
+
+ORDERS = {
+    "slowest": "total_ns DESC NULLS LAST, call_start_ns DESC",
+    "recent": "call_start_ns DESC",
+}
+MAX_LIMIT = 10_000
+
+#: Phases the search table shows, in µs.
+FOUND_PHASES = ("total", "server_duration", "processing", "network_overhead", "server_queue")
+
+FOUND_COLUMNS = (
+    "start",
+    "trace_id",
+    "client_span_id",
+    "service",
+    "method",
+    "run_id",
+    "client_host",
+    "server_instance",
+    "server_host",
+    "status_code",
+    *(f"{name}_us" for name in FOUND_PHASES),
+    "request_bytes",
+    "response_bytes",
+)
+
+
+def _phase_columns(names: tuple[str, ...]) -> list[str]:
+    """``{name}_value``/``{name}_defined`` of every phase up to the last one named (later
+    phases may refer to earlier ones), without the clock-corrected ones."""
+    last = max(ALL_PHASES.index(name) for name in names)
+    columns = []
+    for phase in PHASES[: last + 1]:
+        if "clock" in phase.defined:
+            continue
+        columns += [
+            f"{phase.value} AS {phase.name}_value",
+            f"{phase.defined} AS {phase.name}_defined",
+        ]
+    return columns
+
+
+def find_calls(
+    store: Store,
+    filters: CallFilters | None = None,
+    *,
+    min_total_us: float | None = None,
+    max_total_us: float | None = None,
+    trace_id: str = "",
+    order: str = "slowest",
+    limit: int = 100,
+    options: CallsOptions | None = None,
+) -> pd.DataFrame:
+    """Calls matching the filters and latency bounds, slowest (or most recent) first.
+
+    Columns ``FOUND_COLUMNS``; a latency bound keeps only calls whose total
+    is known (client span present). ``limit`` is capped at ``MAX_LIMIT``.
+    """
+    if order not in ORDERS:
+        raise BadInput(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
+    if limit < 1:
+        raise BadInput(f"limit must be at least 1, not {limit}")
+    if min_total_us is not None and max_total_us is not None and max_total_us < min_total_us:
+        raise BadInput(
+            f"the latency range is empty: max {max_total_us:g} µs is below min "
+            f"{min_total_us:g} µs; raise the max or lower the min"
+        )
+    options = options or CallsOptions()
+    phases_us = [
+        f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in FOUND_PHASES
+    ]
+    sql = (
+        f"WITH\n{merged_cte(options, 'final')}\n"
+        "SELECT fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start,"
+        " TraceId AS trace_id, ClientSpanId AS client_span_id, service, method, run_id,"
+        " client_host, server_instance, server_host,"
+        " if(client_status_code >= 0, client_status_code, server_status_code) AS status_code,\n    "
+        + ",\n    ".join(phases_us)
+        + ",\n    request_uncompressed_bytes AS request_bytes,"
+        " response_uncompressed_bytes AS response_bytes\n"
+        "FROM (\n    SELECT *,\n        "
+        + ",\n        ".join(_phase_columns(FOUND_PHASES))
+        + ",\n        if(total_defined, total_value, NULL) AS total_ns\n"
+        f"    FROM merged\n    WHERE {CALL_FILTER}\n"
+        "        AND ({trace_id:String} = '' OR TraceId = {trace_id:String})\n"
+        ")\nWHERE ({min_total_ns:Int64} = -1"
+        " OR (total_defined AND total_value >= {min_total_ns:Int64}))"
+        "\n    AND ({max_total_ns:Int64} = -1"
+        " OR (total_defined AND total_value <= {max_total_ns:Int64}))"
+        f"\nORDER BY {ORDERS[order]}\nLIMIT {{limit:UInt64}}"
+    )
+    parameters = {
+        **query_parameters(filters, None),
+        "trace_id": normalize_trace_id(trace_id) if trace_id else "",
+        "min_total_ns": -1 if min_total_us is None else round(min_total_us * 1000),
+        "max_total_ns": -1 if max_total_us is None else round(max_total_us * 1000),
+        "limit": min(int(limit), MAX_LIMIT),
+    }
+    return store.query(sql, parameters, readonly=True)[list(FOUND_COLUMNS)]
+
+
+def normalize_trace_id(text: str) -> str:
+    """A trace id as stored (32 lower-case hex digits), or BadInput saying what is expected."""
+    trace_id = text.strip().lower()
+    if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):
+        raise BadInput(
+            f"{text.strip()!r} is not a trace id: expected 32 hexadecimal digits "
+            "(copy one from the table of calls or from Jaeger)"
+        )
+    return trace_id
+
+
+# -- one call --------------------------------------------------------------------------------------
+
+
+def locate(
+    store: Store, trace_id: str, client_span_id: str = "", *, options: CallsOptions
+) -> tuple[str, int] | None:
+    """(client span id, call start ns) of the trace's first call (or of that span), or None.
+
+    A key lookup on ``grpc_calls`` (ordered by trace id), halves merged by hand.
+    """
+    sql = (
+        "SELECT ClientSpanId AS span, max(client_start_ns) AS client_start,"
+        " max(server_start_ns) AS server_start\n"
+        f"FROM {options.calls}\nWHERE TraceId = {{trace_id:String}}"
+        " AND ({span:String} = '' OR ClientSpanId = {span:String})\n"
+        "GROUP BY ClientSpanId\n"
+        "ORDER BY if(client_start != 0, client_start, server_start), span LIMIT 1"
+    )
+    found = store.query(
+        sql,
+        {"trace_id": normalize_trace_id(trace_id), "span": client_span_id.strip().lower()},
+        readonly=True,
+    )
+    if found.empty:
+        return None
+    row = found.iloc[0]
+    start = int(row["client_start"]) or int(row["server_start"])
+    return str(row["span"]), start
+
+
+def _window_parameters(
+    start_ns: int, clock: ClockOptions, trace_id: str, span: str
+) -> dict[str, Any]:
+    """Bound values for the call's own clock window (and the call's key)."""
+    window_ns = clock.parameters()["window_ns"]
+    window_start = start_ns // window_ns * window_ns
+    return {
+        **query_parameters(None, clock),
+        **time_parameters(window_start, min(window_start + window_ns, INT64_MAX)),
+        "trace_id": trace_id,
+        "span": span,
+    }
+
+
+SUMMARY_COLUMNS = (
+    "trace_id",
+    "client_span_id",
+    "server_span_id",
+    "start",
+    "service",
+    "method",
+    "call_type",
+    "run_id",
+    "client_service",
+    "client_host",
+    "client_instance",
+    "server_service",
+    "server_host",
+    "server_instance",
+    "status_code",
+    "client_domain",
+    "server_domain",
+    "clock_offset_us",
+    "clock_uncertainty_us",
+    "clock_estimate",
+    *(f"{name}_us" for name in ALL_PHASES),
+)
+
+
+def call_summary(
+    store: Store,
+    trace_id: str,
+    client_span_id: str = "",
+    clock: ClockOptions | None = None,
+    *,
+    options: CallsOptions | None = None,
+) -> pd.DataFrame:
+    """One row for the call (or none when the trace has no gRPC call): identity, every
+    phase in µs (NaN where undefined), and the clock offset applied to the server's
+    timestamps with its uncertainty (``clock_estimate``: 'same clock', 'own window',
+    'pair' when the call's window had no estimate, or 'none')."""
+    options = options or CallsOptions()
+    clock = clock or ClockOptions()
+    trace_id = normalize_trace_id(trace_id)
+    found = locate(store, trace_id, client_span_id, options=options)
+    if found is None:
+        return pd.DataFrame({column: [] for column in SUMMARY_COLUMNS})
+    span, start_ns = found
+    phases_us = [
+        f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in ALL_PHASES
+    ]
+    sql = (
+        "SELECT TraceId AS trace_id, ClientSpanId AS client_span_id,"
+        " ServerSpanId AS server_span_id,"
+        " fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start, service, method, call_type,"
+        " run_id, client_service, client_host, client_instance, server_service, server_host,"
+        " server_instance, status_code, client_domain, server_domain,\n"
+        "    if(clock_defined, clock_offset_ns / 1000, NULL) AS clock_offset_us,\n"
+        "    if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us,\n"
+        "    multiIf(client_domain = server_domain, 'same clock',"
+        " NOT isNaN(own_window_offset_ns), 'own window',"
+        " NOT isNaN(pair_offset_ns), 'pair', 'none') AS clock_estimate,\n    "
+        + ",\n    ".join(phases_us)
+        + f"\nFROM ({per_call_sql(options)})\n"
+        "WHERE TraceId = {trace_id:String} AND ClientSpanId = {span:String}"
+    )
+    frame = store.query(sql, _window_parameters(start_ns, clock, trace_id, span), readonly=True)
+    return frame[list(SUMMARY_COLUMNS)]
+
+
+# -- the waterfall -------------------------------------------------------------------------------
+
+LANES = ("client", "network", "server")
+_SIDES = {column.name: ("client" if column.client else "server") for column in COLUMNS}
+
+
+def phase_bounds(name: str) -> tuple[str, str]:
+    """(earlier, later) ``grpc_calls`` columns whose difference is the phase."""
+    phase = next(phase for phase in PHASES if phase.name == name)
+    later, _, earlier = phase.value.partition(" - ")
+    if later not in _SIDES or earlier not in _SIDES:
+        raise ValueError(f"phase {name} is not a difference of two event columns")
+    return earlier, later
+
+
+def _segment_lane(earlier: str, later: str) -> str:
+    sides = {_SIDES[earlier], _SIDES[later]}
+    return sides.pop() if len(sides) == 1 else "network"
+
+
+SEGMENTS = tuple(
+    (name, *phase_bounds(name), _segment_lane(*phase_bounds(name))) for name in CONSECUTIVE_PHASES
+)
+
+WATERFALL_COLUMNS = ("view", "kind", "lane", "name", "start_us", "end_us", "detail")
+
+
+def call_waterfall(
+    store: Store,
+    trace_id: str,
+    client_span_id: str = "",
+    clock_offset_us: float | None = None,
+    *,
+    options: CallsOptions | None = None,
+) -> pd.DataFrame:
+    """The call's spans, phases and events on one timeline, twice: raw and corrected.
+
+    ``clock_offset_us`` is the call's offset as ``call_summary`` reports it
+    (passed in so the page does not estimate it twice; None: no estimate,
+    both views are then the raw one). One row per (view, item): ``view``
+    'raw' (each clock as recorded) or 'corrected' (server times minus the
+    offset); ``kind`` 'span', 'phase' or 'event'; ``lane`` client, network
+    or server; ``start_us``/``end_us`` relative to the client span's start
+    (an event has start = end); ``detail`` the message id and size of
+    message events. Empty when the trace has no gRPC call.
+    """
+    options = options or CallsOptions()
+    trace_id = normalize_trace_id(trace_id)
+    found = locate(store, trace_id, client_span_id, options=options)
+    if found is None:
+        return pd.DataFrame({column: [] for column in WATERFALL_COLUMNS})
+    span, start_ns = found
+    row = _merged_row(store, trace_id, span, start_ns, options)
+    events = _span_events(store, trace_id, [span, row["ServerSpanId"]], start_ns, options)
+    # Integer ns throughout: Unix ns do not fit a float's 53 bits exactly.
+    offset_ns = (
+        0 if clock_offset_us is None or pd.isna(clock_offset_us) else round(clock_offset_us * 1000)
+    )
+    origin = int(row["client_start_ns"]) or int(row["server_start_ns"]) - offset_ns
+    records = []
+    for view, shift in (("raw", 0), ("corrected", offset_ns)):
+
+        def at(column: str, shift: int = shift) -> float:
+            value = int(row[column]) - origin
+            return (value - (shift if _SIDES[column] == "server" else 0)) / 1000
+
+        for side in ("client", "server"):
+            if int(row[f"{side}_start_ns"]):
+                span_bar = (f"{side} span", at(f"{side}_start_ns"), at(f"{side}_end_ns"))
+                records.append((view, "span", side, *span_bar, ""))
+        for name, earlier, later, lane in SEGMENTS:
+            if int(row[earlier]) and int(row[later]):
+                records.append((view, "phase", lane, name, at(earlier), at(later), ""))
+        for event in events.itertuples(index=False):
+            moved = shift if event.lane == "server" else 0
+            time_us = (int(event.time_ns) - origin - moved) / 1000
+            records.append((view, "event", event.lane, event.event, time_us, time_us, event.detail))
+    return pd.DataFrame.from_records(records, columns=list(WATERFALL_COLUMNS))
+
+
+def _merged_row(
+    store: Store, trace_id: str, span: str, start_ns: int, options: CallsOptions
+) -> pd.Series:
+    """The call's ``grpc_calls`` row (every event column), halves merged."""
+    parameters = {
+        **time_parameters(start_ns - HALF_MARGIN_NS, start_ns + HALF_MARGIN_NS),
+        "trace_id": trace_id,
+        "span": span,
+    }
+    sql = (
+        f"SELECT * FROM ({calls_source(options)})\n"
+        "WHERE TraceId = {trace_id:String} AND ClientSpanId = {span:String}"
+    )
+    return store.query(sql, parameters, readonly=True).iloc[0]
+
+
+def _span_events(
+    store: Store, trace_id: str, spans: list[str], start_ns: int, options: CallsOptions
+) -> pd.DataFrame:
+    """Every event of the call's client and server spans: lane, event, time_ns, detail."""
+    sql = (
+        "SELECT if(SpanKind IN ('Client', 'SPAN_KIND_CLIENT'), 'client', 'server') AS lane,"
+        " event, toUnixTimestamp64Nano(at) AS time_ns,\n"
+        "    arrayStringConcat(arrayFilter(part -> part != '', ["
+        "if(attributes['rpc.message.id'] != '', concat('message ', attributes['rpc.message.id']),"
+        " ''), if(attributes['rpc.message.uncompressed_size'] != '',"
+        " concat(attributes['rpc.message.uncompressed_size'], ' B'), '')]), ', ') AS detail\n"
+        f"FROM {options.traces}\n"
+        "ARRAY JOIN Events.Name AS event, Events.Timestamp AS at, Events.Attributes AS attributes\n"
+        "WHERE TraceId = {trace_id:String} AND SpanId IN {spans:Array(String)}\n"
+        "    AND Timestamp >= fromUnixTimestamp64Nano({since_ns:Int64})\n"
+        "    AND Timestamp < fromUnixTimestamp64Nano({until_ns:Int64})\n"
+        "ORDER BY time_ns, lane"
+    )
+    parameters = {
+        "trace_id": trace_id,
+        "spans": [span for span in spans if span],
+        "since_ns": start_ns - HALF_MARGIN_NS,
+        "until_ns": start_ns + HALF_MARGIN_NS,
+    }
+    return store.query(sql, parameters, readonly=True)
+
+
+# -- tables for one call (no query) ------------------------------------------------------------
+
+#: Phases whose value depends on the clock offset (their corrected twin exists).
+ONE_WAY = ("request_network", "response_network")
+
+
+def phase_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The call's phases (``call_summary``) as rows: phase, raw_us, corrected_us.
+
+    Only the one-way network phases differ between the two; their sum is the
+    same in both, whatever the clocks do.
+    """
+    if summary.empty:
+        return pd.DataFrame({"phase": [], "raw_us": [], "corrected_us": []})
+    call = summary.iloc[0]
+    names = (*CONSECUTIVE_PHASES, "unattributed", "total", "server_residence", "pool_wait")
+    records = []
+    for name in names:
+        raw = call[f"{name}_us"]
+        corrected = call[f"{name}_corrected_us"] if name in ONE_WAY else raw
+        records.append((name, raw, corrected))
+    frame = pd.DataFrame.from_records(records, columns=["phase", "raw_us", "corrected_us"])
+    for column in ("raw_us", "corrected_us"):
+        frame[column] = frame[column].astype("float64")
+    return frame
+
+
+def event_table(waterfall: pd.DataFrame) -> pd.DataFrame:
+    """The call's events (``call_waterfall``) in time order: lane, event, raw_us,
+    corrected_us (µs since the client span's start) and detail."""
+    events = waterfall[waterfall["kind"] == "event"]
+    raw = events[events["view"] == "raw"].reset_index(drop=True)
+    corrected = events[events["view"] == "corrected"].reset_index(drop=True)
+    frame = pd.DataFrame(
+        {
+            "lane": raw["lane"],
+            "event": raw["name"],
+            "raw_us": raw["start_us"].astype("float64"),
+            "corrected_us": corrected["start_us"].astype("float64"),
+            "detail": raw["detail"],
+        }
+    )
+    return frame.sort_values(["corrected_us", "raw_us"], kind="stable").reset_index(drop=True)

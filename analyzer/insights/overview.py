@@ -1,0 +1,269 @@
+"""The Overview page's answers: how many calls, how slow, and how much of it is not the handler.
+
+One aggregate inside ClickHouse (``overview``) answers the whole page with
+``GROUPING SETS``: merging a million unmerged call halves is the expensive
+part of any query, so the page pays for it once, and the result is bounded
+by methods and time buckets, never by calls. Three pure functions read it:
+
+* ``summary``: calls, calls/s, p50/p99 of ``total`` and the share of the
+  time calls spend that is not ``processing`` (the seed article's
+  "network overhead", as a share);
+* ``phases_by_method``: per method, each consecutive phase's mean (or
+  median) over the calls that record every event, stacked to that method's
+  mean ``total`` (``unattributed`` is a segment of its own, never hidden);
+* ``network_over_time``: per time bucket, the wire (``request_network +
+  response_network``, exact whatever the clocks do) and the whole overhead
+  (``total - processing``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.insights.rows import (
+    STACKED_PHASES,
+    bucket_seconds,
+    parameters,
+    rows_sql,
+    time_span,
+)
+from grpc_overhead.analyzer.phases import QUANTILE_FUNCTION
+from grpc_overhead.analyzer.store.base import Store
+
+#: Both one-way network phases recorded: their sum is exact across clocks.
+NETWORK = "request_network_value + response_network_value"
+NETWORK_DEFINED = "request_network_defined AND response_network_defined"
+#: Every event recorded: the eight phases and ``unattributed`` add up to ``total``.
+COMPLETE = "unattributed_defined"
+
+STATISTICS = ("mean", "p50")
+TARGET_BUCKETS = 120
+
+#: ``overview`` rows: one per level.
+ALL, METHOD, BUCKET = "all", "method", "bucket"
+
+
+def overview(
+    store: Store,
+    filters: CallFilters | None = None,
+    statistic: str = "mean",
+    buckets: int = TARGET_BUCKETS,
+    *,
+    options: CallsOptions | None = None,
+) -> pd.DataFrame:
+    """Everything the Overview shows, in one pass over the calls matching ``filters``.
+
+    One row per ``level``: ``all`` (every call), ``method`` (per service and
+    method, busiest first), ``bucket`` (per time bucket of call starts, a
+    round length giving at most ``buckets``; ``bucket_s`` says which).
+    Columns (ns sums, µs otherwise): calls, first_ns, last_ns, total_calls,
+    total_p50_us, total_p99_us, total_mean_us, calls_with_events and the
+    ``complete_{total,processing,network}_ns`` sums over them, per phase of
+    ``STACKED_PHASES`` and ``total`` its ``statistic`` (mean or p50) over the
+    calls with every event as ``{phase}_us``, and network (request + response
+    network) and overhead (total - processing) means and p99. Read it with
+    ``summary``, ``phases_by_method`` and ``network_over_time``.
+    """
+    if statistic not in STATISTICS:
+        raise BadInput(f"statistic must be one of {', '.join(STATISTICS)}, not {statistic!r}")
+    span = time_span(store, filters, options)
+    step_s = bucket_seconds(*span, target=max(int(buckets), 1)) if span else 1
+
+    def stat(expression: str) -> str:
+        if statistic == "mean":
+            return f"avgIf(toFloat64({expression}), {COMPLETE}) / 1000"
+        return f"{QUANTILE_FUNCTION}If(0.5)(toFloat64({expression}), {COMPLETE})[1] / 1000"
+
+    network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
+    sql = (
+        "SELECT multiIf(grouping(service) = 0, 'method', grouping(bucket_ns) = 0, 'bucket',"
+        " 'all') AS level,\n"
+        "    service, method, bucket_ns, count() AS calls,\n"
+        "    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns,\n"
+        "    countIf(total_defined) AS total_calls,\n"
+        f"    {QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined)"
+        " AS total_q,\n"
+        "    avgIf(toFloat64(total_value), total_defined) / 1000 AS total_mean_us,\n"
+        f"    countIf({COMPLETE}) AS calls_with_events,\n"
+        f"    sumIf(total_value, {COMPLETE}) AS complete_total_ns,\n"
+        f"    sumIf(processing_value, {COMPLETE}) AS complete_processing_ns,\n"
+        f"    sumIf({NETWORK}, {COMPLETE}) AS complete_network_ns,\n    "
+        + ",\n    ".join(
+            f"{stat(f'{name}_value')} AS {name}_us" for name in (*STACKED_PHASES, "total")
+        )
+        + ",\n"
+        f"    countIf({NETWORK_DEFINED}) AS network_calls,\n"
+        f"    avgIf({network}, {NETWORK_DEFINED}) AS network_mean_us,\n"
+        f"    {QUANTILE_FUNCTION}If(0.99)({network}, {NETWORK_DEFINED})[1] AS network_p99_us,\n"
+        "    countIf(network_overhead_defined) AS overhead_calls,\n"
+        f"    avgIf({overhead}, network_overhead_defined) AS overhead_mean_us\n"
+        "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
+        f" AS bucket_ns FROM ({rows_sql(options)}))\n"
+        "GROUP BY GROUPING SETS ((), (service, method), (bucket_ns))\n"
+        "ORDER BY level, calls DESC, service, method, bucket_ns"
+    )
+    frame = store.query(
+        sql, {**parameters(filters), "bucket_ns": step_s * 1_000_000_000}, readonly=True
+    )
+    frame = frame[(frame["calls"] > 0) | (frame["level"] == ALL)].reset_index(drop=True)
+    frame["bucket_s"] = step_s
+    frame["total_p50_us"] = [
+        _first(q, n, 0) for q, n in zip(frame["total_q"], frame["total_calls"], strict=True)
+    ]
+    frame["total_p99_us"] = [
+        _first(q, n, 1) for q, n in zip(frame["total_q"], frame["total_calls"], strict=True)
+    ]
+    _missing_where(frame, ["total_mean_us"], frame["total_calls"])
+    _missing_where(
+        frame, [f"{name}_us" for name in (*STACKED_PHASES, "total")], frame["calls_with_events"]
+    )
+    _missing_where(frame, ["network_mean_us", "network_p99_us"], frame["network_calls"])
+    _missing_where(frame, ["overhead_mean_us"], frame["overhead_calls"])
+    return frame.drop(columns=["total_q"])
+
+
+SUMMARY_COLUMNS = (
+    "calls",
+    "first_start",
+    "last_start",
+    "calls_per_s",
+    "total_p50_us",
+    "total_p99_us",
+    "total_mean_us",
+    "not_processing_share",
+    "network_share",
+    "calls_with_events",
+)
+
+
+def summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row (``SUMMARY_COLUMNS``) from ``overview``'s ``all`` row.
+
+    ``calls_per_s`` is ``(calls - 1)`` over the time between the first and
+    the last call start: the arrival rate, exact for evenly spaced calls (NaN
+    for fewer than two calls at distinct times). ``not_processing_share`` is
+    ``1 - Σ processing / Σ total`` and ``network_share`` ``Σ (request_network
+    + response_network) / Σ total``, both over the calls that record every
+    event (``calls_with_events``): shares of the time calls spend, so a slow
+    call weighs more than a fast one, as it does for the caller.
+    """
+    rows = frame[frame["level"] == ALL]
+    if rows.empty:  # no call matched: some engines return no row for the () grouping set
+        return pd.DataFrame([{"calls": 0, "calls_with_events": 0}], columns=list(SUMMARY_COLUMNS))
+    row = rows.iloc[0]
+    calls = int(row["calls"])
+    span_ns = int(row["last_ns"]) - int(row["first_ns"]) if calls else 0
+    complete_total = float(row["complete_total_ns"]) if int(row["calls_with_events"]) else 0.0
+    return pd.DataFrame(
+        [
+            {
+                "calls": calls,
+                "first_start": _timestamp(int(row["first_ns"])) if calls else pd.NaT,
+                "last_start": _timestamp(int(row["last_ns"])) if calls else pd.NaT,
+                "calls_per_s": (calls - 1) / (span_ns / 1e9) if span_ns > 0 else math.nan,
+                "total_p50_us": row["total_p50_us"],
+                "total_p99_us": row["total_p99_us"],
+                "total_mean_us": row["total_mean_us"],
+                "not_processing_share": (
+                    1 - float(row["complete_processing_ns"]) / complete_total
+                    if complete_total > 0
+                    else math.nan
+                ),
+                "network_share": (
+                    float(row["complete_network_ns"]) / complete_total
+                    if complete_total > 0
+                    else math.nan
+                ),
+                "calls_with_events": int(row["calls_with_events"]),
+            }
+        ],
+        columns=list(SUMMARY_COLUMNS),
+    )
+
+
+PHASES_BY_METHOD_COLUMNS = (
+    "service",
+    "method",
+    "calls",
+    "calls_with_events",
+    "phase",
+    "value_us",
+    "share",
+    "total_us",
+)
+
+
+def phases_by_method(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (service, method) and phase of ``STACKED_PHASES`` (``PHASES_BY_METHOD_COLUMNS``).
+
+    Only calls that record every event count (``calls_with_events``), so
+    with the mean the segments add up exactly to ``total_us``, the mean
+    ``total`` of those calls, and ``share`` is the phase's part of it.
+    Medians do not add up: with p50, ``total_us`` is the median total and
+    ``share`` is against the sum of the segments. Methods busiest first,
+    phases in call order; NaN values for a method without events.
+    """
+    records = []
+    for row in frame[frame["level"] == METHOD].to_dict("records"):
+        values = {name: float(row[f"{name}_us"]) for name in STACKED_PHASES}
+        stacked = sum(values.values())
+        for name in STACKED_PHASES:
+            records.append(
+                (
+                    row["service"],
+                    row["method"],
+                    int(row["calls"]),
+                    int(row["calls_with_events"]),
+                    name,
+                    values[name],
+                    values[name] / stacked if stacked else math.nan,
+                    float(row["total_us"]),
+                )
+            )
+    return pd.DataFrame.from_records(records, columns=list(PHASES_BY_METHOD_COLUMNS)).astype(
+        {"value_us": "float64", "share": "float64", "total_us": "float64"}
+    )
+
+
+NETWORK_COLUMNS = (
+    "bucket_start",
+    "bucket_s",
+    "calls",
+    "calls_per_s",
+    "network_mean_us",
+    "network_p99_us",
+    "overhead_mean_us",
+    "total_p50_us",
+)
+
+
+def network_over_time(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per time bucket with calls (``NETWORK_COLUMNS``), oldest first: ``network`` =
+    request_network + response_network (calls that record both), ``overhead`` =
+    total - processing, in µs; ``calls_per_s`` = the bucket's calls / its length."""
+    buckets = frame[frame["level"] == BUCKET].sort_values("bucket_ns")
+    result = buckets.assign(
+        bucket_start=pd.to_datetime(buckets["bucket_ns"], unit="ns", utc=True),
+        calls_per_s=buckets["calls"] / buckets["bucket_s"],
+    )
+    return result[list(NETWORK_COLUMNS)].reset_index(drop=True)
+
+
+def _first(quantiles: object, count: int, index: int) -> float:
+    if not int(count) or quantiles is None or len(quantiles) <= index:  # type: ignore[arg-type]
+        return math.nan
+    return float(quantiles[index])  # type: ignore[index]
+
+
+def _missing_where(frame: pd.DataFrame, columns: list[str], counts: pd.Series) -> None:
+    """An aggregate over no value comes back as 0 or NaN; make it NaN (shown as missing)."""
+    for column in columns:
+        frame[column] = frame[column].astype("float64").where(counts.astype("int64") > 0)
+
+
+def _timestamp(ns: int) -> pd.Timestamp:
+    return pd.Timestamp(ns, unit="ns", tz="UTC")

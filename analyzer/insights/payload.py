@@ -1,0 +1,279 @@
+"""The Payload and compression page's answers: what each megabyte costs, per phase and algorithm.
+
+* ``costs``: per phase (and per compression algorithm), the
+  least-squares line of the phase against the bytes it moves, fitted in
+  ClickHouse (``simpleLinearRegression``): its slope is the cost per MB
+  (µs per 1,000,000 bytes), its intercept the fixed cost of a call.
+* ``payload_sample``: a bounded, deterministic sample of calls (size and
+  phases) for scatter plots: never every call.
+* ``algorithms``: the algorithms side by side, end to end and per phase,
+  as the seed article compares none, gzip, zstd, lz4 and snappy.
+
+``costs`` and ``algorithms`` read one aggregate, ``by_algorithm``.
+
+Sizes are the message sizes the instrumentation records
+(``rpc.message.uncompressed_size``: the serialized protobuf, so *after* an
+application-level codec such as the prediction service's zstd/lz4/snappy
+blob and *before* gRPC's own gzip/deflate), summed over a call's messages.
+The algorithm label is ``rows.ALGORITHM``: gRPC compression
+(``grpc.compression``) and the service's payload codec
+(``grpc_overhead.payload.codec``), both already ``grpc_calls`` columns.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.insights.rows import STACKED_PHASES, halves, parameters, rows_sql
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, QUANTILE_FUNCTION
+from grpc_overhead.analyzer.store.base import Store
+
+BYTES_PER_MB = 1_000_000
+REQUEST_BYTES = "request_uncompressed_bytes"
+RESPONSE_BYTES = "response_uncompressed_bytes"
+
+#: Which bytes a phase moves: the request's, the response's, or both (the
+#: handler reads one and writes the other; total and overhead span both).
+SIZE_BASIS: dict[str, str] = {
+    "client_serialize": "request",
+    "request_network": "request",
+    "server_queue": "request",
+    "request_deserialize": "request",
+    "processing": "both",
+    "response_serialize": "response",
+    "response_network": "response",
+    "client_deserialize": "response",
+    "total": "both",
+    "network_overhead": "both",
+}
+BASIS_BYTES = {
+    "request": REQUEST_BYTES,
+    "response": RESPONSE_BYTES,
+    "both": f"({REQUEST_BYTES} + {RESPONSE_BYTES})",
+}
+FITTED_PHASES: tuple[str, ...] = tuple(SIZE_BASIS)
+assert set(CONSECUTIVE_PHASES) <= set(FITTED_PHASES)
+
+#: The label of the fit over every algorithm together.
+ALL = "(all)"
+
+COST_COLUMNS = (
+    "algorithm",
+    "phase",
+    "basis",
+    "calls",
+    "slope_us_per_mb",
+    "intercept_us",
+    "r2",
+    "min_bytes",
+    "max_bytes",
+)
+
+
+def by_algorithm(
+    store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
+) -> pd.DataFrame:
+    """Everything the page computes over every call, in one pass: one row per
+    ``algorithm`` (``ALL`` first: every call together; then each algorithm,
+    busiest first). Read it with ``costs`` and ``algorithms``.
+
+    Merging a million unmerged call halves is the expensive part of a query,
+    so the fits and the comparison share one (``GROUPING SETS``).
+    """
+    columns = []
+    for name in FITTED_PHASES:
+        x = f"toFloat64({BASIS_BYTES[SIZE_BASIS[name]]})"
+        y, defined = f"toFloat64({name}_value)", f"{name}_defined"
+        columns += [
+            f"countIf({defined}) AS {name}_calls",
+            f"simpleLinearRegressionIf({x}, {y}, {defined}) AS {name}_fit",
+            f"varPopIf({x}, {defined}) AS {name}_var",
+            f"corrIf({x}, {y}, {defined}) AS {name}_corr",
+            f"minIf({x}, {defined}) AS {name}_min",
+            f"maxIf({x}, {defined}) AS {name}_max",
+        ]
+    columns += [
+        f"avg({REQUEST_BYTES}) AS request_bytes_mean",
+        f"avg({RESPONSE_BYTES}) AS response_bytes_mean",
+        "sumIf(request_compressed_bytes, request_compressed_bytes > 0)"
+        f" / sumIf({REQUEST_BYTES}, request_compressed_bytes > 0) AS request_compressed_ratio",
+        "sumIf(response_compressed_bytes, response_compressed_bytes > 0)"
+        f" / sumIf({RESPONSE_BYTES}, response_compressed_bytes > 0) AS response_compressed_ratio",
+        f"{QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined) AS q",
+        # (total_calls: one of the fitted phases' counts above)
+        "avgIf(total_value, total_defined) / 1000 AS total_mean_us",
+        "countIf(unattributed_defined) AS calls_with_events",
+        *(
+            f"avgIf({name}_value, unattributed_defined) / 1000 AS {name}_us"
+            for name in STACKED_PHASES
+        ),
+    ]
+    sql = (
+        "SELECT if(grouping(algorithm) = 1, {all:String}, algorithm) AS label,"
+        " count() AS calls,\n    " + ",\n    ".join(columns) + f"\nFROM ({rows_sql(options)})\n"
+        "GROUP BY GROUPING SETS ((), (algorithm))\n"
+        "ORDER BY grouping(algorithm) DESC, calls DESC, label"
+    )
+    frame = store.query(sql, {**parameters(filters), "all": ALL}, readonly=True)
+    frame = frame.rename(columns={"label": "algorithm"})
+    return frame[frame["calls"] > 0].reset_index(drop=True)
+
+
+def costs(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (algorithm, phase of ``FITTED_PHASES``) (``COST_COLUMNS``): the least-squares
+    fit ``phase_us = intercept_us + slope_us_per_mb * MB`` over the calls that
+    define the phase, where MB is the phase's ``basis`` bytes / 1,000,000.
+
+    ``algorithm`` is ``ALL`` for the fit over every call, then each algorithm.
+    ``r2`` is the squared correlation (how much of the phase's spread the
+    size explains). Where every call has the same size a slope means
+    nothing: slope, intercept and r2 are NaN.
+    """
+    records = []
+    for row in frame.to_dict("records"):
+        for name in FITTED_PHASES:
+            calls = int(row[f"{name}_calls"])
+            fitted = calls > 1 and float(row[f"{name}_var"]) > 0
+            slope, intercept = _line(row[f"{name}_fit"]) if fitted else (math.nan, math.nan)
+            corr = float(row[f"{name}_corr"]) if fitted else math.nan
+            records.append(
+                (
+                    row["algorithm"],
+                    name,
+                    SIZE_BASIS[name],
+                    calls,
+                    slope * BYTES_PER_MB / 1000,  # ns per byte -> µs per MB
+                    intercept / 1000,
+                    corr * corr if math.isfinite(corr) else math.nan,
+                    float(row[f"{name}_min"]) if calls else math.nan,
+                    float(row[f"{name}_max"]) if calls else math.nan,
+                )
+            )
+    return pd.DataFrame.from_records(records, columns=list(COST_COLUMNS))
+
+
+SAMPLE_COLUMNS = (
+    "service",
+    "method",
+    "algorithm",
+    "request_bytes",
+    "response_bytes",
+    *(f"{name}_us" for name in FITTED_PHASES),
+)
+MAX_SAMPLE = 20_000
+
+
+def payload_sample(
+    store: Store,
+    filters: CallFilters | None = None,
+    limit: int = 2_000,
+    *,
+    options: CallsOptions | None = None,
+) -> pd.DataFrame:
+    """At most ``limit`` calls (``SAMPLE_COLUMNS``; phases NaN where undefined) for a
+    scatter plot, chosen by a hash of the call's key: uniform over the calls,
+    the same calls on every rerun (points do not jump). The hash also thins
+    the halves *before* they are merged (the key is the sorting key, so the
+    condition reaches the ``FINAL`` read): about ``2 x limit`` calls are
+    merged, not all of them."""
+    if not 1 <= limit <= MAX_SAMPLE:
+        raise BadInput(f"sample size must be between 1 and {MAX_SAMPLE}, not {limit}")
+    found = halves(store, filters, options)
+    if found is None:
+        return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
+    # Half rows ~ 2 x calls; keep about 2 x limit calls (hashes are uniform).
+    modulo = max(1, found[2] // (4 * limit))
+    phases = [
+        f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in FITTED_PHASES
+    ]
+    sql = (
+        "SELECT service, method, algorithm,\n"
+        f"    {REQUEST_BYTES} AS request_bytes, {RESPONSE_BYTES} AS response_bytes,\n    "
+        + ",\n    ".join(phases)
+        + f"\nFROM ({rows_sql(options)})\n"
+        "WHERE cityHash64(TraceId, ClientSpanId) % {modulo:UInt64} = 0\n"
+        "ORDER BY cityHash64(TraceId, ClientSpanId)\nLIMIT {limit:UInt32}"
+    )
+    frame = store.query(
+        sql, {**parameters(filters), "limit": int(limit), "modulo": modulo}, readonly=True
+    )
+    for name in FITTED_PHASES:
+        frame[f"{name}_us"] = frame[f"{name}_us"].astype("float64")
+    return frame[list(SAMPLE_COLUMNS)]
+
+
+ALGORITHM_COLUMNS = (
+    "algorithm",
+    "calls",
+    "request_bytes_mean",
+    "response_bytes_mean",
+    "request_compressed_ratio",
+    "response_compressed_ratio",
+    "total_p50_us",
+    "total_p99_us",
+    "total_mean_us",
+    "calls_with_events",
+    "phase",
+    "value_us",
+    "share",
+)
+
+
+def algorithms(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per algorithm (not ``ALL``; busiest first) and phase of ``STACKED_PHASES``: one
+    row (``ALGORITHM_COLUMNS``) from ``by_algorithm``.
+
+    End to end: calls, mean message bytes each way, p50/p99/mean ``total``.
+    ``*_compressed_ratio``: gRPC-compressed bytes over message bytes, over the
+    messages whose compressed size was recorded (gzip/deflate, sampled; NaN
+    where none was). Per phase: the mean over the calls that record every
+    event (``calls_with_events``), so the phases add up to their mean total
+    and ``share`` is each phase's part of it.
+    """
+    records = []
+    for row in frame[frame["algorithm"] != ALL].to_dict("records"):
+        has_total = int(row["total_calls"]) > 0
+        complete = int(row["calls_with_events"])
+        values = {
+            name: float(row[f"{name}_us"]) if complete else math.nan for name in STACKED_PHASES
+        }
+        stacked = sum(values.values())
+        for name in STACKED_PHASES:
+            records.append(
+                (
+                    row["algorithm"],
+                    int(row["calls"]),
+                    float(row["request_bytes_mean"]),
+                    float(row["response_bytes_mean"]),
+                    _ratio(row["request_compressed_ratio"]),
+                    _ratio(row["response_compressed_ratio"]),
+                    float(row["q"][0]) if has_total else math.nan,
+                    float(row["q"][1]) if has_total else math.nan,
+                    float(row["total_mean_us"]) if has_total else math.nan,
+                    complete,
+                    name,
+                    values[name],
+                    values[name] / stacked if complete and stacked else math.nan,
+                )
+            )
+    return pd.DataFrame.from_records(records, columns=list(ALGORITHM_COLUMNS))
+
+
+def _line(fit: object) -> tuple[float, float]:
+    """``simpleLinearRegression``'s (k, b), which arrives as a named tuple (a dict) or a tuple."""
+    if isinstance(fit, dict):
+        return float(fit["k"]), float(fit["b"])
+    slope, intercept = fit  # type: ignore[misc]
+    return float(slope), float(intercept)
+
+
+def _ratio(value: object) -> float:
+    """sum/sum over no compressed message is NaN (0/0) or NULL; keep it NaN."""
+    if value is None:
+        return math.nan
+    number = float(value)  # type: ignore[arg-type]
+    return number if math.isfinite(number) else math.nan

@@ -1,0 +1,130 @@
+"""Overview: how many calls, how slow, and where the time goes per method and over time."""
+
+from __future__ import annotations
+
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from grpc_overhead.analyzer.insights import overview
+from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
+from grpc_overhead.app import formatting, shared
+
+st.title("Overview")
+filters = shared.filters()
+shared.require_calls(filters)
+
+statistic = st.session_state.get("overview_statistic", "mean")
+answer = shared.load(overview.overview, filters, statistic)
+summary = overview.summary(answer).iloc[0]
+columns = st.columns(5)
+columns[0].metric("Calls", formatting.count(summary["calls"]))
+columns[1].metric(
+    "Calls/s",
+    formatting.rate(summary["calls_per_s"]),
+    help="Arrival rate between the first and the last call in the selection.",
+)
+columns[2].metric("p50 total", formatting.duration(summary["total_p50_us"]))
+columns[3].metric("p99 total", formatting.duration(summary["total_p99_us"]))
+columns[4].metric(
+    "Not processing",
+    formatting.share(summary["not_processing_share"]),
+    help=(
+        "1 - Σ processing / Σ total over the calls that record every event: the share of "
+        "the time callers wait that is serialization, network, queuing and the rest, "
+        f"not the handler. The wire alone (request + response network) is "
+        f"{formatting.share(summary['network_share'])}."
+    ),
+)
+without_events = int(summary["calls"]) - int(summary["calls_with_events"])
+if without_events:
+    st.caption(
+        f"{formatting.count(without_events)} calls carry no transport events (e.g. spans from "
+        "plain OpenTelemetry gRPC instrumentation): they count in calls and total, not in "
+        "the phase split."
+    )
+
+st.subheader("Where the time goes, per method")
+statistic = st.radio(
+    "Statistic",
+    overview.STATISTICS,
+    horizontal=True,
+    key="overview_statistic",
+    help="Means add up to the mean total; medians of phases do not add up to anything.",
+)
+by_method = overview.phases_by_method(answer)
+stackable = by_method.dropna(subset=["value_us"])
+if stackable.empty:
+    st.info(
+        "No call in the selection records transport events, so total cannot be split into "
+        "phases. Instrument client and server with `grpc_overhead.instrumentation`."
+    )
+else:
+    stackable = stackable.assign(
+        label=stackable["service"] + "/" + stackable["method"],
+        shown=stackable["value_us"].map(formatting.duration),
+        part=stackable["share"].map(formatting.share),
+    )
+    figure = px.bar(
+        stackable,
+        x="value_us",
+        y="label",
+        color="phase",
+        orientation="h",
+        category_orders={"phase": list(STACKED_PHASES)},
+        custom_data=["shown", "part", "calls_with_events"],
+        labels={"value_us": f"{statistic} (µs)", "label": ""},
+    )
+    figure.update_traces(
+        hovertemplate="%{y}<br>%{fullData.name}: %{customdata[0]} (%{customdata[1]})"
+        "<br>%{customdata[2]} calls<extra></extra>"
+    )
+    figure.update_layout(
+        barmode="stack", legend_title_text="phase", height=140 + 50 * stackable["label"].nunique()
+    )
+    st.plotly_chart(figure, width="stretch", key="overview_phases_by_method")
+    totals = stackable.drop_duplicates("label")[["label", "calls", "calls_with_events", "total_us"]]
+    st.dataframe(
+        totals.rename(columns={"label": "method", "total_us": f"{statistic} total (µs)"}),
+        hide_index=True,
+        width="stretch",
+    )
+
+st.subheader("Network overhead over time")
+timeline = overview.network_over_time(answer)
+if timeline.empty:
+    st.info("No call starts in the selected range.")
+else:
+    figure = go.Figure()
+    for column, name, dash in (
+        ("overhead_mean_us", "overhead (total - processing), mean", "solid"),
+        ("network_mean_us", "network (request + response), mean", "solid"),
+        ("network_p99_us", "network (request + response), p99", "dot"),
+    ):
+        figure.add_trace(
+            go.Scatter(
+                x=timeline["bucket_start"],
+                y=timeline[column],
+                name=name,
+                mode="lines+markers",
+                line={"dash": dash},
+            )
+        )
+    figure.update_layout(
+        yaxis_title="µs",
+        xaxis_title=f"call start (UTC, {int(timeline['bucket_s'].iloc[0])} s buckets)",
+        legend={"orientation": "h", "y": -0.25},
+    )
+    st.plotly_chart(figure, width="stretch", key="overview_network_over_time")
+    rate = px.bar(
+        timeline,
+        x="bucket_start",
+        y="calls_per_s",
+        labels={"bucket_start": "", "calls_per_s": "calls/s"},
+    )
+    rate.update_layout(height=220)
+    st.plotly_chart(rate, width="stretch", key="overview_rate")
+    st.caption(
+        "request_network + response_network needs no clock agreement: it is exact even "
+        "when client and server clocks disagree (see Clock offsets for each direction)."
+    )

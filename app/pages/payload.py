@@ -1,0 +1,193 @@
+"""Payload and compression: what each megabyte costs per phase, and the algorithms side by side."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from grpc_overhead.analyzer.insights import payload
+from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
+from grpc_overhead.app import formatting, shared
+
+SAMPLE = 2_000
+
+st.title("Payload & compression")
+filters = shared.filters()
+shared.require_calls(filters)
+
+answer = shared.load(payload.by_algorithm, filters)
+costs = payload.costs(answer)
+overall = costs[costs["algorithm"] == payload.ALL].set_index("phase")
+
+st.subheader("Cost per MB, per phase")
+phase = st.selectbox(
+    "Phase",
+    list(payload.FITTED_PHASES),
+    index=list(payload.FITTED_PHASES).index("total"),
+    key="payload_phase",
+)
+basis = payload.SIZE_BASIS[phase]
+fit = overall.loc[phase] if phase in overall.index else None
+columns = st.columns(3)
+columns[0].metric(
+    "Cost per MB",
+    formatting.duration(fit["slope_us_per_mb"]) if fit is not None else formatting.MISSING,
+    help=f"Least-squares slope of {phase} against the {basis} bytes (1 MB = 1,000,000 bytes).",
+)
+columns[1].metric(
+    "Fixed cost",
+    formatting.duration(fit["intercept_us"]) if fit is not None else formatting.MISSING,
+    help="The fitted line at zero bytes.",
+)
+columns[2].metric(
+    "R²",
+    f"{fit['r2']:.2f}" if fit is not None and np.isfinite(fit["r2"]) else formatting.MISSING,
+    help="How much of the phase's spread the payload size explains.",
+)
+
+sample = shared.load(payload.payload_sample, filters, SAMPLE)
+size_column = {"request": "request_bytes", "response": "response_bytes"}.get(basis)
+points = sample.assign(
+    mb=(sample[size_column] if size_column else sample["request_bytes"] + sample["response_bytes"])
+    / payload.BYTES_PER_MB
+).dropna(subset=[f"{phase}_us"])
+if points.empty:
+    st.info(f"No call in the selection records {phase}.")
+else:
+    scatter = px.scatter(
+        points,
+        x="mb",
+        y=f"{phase}_us",
+        color="algorithm",
+        hover_data=["method"],
+        opacity=0.6,
+        labels={"mb": f"{basis} payload (MB)", f"{phase}_us": f"{phase} (µs)"},
+    )
+    if fit is not None and np.isfinite(fit["slope_us_per_mb"]):
+        xs = np.array([fit["min_bytes"], fit["max_bytes"]]) / payload.BYTES_PER_MB
+        scatter.add_trace(
+            go.Scatter(
+                x=xs,
+                y=fit["intercept_us"] + fit["slope_us_per_mb"] * xs,
+                mode="lines",
+                name=f"fit: {formatting.duration(fit['slope_us_per_mb'])} per MB",
+                line={"color": "black", "dash": "dash"},
+            )
+        )
+    st.plotly_chart(scatter, width="stretch", key="payload_scatter")
+    fitted_calls = int(fit["calls"]) if fit is not None else 0
+    st.caption(
+        f"{formatting.count(len(points))} of {formatting.count(fitted_calls)} calls drawn "
+        "(a fixed hash sample); the line is fitted over every call. Sizes are message bytes "
+        "as serialized: after an application-level codec, before gRPC compression."
+    )
+
+st.dataframe(
+    overall.reset_index()[
+        [
+            "phase",
+            "basis",
+            "calls",
+            "slope_us_per_mb",
+            "intercept_us",
+            "r2",
+            "min_bytes",
+            "max_bytes",
+        ]
+    ],
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "slope_us_per_mb": st.column_config.NumberColumn("µs per MB", format="%.1f"),
+        "intercept_us": st.column_config.NumberColumn("fixed (µs)", format="%.1f"),
+        "r2": st.column_config.NumberColumn("R²", format="%.2f"),
+        "min_bytes": st.column_config.NumberColumn("min bytes", format="%d"),
+        "max_bytes": st.column_config.NumberColumn("max bytes", format="%d"),
+    },
+    key="payload_costs",
+)
+
+st.subheader("Algorithms side by side")
+algorithms = payload.algorithms(answer)
+summary = algorithms.drop_duplicates("algorithm")
+end_to_end = summary.melt(
+    id_vars="algorithm",
+    value_vars=["total_p50_us", "total_p99_us"],
+    var_name="statistic",
+    value_name="us",
+).replace({"statistic": {"total_p50_us": "p50 total", "total_p99_us": "p99 total"}})
+latency = px.bar(
+    end_to_end,
+    x="algorithm",
+    y="us",
+    color="statistic",
+    barmode="group",
+    labels={"us": "µs", "algorithm": ""},
+)
+st.plotly_chart(latency, width="stretch", key="payload_algorithms_total")
+
+stacked = algorithms.dropna(subset=["value_us"])
+if stacked.empty:
+    st.info("No call in the selection records transport events: no per-phase split.")
+else:
+    per_phase = px.bar(
+        stacked,
+        x="value_us",
+        y="algorithm",
+        color="phase",
+        orientation="h",
+        category_orders={"phase": list(STACKED_PHASES)},
+        labels={"value_us": "mean (µs)", "algorithm": ""},
+    )
+    per_phase.update_layout(barmode="stack", height=140 + 50 * stacked["algorithm"].nunique())
+    st.plotly_chart(per_phase, width="stretch", key="payload_algorithms_phases")
+
+total_costs = costs[(costs["phase"] == "total") & (costs["algorithm"] != payload.ALL)]
+table = summary[
+    [
+        "algorithm",
+        "calls",
+        "request_bytes_mean",
+        "response_bytes_mean",
+        "request_compressed_ratio",
+        "total_p50_us",
+        "total_p99_us",
+        "total_mean_us",
+    ]
+].merge(
+    total_costs[["algorithm", "slope_us_per_mb"]].rename(
+        columns={"slope_us_per_mb": "total_us_per_mb"}
+    ),
+    on="algorithm",
+    how="left",
+)
+st.dataframe(
+    pd.DataFrame(table),
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "request_bytes_mean": st.column_config.NumberColumn("request bytes (mean)", format="%.0f"),
+        "response_bytes_mean": st.column_config.NumberColumn(
+            "response bytes (mean)", format="%.0f"
+        ),
+        "request_compressed_ratio": st.column_config.NumberColumn(
+            "gRPC compressed / message",
+            format="%.2f",
+            help="Where the compressed size was recorded (gzip/deflate, sampled).",
+        ),
+        "total_p50_us": st.column_config.NumberColumn("p50 total (µs)", format="%.1f"),
+        "total_p99_us": st.column_config.NumberColumn("p99 total (µs)", format="%.1f"),
+        "total_mean_us": st.column_config.NumberColumn("mean total (µs)", format="%.1f"),
+        "total_us_per_mb": st.column_config.NumberColumn("total µs per MB", format="%.1f"),
+    },
+    key="payload_algorithms",
+)
+st.caption(
+    "Algorithm: gRPC's own compression (`grpc.compression`: gzip, deflate) or the prediction "
+    "service's payload codec (`grpc_overhead.payload.codec`: zstd, lz4, snappy); both at once "
+    "read e.g. gzip+zstd. Compare algorithms at similar payloads: the scatter above shows "
+    "where each one's calls lie."
+)

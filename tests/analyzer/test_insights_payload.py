@@ -1,0 +1,126 @@
+"""Payload and compression insights on a real chDB store: exact fits from known costs per MB."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from grpc_overhead.analyzer.calls import CallFilters
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.insights import payload
+from tests.analyzer import seed
+from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
+
+pytestmark = pytest.mark.unit
+
+SIZES = (100_000, 400_000, 700_000, 1_000_000)
+
+
+def seed_costs(store) -> None:
+    """Per algorithm (none, gzip, zstd) one call per request size: client_serialize costs
+    30 µs/MB (+ 100 µs for gzip), request_network 1,000 µs/MB + 50 µs; responses of
+    2 kB and 8 kB alternate, client_deserialize 500 µs/MB of response."""
+    spans = []
+    for index, (algorithm, size) in enumerate(
+        (algorithm, size) for algorithm in ("none", "gzip", "zstd") for size in SIZES
+    ):
+        response = 2_000 if index % 2 else 8_000
+        truth = replace(
+            Truth(),
+            start=seed.BASE_NS + index * MS,
+            client_serialize=size * 30 // 1000 + (100 * US if algorithm == "gzip" else 0),
+            request_network=50 * US + size * 1000 // 1000,
+            client_deserialize=response * 500 // 1000,
+        )
+        client, server = seed.synthetic_call(truth, request_bytes=size, response_bytes=response)
+        for span in (client, server):
+            if algorithm == "gzip":
+                span.attributes["grpc.compression"] = "gzip"
+            elif algorithm == "zstd":
+                span.attributes["grpc_overhead.payload.codec"] = "zstd"
+        spans += [client, server]
+    seed.insert_spans(store, spans)
+
+
+def test_cost_per_mb_per_phase(store):
+    seed_costs(store)
+    costs = payload.costs(payload.by_algorithm(store))
+    assert list(costs.columns) == list(payload.COST_COLUMNS)
+    overall = costs[costs["algorithm"] == payload.ALL].set_index("phase")
+    assert list(overall.index) == list(payload.FITTED_PHASES)
+    network = overall.loc["request_network"]
+    assert network["basis"] == "request" and network["calls"] == 12
+    assert network["slope_us_per_mb"] == pytest.approx(1000.0)
+    assert network["intercept_us"] == pytest.approx(50.0)
+    assert network["r2"] == pytest.approx(1.0)
+    assert (network["min_bytes"], network["max_bytes"]) == (100_000, 1_000_000)
+    deserialize = overall.loc["client_deserialize"]
+    assert deserialize["basis"] == "response"
+    assert deserialize["slope_us_per_mb"] == pytest.approx(500.0)
+    assert deserialize["intercept_us"] == pytest.approx(0.0, abs=1e-6)
+    # Processing does not depend on size: a flat line at 2 ms, r2 undefined.
+    assert overall.loc["processing", "slope_us_per_mb"] == pytest.approx(0.0, abs=1e-9)
+    assert overall.loc["processing", "intercept_us"] == pytest.approx(2000.0)
+    assert math.isnan(overall.loc["processing", "r2"])
+
+
+def test_cost_per_mb_per_algorithm(store):
+    seed_costs(store)
+    costs = payload.costs(payload.by_algorithm(store))
+    serialize = costs[costs["phase"] == "client_serialize"].set_index("algorithm")
+    assert list(serialize.index) == [payload.ALL, "gzip", "none", "zstd"]
+    for algorithm in ("gzip", "none", "zstd"):
+        assert serialize.loc[algorithm, "slope_us_per_mb"] == pytest.approx(30.0)
+        assert serialize.loc[algorithm, "calls"] == 4
+    assert serialize.loc["gzip", "intercept_us"] == pytest.approx(100.0)
+    assert serialize.loc["none", "intercept_us"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_one_size_gives_no_slope(store):
+    spans = []
+    for index in range(3):
+        spans += seed.synthetic_call(Truth(start=seed.BASE_NS + index * MS))
+    seed.insert_spans(store, spans)
+    costs = payload.costs(payload.by_algorithm(store))
+    assert costs["slope_us_per_mb"].isna().all() and costs["r2"].isna().all()
+    assert (costs["calls"] == 3).all()
+
+
+def test_algorithms_side_by_side(store):
+    seed_costs(store)
+    frame = payload.algorithms(payload.by_algorithm(store))
+    assert list(frame.columns) == list(payload.ALGORITHM_COLUMNS)
+    summary = frame.drop_duplicates("algorithm").set_index("algorithm")
+    assert list(summary.index) == ["gzip", "none", "zstd"]
+    assert summary["calls"].tolist() == [4, 4, 4]
+    assert summary.loc["none", "request_bytes_mean"] == 550_000
+    assert summary.loc["none", "response_bytes_mean"] == 5_000
+    # The seed records compressed = uncompressed for the first message each way.
+    assert summary.loc["gzip", "request_compressed_ratio"] == 1.0
+    serialize = frame[frame["phase"] == "client_serialize"].set_index("algorithm")["value_us"]
+    assert serialize.to_dict() == {"gzip": 116.5, "none": 16.5, "zstd": 16.5}
+    none = frame[frame["algorithm"] == "none"]
+    assert none["value_us"].sum() == pytest.approx(summary.loc["none", "total_mean_us"])
+    assert none["share"].sum() == pytest.approx(1.0)
+
+
+def test_sample_is_bounded_and_stable(store):
+    seed_costs(store)
+    sample = payload.payload_sample(store, limit=5)
+    assert list(sample.columns) == list(payload.SAMPLE_COLUMNS) and len(sample) == 5
+    again = payload.payload_sample(store, limit=5)
+    assert sample.equals(again)
+    every = payload.payload_sample(store, limit=100)
+    assert len(every) == 12
+    row = every[(every["algorithm"] == "none") & (every["request_bytes"] == 400_000)].iloc[0]
+    assert row["request_network_us"] == 450.0
+    assert payload.payload_sample(store, CallFilters(method="Other")).empty
+    with pytest.raises(BadInput, match="sample size"):
+        payload.payload_sample(store, limit=0)
+
+
+def test_nothing_matches(store):
+    frame = payload.by_algorithm(store, CallFilters(run_id="nope"))
+    assert payload.costs(frame).empty and payload.algorithms(frame).empty

@@ -1,0 +1,109 @@
+"""The Payload & compression page on a seeded chDB store: fits and comparisons are the data's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.analyzer.seed import BASE_NS, MS, US, Truth, insert_spans, synthetic_call
+from tests.app.charts import figures, metrics, traces
+from tests.app.conftest import run_page
+
+pytestmark = pytest.mark.unit
+
+#: Extra client_serialize per algorithm (compressing costs the client).
+COMPRESS_US = {"none": 0, "gzip": 200, "zstd": 50}
+
+
+def seed_sizes_and_algorithms(store) -> None:
+    """12 calls: each algorithm at 250, 500, 750 and 1,000 kB; request_network = 100 µs +
+    400 µs per MB of request, so total costs 400 µs per MB too."""
+    spans = []
+    for index in range(12):
+        algorithm = ("none", "gzip", "zstd")[index % 3]
+        size = (1 + index // 3) * 250_000
+        truth = replace(
+            Truth(),
+            start=BASE_NS + index * MS,
+            request_network=100 * US + size * 400 // 1_000_000 * US,
+            client_serialize=(15 + COMPRESS_US[algorithm]) * US,
+        )
+        client, server = synthetic_call(truth, request_bytes=size)
+        for span in (client, server):
+            if algorithm == "gzip":
+                span.attributes["grpc.compression"] = "gzip"
+            elif algorithm == "zstd":
+                span.attributes["grpc_overhead.payload.codec"] = "zstd"
+        spans += [client, server]
+    insert_spans(store, spans)
+
+
+def test_cost_per_mb_of_the_chosen_phase(served_store):
+    seed_sizes_and_algorithms(served_store)
+    at = run_page("payload")
+    assert not at.exception and not at.error
+    shown = metrics(at)
+    assert shown["Cost per MB"] == "400 µs"
+    # total = 2,689 - 300 + 100 + 400 x MB + compression; at zero bytes (512 response bytes
+    # count as "both"): 2,489 + mean compression cost (250 / 3) - 400 x 0.000512.
+    assert shown["Fixed cost"] == "2.57 ms"
+    costs = at.dataframe[0].value.set_index("phase")
+    assert costs.loc["request_network", "slope_us_per_mb"] == pytest.approx(400)
+    assert costs.loc["request_network", "intercept_us"] == pytest.approx(100)
+    assert costs.loc["processing", "slope_us_per_mb"] == pytest.approx(0, abs=1e-9)
+    assert costs.loc["request_network", "calls"] == 12
+
+
+def test_scatter_with_the_fitted_line(served_store):
+    seed_sizes_and_algorithms(served_store)
+    at = run_page("payload")
+    at.selectbox(key="payload_phase").set_value("request_network").run()
+    assert not at.exception
+    assert metrics(at)["Cost per MB"] == "400 µs"
+    scatter = traces(figures(at)["payload_scatter"])
+    assert sorted(scatter["none"]["x"]) == [0.25, 0.5, 0.75, 1.0]
+    assert sorted(scatter["none"]["y"]) == [200.0, 300.0, 400.0, 500.0]
+    [line] = [trace for name, trace in scatter.items() if name.startswith("fit")]
+    assert line["x"] == [0.25, 1.0] and line["y"] == [pytest.approx(200), pytest.approx(500)]
+
+
+def test_algorithms_side_by_side(served_store):
+    seed_sizes_and_algorithms(served_store)
+    at = run_page("payload")
+    table = at.dataframe[1].value.set_index("algorithm")
+    assert sorted(table.index) == ["gzip", "none", "zstd"]
+    assert table["calls"].tolist() == [4, 4, 4]
+    # 2,489 + 400 x 0.625 MB + the algorithm's compression cost.
+    for algorithm, extra in COMPRESS_US.items():
+        assert table.loc[algorithm, "total_mean_us"] == pytest.approx(2739 + extra)
+        assert table.loc[algorithm, "total_us_per_mb"] == pytest.approx(400)
+        assert table.loc[algorithm, "request_bytes_mean"] == 625_000
+    bars = traces(figures(at)["payload_algorithms_phases"])
+    by_algorithm = dict(
+        zip(bars["client_serialize"]["y"], bars["client_serialize"]["x"], strict=True)
+    )
+    assert by_algorithm == {"gzip": 215.0, "none": 15.0, "zstd": 65.0}
+    assert "payload_algorithms_total" in figures(at)
+
+
+def test_filters_and_empty_states(served_store):
+    at = run_page("payload")
+    assert not at.exception
+    assert any("No calls stored yet" in info.value for info in at.info)
+    assert not at.get("plotly_chart")
+    seed_sizes_and_algorithms(served_store)
+    at = run_page("payload", {"method": "Nope"})
+    assert any("No calls match the filters" in info.value for info in at.info)
+    assert not at.get("plotly_chart")
+
+
+def test_one_size_has_no_slope(served_store):
+    spans = []
+    for index in range(3):
+        spans += synthetic_call(Truth(start=BASE_NS + index * MS))
+    insert_spans(served_store, spans)
+    at = run_page("payload")
+    assert not at.exception
+    assert metrics(at)["Cost per MB"] == "n/a"
+    assert [name for name in traces(figures(at)["payload_scatter"]) if name.startswith("fit")] == []
