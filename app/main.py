@@ -30,7 +30,6 @@ def main() -> None:
     pages = [
         st.Page(str(PAGES_DIR / script), title=title, icon=icon, url_path=url, default=index == 0)
         for index, (script, title, icon, url) in enumerate(PAGES)
-        if (PAGES_DIR / script).exists()
     ]
     st.navigation(pages).run()
 
