@@ -88,6 +88,9 @@ else:
         totals.rename(columns={"label": "method", "total_us": f"{statistic} total (µs)"}),
         hide_index=True,
         width="stretch",
+        column_config={
+            f"{statistic} total (µs)": st.column_config.NumberColumn(format="%.1f"),
+        },
     )
 
 st.subheader("Network overhead over time")
