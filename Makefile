@@ -4,9 +4,10 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COLLECTOR := collector/dist/otelcol-grpc-overhead
+TOXIPROXY := tools/bin/toxiproxy-server
 PROTOS := instrumented-service/prediction/protos
 
-.PHONY: setup system-packages collector protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -24,19 +25,25 @@ collector: $(COLLECTOR)
 $(COLLECTOR): collector/manifest.yaml collector/build.sh
 	bash collector/build.sh
 
+toxiproxy: $(TOXIPROXY)
+
+# The ground-truth harness's TCP proxy (latency and bandwidth toxics), built from Go modules.
+$(TOXIPROXY): scripts/build-toxiproxy.sh
+	bash scripts/build-toxiproxy.sh
+
 protos: setup
 	$(PYTHON) -m grpc_overhead.prediction.protos.generate
 
 demo: setup collector
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector
+test: setup system-packages collector toxiproxy
 	$(VENV)/bin/pytest
 
 test-fast: setup
 	$(VENV)/bin/pytest -m unit
 
-bench: setup system-packages collector
+bench: setup system-packages collector toxiproxy
 	$(PYTHON) -m bench.run
 
 lint: setup
@@ -48,4 +55,4 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf $(VENV) collector/dist .pytest_cache
+	rm -rf $(VENV) collector/dist tools .pytest_cache

@@ -4,26 +4,17 @@ corrected one-way phases match an unskewed server's; their sum is exact either w
 
 from __future__ import annotations
 
-import glob
 import socket
 
 import pytest
 
+from bench.ground_truth.pipeline import ServeProcess, libfaketime, report
 from grpc_overhead.collector.runner import CollectorProcess
 from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env, run_load
-from tests.pipeline.test_pipeline_e2e import ServeProcess, report
 
 pytestmark = pytest.mark.e2e
 ROUNDS, CALLS_PER_ROUND = 3, 20
 CALLS = ROUNDS * CALLS_PER_ROUND
-
-
-def libfaketime() -> str:
-    """libfaketime preloaded into the service itself: the ``faketime`` wrapper forks, so
-    SIGTERM would stop the wrapper and orphan the service before it flushed its spans."""
-    found = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
-    assert found, "Debian's faketime is missing: run make system-packages"
-    return found[0]
 
 
 def run_calls(target: str, run_id: str, endpoint: dict) -> None:

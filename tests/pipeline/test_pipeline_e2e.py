@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
+from bench.ground_truth.pipeline import ServeProcess, report
 from grpc_overhead.collector.runner import CollectorProcess
 from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env, run_load
 
@@ -25,40 +24,6 @@ PHASES = [
     "network_overhead", "unattributed",
 ]  # fmt: skip
 CALLS = 40
-
-
-class ServeProcess:
-    """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes)."""
-
-    def __init__(self, store: Path, otlp_port: int) -> None:
-        command = [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store),
-                   "--otlp-port", str(otlp_port), "--no-app"]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=offline_env(),
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"serve exited: {self.process.stderr.read()}")
-            if "intake listening on" in line:
-                return
-        raise RuntimeError("serve did not start within 60 s")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
-
-
-def report(store: Path, *extra: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "report", "--store", str(store),
-         "--format", "json", *extra],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=offline_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def test_service_to_report_through_the_real_collector(tmp_path):

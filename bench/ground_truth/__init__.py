@@ -1,0 +1,49 @@
+"""Ground truth: inject known causes into real runs and check the analyzer's report finds them.
+
+Every scenario starts the real pipeline (``serve`` intake + chDB store, the
+instrumented ``service``, ``load``; spans over OTLP), injects one cause whose
+size is known independently of gRPC and of the analyzer (``calibration``,
+the load generator's own clock, protobuf timed on the same message), then
+compares the report's p50 phases with it (``checks``). ``make test`` runs each
+scenario in its reduced profile (tests/ground_truth), ``make bench`` in full
+(bench/accuracy.py -> bench/results/accuracy.json and the README table).
+
+Scenarios:
+
+========================== =====================================================
+one_way_delay              toxiproxy latency on the request path, then the response path
+asymmetric_delay           both at once (8 ms up, 2 ms down), one host: split exact
+skew_with_asymmetric_delay the same to a libfaketime'd "other host": offset within
+                           uncertainty, sum exact, split not recoverable
+clock_skew                 server clock +40 ms / -30 ms: offset, corrected one-way phases
+server_queue               1 worker, fixed model cost, 4 (8) closed-loop clients
+serialization              payloads ~2.6 KB .. ~4 MB: (de)serialize phases vs protobuf
+bandwidth                  5 MB/s toxic per direction, growing payloads: size / rate
+compression                none vs gRPC gzip vs app-level zstd on a 5 MB/s request path
+========================== =====================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.ground_truth.bandwidth import bandwidth, compression
+from bench.ground_truth.checks import ScenarioResult
+from bench.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
+from bench.ground_truth.profile import Profile
+from bench.ground_truth.server import serialization, server_queue
+from bench.ground_truth.skew import clock_skew
+
+Scenario = Callable[[Path, Profile], ScenarioResult]
+
+SCENARIOS: dict[str, Scenario] = {
+    "one_way_delay": one_way_delay,
+    "asymmetric_delay": asymmetric_delay,
+    "skew_with_asymmetric_delay": skew_with_asymmetric_delay,
+    "clock_skew": clock_skew,
+    "server_queue": server_queue,
+    "serialization": serialization,
+    "bandwidth": bandwidth,
+    "compression": compression,
+}
