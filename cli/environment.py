@@ -26,6 +26,7 @@ EXPORT_INTERVAL_MS = "GRPC_OVERHEAD_EXPORT_INTERVAL_MS"
 RUN_ID = "GRPC_OVERHEAD_RUN_ID"
 COMPRESSED_SIZE_EVERY = "GRPC_OVERHEAD_COMPRESSED_SIZE_EVERY"
 RESIDENCE_TRAILER = "GRPC_OVERHEAD_RESIDENCE_TRAILER"
+JAEGER_URL = "GRPC_OVERHEAD_JAEGER_URL"
 
 DOCUMENTED: tuple[Variable, ...] = (
     Variable(
@@ -55,6 +56,12 @@ DOCUMENTED: tuple[Variable, ...] = (
         RESIDENCE_TRAILER,
         "true",
         "server returns its residence time in trailing metadata (x-server-residence-ns)",
+    ),
+    Variable(
+        JAEGER_URL,
+        "(unset)",
+        "Jaeger UI base URL for serve/app/demo: the call explorer links calls to URL/trace/ID "
+        "(--jaeger-url)",
     ),
     # The collector (collector/*.yaml read these through the collector's ${env:NAME:-default})
     Variable(

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests and the demo use, only where missing.
+# chromium: the browser tests (tests/app/test_browser.py) and bench/app.py drive Debian's
+# Chromium through Playwright, whose own browser download cannot work offline.
 # Runs unattended (CI has no stdin); without root it says what to install instead.
 set -euo pipefail
 
@@ -8,6 +10,7 @@ needed=(
   "faketime faketime"
   "ip iproute2"
   "tc iproute2"
+  "chromium chromium"
 )
 missing=()
 for pair in "${needed[@]}"; do

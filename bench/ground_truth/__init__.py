@@ -2,8 +2,9 @@
 
 Every scenario starts the real pipeline (``serve`` intake + chDB store, the
 instrumented ``service``, ``load``; spans over OTLP), injects one cause whose
-size is known independently of gRPC and of the analyzer (``calibration``,
-the load generator's own clock, protobuf timed on the same message), then
+size is known independently of our instrumentation and of the analyzer
+(``calibration``, the load generator's own clock, protobuf timed by a plain
+grpcio client on the same payloads: ``serialize_probe``), then
 compares the report's p50 phases with it (``checks``). ``make test`` runs each
 scenario in its reduced profile (tests/ground_truth), ``make bench`` in full
 (bench/accuracy.py -> bench/results/accuracy.json and the README table).

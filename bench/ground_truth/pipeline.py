@@ -124,18 +124,24 @@ class Pipeline:
 
     @contextmanager
     def service(
-        self, *args: str, skew_s: float | None = None, host: str = SKEWED_HOST
-    ) -> Iterator[ServiceProcess]:
-        with ServiceProcess(list(args), env=self.service_env(skew_s, host)) as service:
+        self, *args: str, skew_s: float | None = None, host: str = SKEWED_HOST,
+        env: dict[str, str] | None = None,
+    ) -> Iterator[ServiceProcess]:  # fmt: skip
+        environment = self.service_env(skew_s, host) | (env or {})
+        with ServiceProcess(list(args), env=environment) as service:
             yield service
 
-    def load(self, target: str, run_id: str, *args: str, timeout_s: float = 180) -> dict:
+    def load(
+        self, target: str, run_id: str, *args: str, timeout_s: float = 180,
+        env: dict[str, str] | None = None,
+    ) -> dict:  # fmt: skip
         """One bounded ``grpc-overhead load`` run (``--calls`` must be among ``args``);
-        its ``--json`` summary."""
+        its ``--json`` summary. ``env`` adds to the load generator's environment."""
         assert "--calls" in args, "loads are bounded: pass --calls"
+        environment = offline_env(OTEL_SERVICE_NAME="loadgen", **self.endpoint) | (env or {})
         result = run_load(
             "--target", target, "--run-id", run_id, "--json", "--duration", "120", *args,
-            env=offline_env(OTEL_SERVICE_NAME="loadgen", **self.endpoint), timeout_s=timeout_s,
+            env=environment, timeout_s=timeout_s,
         )  # fmt: skip
         summary = result.summary
         if summary["errors"]:

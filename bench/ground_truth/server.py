@@ -9,25 +9,29 @@
   1/X_1 (the cycle of a lone client, which never queues). The report must put
   the wait in server_queue, and processing must stay what it is alone.
 * ``serialization``: payloads from a few KB to several MB. The truth for each
-  (de)serialize phase is the protobuf call itself timed in this process on
-  the same message (``SerializeToString`` / ``FromString``, median), which is
-  exactly what grpcio runs between the events bounding those phases.
+  (de)serialize phase is the protobuf call itself (``SerializeToString`` /
+  ``FromString``, median), timed by ``serialize_probe``: a plain grpcio client
+  making the same calls right after each load run, so that, like the load
+  generator, it serializes into fresh memory from a worker thread at the same
+  machine load (a warm loop on one message in this process skipped the page
+  faults and preemption that make up most of an MB-sized call's time).
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 from bench.ground_truth.checks import ScenarioResult, check, mean, p50, p50s, tolerance_us
 from bench.ground_truth.pipeline import Pipeline
 from bench.ground_truth.profile import Profile
-from grpc_overhead.prediction import codec as codecs
-from grpc_overhead.prediction import payload as payloads
-from grpc_overhead.prediction.protos import prediction_pb2 as pb
+from bench.ground_truth.serialize_probe import PHASES as SERIALIZE_PHASES
+from bench.ground_truth.serialize_probe import summary
+from grpc_overhead.prediction.process import offline_env
 
 
 def server_queue(workdir: Path, profile: Profile) -> ScenarioResult:
@@ -101,73 +105,90 @@ def server_queue(workdir: Path, profile: Profile) -> ScenarioResult:
 
 
 # -- serialization ---------------------------------------------------------------------------
-def _median_us(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        begin = time.perf_counter_ns()
-        function()
-        times.append((time.perf_counter_ns() - begin) / 1e3)
-    return statistics.median(times)
+# Whether an MB-sized (de)serialization writes into fresh memory (~1 minor page fault per
+# 4 KiB, most of its time on these cores) or into recycled memory depends on glibc malloc's
+# history in each process: it raises its mmap threshold as big blocks are freed, and trims a
+# heap whose free top grew past its trim threshold. The same 1.1 MB request faulted on every
+# call in one client process and on none after the 7th in another; the same 1.1 MB request
+# deserialized with 0 faults in the service and 307 per call in a probe thread. Fixing both
+# thresholds turns that history off, in the service, the load generator and the probe alike:
+# blocks of 128 KiB or more (upb's encode buffer, the bytes object) are fresh memory on every
+# call, as they are by default for the biggest messages; smaller ones (upb's decode arena
+# blocks) are recycled, as they are by default in a long-running server.
+PINNED_MALLOC = {
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=1073741824"
+}
 
 
-def protobuf_times(entities: int, features: int, repeats: int) -> dict[str, float]:
-    """Median µs of the four (de)serializations a Predict call runs, on its messages."""
-    rng = np.random.default_rng(0)
-    request = payloads.make_request(rng, entities, features, "repeated", "none", "v0")
-    response = pb.PredictResponse(
-        request_id="v0", model_version="mlp-64h-" + "0" * 12, server_instance_id="0" * 36
-    )
-    codecs.encode_scores(response, rng.random(entities, dtype=np.float32), "repeated")
-    request_bytes, response_bytes = request.SerializeToString(), response.SerializeToString()
-    return {
-        "client_serialize": _median_us(request.SerializeToString, repeats),
-        "request_deserialize": _median_us(
-            lambda: pb.PredictRequest.FromString(request_bytes), repeats
-        ),
-        "response_serialize": _median_us(response.SerializeToString, repeats),
-        "client_deserialize": _median_us(
-            lambda: pb.PredictResponse.FromString(response_bytes), repeats
-        ),
-        "request_bytes": len(request_bytes),
-        "response_bytes": len(response_bytes),
-    }
+def client_probe(target: str, entities: int, features: int, calls: int) -> dict:
+    """``serialize_probe`` (a plain grpcio client timing protobuf) against ``target``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.ground_truth.serialize_probe", target, str(entities),
+         str(features), str(calls)],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        env=offline_env(**PINNED_MALLOC), cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"serialize_probe failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)
 
 
-SERIALIZE_PHASES = ("client_serialize", "request_deserialize", "response_serialize",
-                    "client_deserialize")  # fmt: skip
 OTHER_PHASES = ("request_network", "server_queue", "pool_wait", "processing", "response_network")
+
+
+MB_ROUNDS, MB_CALLS = 3, 20
 
 
 def serialization(workdir: Path, profile: Profile) -> ScenarioResult:
     started = time.monotonic()
     # (entities, features), repeated encoding: ~2.6 KB, ~68 KB, ~277 KB; full adds ~1.1, ~2.2
-    # and ~4.4 MB, where the load generator's own serialization runs slower than protobuf timed
-    # alone (see the README): make test keeps to sizes it recovers.
+    # and ~4.4 MB.
     sizes = [(16, 32), (250, 64), (1000, 64)]
     if profile.full:
         sizes += [(4000, 64), (8000, 64), (16000, 64)]
     calls = 12 if not profile.full else 30
+    # An MB-sized serialization is a CPU burst of several ms, which this shared machine
+    # preempts a varying number of times (its wall time was 1.1x-5x its CPU time from one
+    # round to the next): those sizes alternate load and probe in more, shorter rounds, so
+    # both sides see the same machine load (MB_ROUNDS x rounds of MB_CALLS calls each).
+    big = {size for size in sizes if size[0] * size[1] >= 4000 * 64}
     result = ScenarioResult("serialization", profile.name)
     pipeline = Pipeline(workdir / "store")
     run = {size: f"serialization-{size[0]}x{size[1]}" for size in sizes}
-    with pipeline, pipeline.service("--workers", "2") as service:
-        for _ in range(profile.rounds):
+    probes: dict[tuple[int, int], list[dict]] = {size: [] for size in sizes}
+    with pipeline, pipeline.service("--workers", "2", env=PINNED_MALLOC) as service:
+        for round_index in range(profile.rounds * MB_ROUNDS):
             for (entities, features), run_id in run.items():
-                pipeline.load(service.target, run_id, "--calls", str(calls), "--concurrency", "1",
+                size = (entities, features)
+                if round_index >= profile.rounds and size not in big:
+                    continue
+                count = MB_CALLS if size in big else calls
+                pipeline.load(service.target, run_id, "--calls", str(count), "--concurrency", "1",
                               "--entities", str(entities), "--features", str(features),
-                              "--max-message-mb", "64")  # fmt: skip
+                              "--max-message-mb", "64", env=PINNED_MALLOC)  # fmt: skip
+                # The truth right after, same payloads, same machine load (see serialize_probe).
+                probes[size].append(client_probe(service.target, entities, features, count))
     bodies = pipeline.reports(list(run.values()))
-    truth = {size: protobuf_times(*size, repeats=15 if profile.full else 7) for size in sizes}
     smallest = bodies[run[sizes[0]]]
     for size, run_id in run.items():
-        label = f"{truth[size]['request_bytes'] / 1e3:,.0f}KB_request"
+        found = probes[size]
+        truth = {p: summary([s for f in found for s in f["samples"][p]]) for p in SERIALIZE_PHASES}
+        request_bytes = found[0]["request_bytes"]
+        label = f"{request_bytes / 1e3:,.0f}KB_request"
         result.phases[label] = p50s(bodies[run_id])
         for phase in SERIALIZE_PHASES:
+            injected, measured = truth[phase]["p50_us"], p50(bodies[run_id], phase)
             result.checks.append(check(result.name, label, "protobuf (de)serialization", phase,
-                                       truth[size][phase], p50(bodies[run_id], phase)))  # fmt: skip
+                                       injected, measured))  # fmt: skip
         result.observations[label] = {
-            "request_bytes": truth[size]["request_bytes"],
-            "response_bytes": truth[size]["response_bytes"],
+            "request_bytes": request_bytes,
+            "response_bytes": found[0]["response_bytes"],
+            "truth_p50_us": {p: t["p50_us"] for p, t in truth.items()},
+            "truth_cpu_p50_us": {p: t["cpu_p50_us"] for p, t in truth.items()},
+            "truth_minor_faults_p50": {p: t["minor_faults_p50"] for p, t in truth.items()},
+            "truth_p50_us_by_round": {
+                p: [summary(f["samples"][p])["p50_us"] for f in found] for p in SERIALIZE_PHASES
+            },
             "growth_vs_smallest_us": {
                 phase: round(p50(bodies[run_id], phase) - p50(smallest, phase), 1)
                 for phase in (*SERIALIZE_PHASES, *OTHER_PHASES)

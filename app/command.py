@@ -1,0 +1,162 @@
+"""``grpc-overhead app``: the web app on data already in a store, without an intake.
+
+    grpc-overhead app [--store DIR | --clickhouse URL] [--port 8501] [--host 127.0.0.1]
+                      [--jaeger-url URL] [--no-browser]
+
+A chDB directory belongs to one process. When ``grpc-overhead serve`` owns it,
+the app is already running inside that serve: this command says so and points
+at its URL (serve records it in ``DIR/grpc-overhead-serve.json``) instead of
+failing on the engine's lock. Nothing is received here; like ``report``, the
+command only prepares what the analysis reads (the calls view, settled
+minutes) before it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from grpc_overhead import environment
+from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked
+from grpc_overhead.analyzer.report_command import INTAKE_HINT
+from grpc_overhead.analyzer.rollup import settle
+from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE
+from grpc_overhead.analyzer.serve import DEFAULT_APP_PORT, read_serve_info
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, ChdbStore, Store, open_store
+from grpc_overhead.analyzer.store.embedded import lock_holder, locked_message
+from grpc_overhead.app.runtime import Served
+from grpc_overhead.app.server import AppServer, AppServerError, check_port, open_browser
+
+EXIT_USAGE = 2
+
+
+def parser() -> argparse.ArgumentParser:
+    result = argparse.ArgumentParser(
+        prog="grpc-overhead app",
+        description="The web app (Streamlit) on the calls already in a store.",
+    )
+    where = result.add_mutually_exclusive_group()
+    where.add_argument("--store", metavar="DIR", help=f"chDB store (default {DEFAULT_STORE_DIR})")
+    where.add_argument("--clickhouse", metavar="URL", help="clickhouse://user:pass@host:9000/db")
+    result.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_APP_PORT,
+        metavar="N",
+        help=f"port of the app (default {DEFAULT_APP_PORT}; 0 picks a free one)",
+    )
+    result.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    result.add_argument(
+        "--jaeger-url",
+        metavar="URL",
+        default=os.environ.get(environment.JAEGER_URL, ""),
+        help="Jaeger UI base URL for trace links (default $GRPC_OVERHEAD_JAEGER_URL)",
+    )
+    result.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    return result
+
+
+class AppCommandError(AnalyzerError):
+    """A condition the user fixes (no store, store held by serve): one message, exit 2."""
+
+
+def locked_by_serve_message(directory: str, pid: int | None, started: str) -> str:
+    """The lock message, plus where the owning serve's app already runs when we know it."""
+    message = locked_message(directory, pid, started, "")
+    info = read_serve_info(directory)
+    if info is None or pid is None or info.pid != pid:
+        return message
+    if info.app_url:
+        return (
+            f"store {directory} is owned by `grpc-overhead serve` (process {pid}), which "
+            f"already serves the app on it: open {info.app_url}\n"
+            "(A chDB store directory belongs to one process; stop that serve to open the "
+            "store here.)"
+        )
+    return (
+        f"store {directory} is owned by `grpc-overhead serve` (process {pid}) running with "
+        "--no-app: restart it without --no-app to get the app with live data, or stop it and "
+        "run `grpc-overhead app` again."
+    )
+
+
+def open_for_app(args: argparse.Namespace) -> Store:
+    if args.clickhouse:
+        return open_store(None, args.clickhouse)
+    directory = os.path.abspath(args.store or DEFAULT_STORE_DIR)
+    if not os.path.isdir(directory):
+        raise AppCommandError(
+            f"no store at {directory}: pass --store DIR of a `grpc-overhead serve` or `demo` "
+            "store (or --clickhouse URL), or run `grpc-overhead demo` to make one"
+        )
+    holder = lock_holder(directory)  # ask before starting an engine that cannot own it
+    if holder is not None:
+        pid, started = holder
+        raise StoreLocked(
+            locked_by_serve_message(directory, pid, started), location=directory, holder_pid=pid
+        )
+    try:
+        return open_store(directory)
+    except StoreLocked as error:  # taken between the check and the open
+        raise StoreLocked(
+            locked_by_serve_message(directory, error.holder_pid, ""),
+            location=directory,
+            holder_pid=error.holder_pid,
+        ) from error
+
+
+def prepare(store: Store, options: CallsOptions) -> None:
+    """What ``report`` does before reading: the calls view (idempotent) and settled minutes."""
+    found = store.query(
+        "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
+        "AND name = {name:String}",
+        {"name": DEFAULT_TRACES_TABLE},
+    )
+    if not int(found["n"].iloc[0]):
+        raise AppCommandError(
+            f"{store.description}: no {DEFAULT_TRACES_TABLE} table. {INTAKE_HINT}"
+        )
+    create_calls(store, options)
+    if isinstance(store, ChdbStore):  # we own it: no other process settles it
+        settle(store, options)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_port(args.host, args.port, option="--port")
+    options = CallsOptions()
+    store = open_for_app(args)
+    try:
+        prepare(store, options)
+        server = AppServer(
+            Served(store, options, jaeger_url=args.jaeger_url, live=False),
+            host=args.host,
+            port=args.port,
+            option="--port",
+        )
+
+        def ready(url: str) -> None:
+            print(f"store: {store.description}", flush=True)
+            print(f"app: {url}", flush=True)
+            if not args.no_browser:
+                open_browser(url)
+
+        server.run(on_ready=ready)
+    finally:
+        store.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except (AnalyzerError, AppServerError) as error:
+        print(f"grpc-overhead app: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,391 @@
+"""The app's targets, measured in a real browser: page load time with 1 M calls in the store
+(target < 2 s per page) and freshness, the time from a call finishing to it showing in the
+app (target < 5 s).
+
+Page loads. ``bench.analysis.generate`` writes 1 M calls (both halves, as the view writes
+them) into a chDB store; ``grpc-overhead app`` serves it (which rolls settled minutes up,
+as it does for a user) and Debian's Chromium, driven by Playwright, opens each page. A load
+is the navigation until Streamlit's script run is over and every plotly chart has drawn
+(tests/app/browser.py ``wait_loaded``). Three kinds, medians:
+
+* ``cold``: the first load of each page in a newly started app process (nothing cached;
+  the first page also pays the Python imports of the page code and the browser's first
+  download of Streamlit's and plotly's JavaScript), once per app start;
+* ``load``: a full load (navigation to the page's URL, a new Streamlit session) in a warm
+  process and browser, after the app's cache lifetime (``shared.TTL_S``) ran out, so every
+  query runs again: someone opening a link;
+* ``switch``: clicking the page in the sidebar from the previous page (same session, a
+  rerun; answers older than the cache lifetime are recomputed): moving around the app.
+  The explorer is reached without a trace id this way (its table, no waterfall).
+
+Answers are cached for ``shared.TTL_S`` seconds only (the freshness target), less than a
+page takes, so no measured load is served from the query cache; only the filter choices
+(cached longer) are.
+
+Freshness. ``grpc-overhead serve`` (intake + store + app), the collector with the embedded
+config (when built; else straight to the intake), one prediction service. Per probe, the
+load generator makes one call with its own run id while the browser shows the Overview
+filtered to that run; the moment the Calls metric shows it is taken from this process's
+wall clock and compared with the call's client span end as stored (same host, same clock).
+Two ways of watching, interleaved: ``reload`` (navigating again until it shows, as a user
+pressing reload) and ``auto-refresh`` (the page left open with its auto-refresh, the default
+inside ``serve``).
+
+Results: bench/results/app.json and app.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from bench.analysis import generate
+from bench.common import log, machine_info, markdown_table, median, percentile, write_results
+from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.schema import create_schema
+from grpc_overhead.analyzer.store import open_store
+from grpc_overhead.app import shared
+from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env
+from tests.app.browser import PAGES, chromium, open_page, start_app, start_serve, wait_loaded
+
+PAGE_TARGET_S = 2.0
+FRESHNESS_TARGET_S = 5.0
+CALLS = 1_000_000
+TITLES = dict(PAGES)
+#: cold: first load per app start; load: a full load later; switch: a click in the sidebar.
+KINDS = ("cold", "load", "switch")
+
+
+def seed(directory: Path, calls: int) -> str:
+    """``calls`` generated calls in a new store; returns one trace id (for the explorer)."""
+    with open_store(str(directory)) as store:
+        create_schema(store)
+        create_calls(store, CallsOptions())
+        generate(store, calls)
+        found = store.query("SELECT TraceId FROM grpc_calls LIMIT 1")
+        return str(found["TraceId"].iloc[0])
+
+
+_WATCH_RUNS = """
+() => {
+  // Any script-state change to or from "running" anywhere (the app root may be re-mounted).
+  window.__sawRun = false;
+  const seen = (records) => {
+    for (const r of records) {
+      if (r.oldValue === 'running' || r.target.getAttribute(r.attributeName) === 'running') {
+        window.__sawRun = true;
+      }
+    }
+  };
+  new MutationObserver(seen).observe(document.documentElement, {
+    subtree: true, attributes: true, attributeOldValue: true,
+    attributeFilter: ['data-test-script-state'],
+  });
+}
+"""
+
+
+def switch_to(page: Any, path: str, title: str, timeout_s: float = 120.0) -> float:
+    """Click ``title`` in the sidebar navigation (same session: a rerun, no page load)."""
+    page.evaluate(_WATCH_RUNS)
+    started = time.perf_counter()
+    page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
+    page.wait_for_url(lambda url: urlparse(url).path.rstrip("/") == f"/{path}".rstrip("/"))
+    # The new page's run must have started before "idle" means anything.
+    page.wait_for_function("window.__sawRun === true", timeout=timeout_s * 1000)
+    wait_loaded(page, timeout_s)
+    return time.perf_counter() - started
+
+
+def page_loads(store: Path, trace: str, starts: int, repeats: int) -> dict[str, Any]:
+    """Load every page: cold once per app start, then (first start only) ``repeats`` times
+    a full load after the cache lifetime, and a switch to it from the previous page."""
+    suffix = {"explorer": f"?trace={trace}"}
+    kinds: dict[str, dict[str, list[float]]] = {
+        kind: {path: [] for path, _ in PAGES} for kind in KINDS
+    }
+    app_start_s: list[float] = []
+    for start in range(starts):
+        started = time.perf_counter()
+        app = start_app(store, offline_env())
+        app_start_s.append(time.perf_counter() - started)
+        log(f"app started in {app_start_s[-1]:.1f} s ({app.url})")
+        try:
+            with chromium() as browser:
+                page = browser.new_page()
+                for path, _ in PAGES:
+                    seconds = open_page(page, f"{app.url}/{path}{suffix.get(path, '')}", 120)
+                    kinds["cold"][path].append(seconds)
+                    log(f"  cold {TITLES[path]}: {seconds:.2f} s")
+                if start > 0:
+                    continue
+                for _ in range(repeats):
+                    for index, (path, _title) in enumerate(PAGES):
+                        time.sleep(shared.TTL_S + 0.5)
+                        url = f"{app.url}/{path}{suffix.get(path, '')}"
+                        kinds["load"][path].append(open_page(page, url, 120))
+                        time.sleep(shared.TTL_S + 0.5)
+                        after, after_title = PAGES[(index + 1) % len(PAGES)]
+                        kinds["switch"][after].append(switch_to(page, after, after_title))
+                    log("  " + ", ".join(
+                        f"{TITLES[p]} {kinds['load'][p][-1]:.2f}/{kinds['switch'][p][-1]:.2f}"
+                        for p, _ in PAGES
+                    ))  # fmt: skip
+        finally:
+            app.stop()
+    return {
+        "app_start_s": [round(value, 2) for value in app_start_s],
+        "pages": [
+            {
+                "page": TITLES[path],
+                "path": f"/{path}",
+                **{f"{kind}_median_s": _round(median(kinds[kind][path])) for kind in KINDS},
+                **{f"{kind}_s": [round(v, 3) for v in kinds[kind][path]] for kind in KINDS},
+            }
+            for path, _ in PAGES
+        ],
+    }
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# -- freshness ------------------------------------------------------------------------------------
+
+
+def _calls_shown(page: Any) -> int:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Calls").first
+    if metric.count() == 0:
+        return 0
+    return int(metric.locator('[data-testid="stMetricValue"]').inner_text().replace(",", ""))
+
+
+def _collector(intake_port: int) -> Any:
+    from grpc_overhead.collector.runner import CollectorError, CollectorProcess
+
+    collector = CollectorProcess(
+        "embedded",
+        otlp_port=free_port(),
+        intake=f"127.0.0.1:{intake_port}",
+        health_port=free_port(),
+    )
+    try:
+        return collector.start()
+    except CollectorError as error:
+        log(f"no collector ({error}); spans go straight to the intake")
+        return None
+
+
+def freshness(probes: int, timeout_s: float = 60.0) -> dict[str, Any]:
+    directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-fresh-"))
+    intake_port = free_port()
+    shown_at: dict[str, tuple[str, int]] = {}
+    serve = start_serve(directory / "store", intake_port, offline_env())
+    collector = None
+    try:
+        collector = _collector(intake_port)
+        endpoint = (
+            f"http://{collector.otlp_endpoint}" if collector else f"http://127.0.0.1:{intake_port}"
+        )
+        env = offline_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_SERVICE_NAME="predictor")
+        with ServiceProcess(["--workers", "2"], env=env) as service, chromium() as browser:
+            page = browser.new_page()
+            for probe in range(probes):
+                mode = "reload" if probe % 2 == 0 else "auto-refresh"
+                run = f"fresh-{probe}"
+                url = f"{serve.url}/?run={run}"
+                open_page(page, url)
+                load = subprocess.Popen(
+                    [sys.executable, "-m", "grpc_overhead", "load", "--quiet", "--target",
+                     service.target, "--calls", "1", "--concurrency", "1", "--run-id", run],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    env=offline_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+                                    OTEL_SERVICE_NAME="loadgen"),
+                )  # fmt: skip
+                deadline = time.monotonic() + timeout_s
+                while time.monotonic() < deadline:
+                    if mode == "reload":
+                        open_page(page, url)
+                    else:
+                        page.wait_for_timeout(50)
+                    if _calls_shown(page) >= 1:
+                        shown_at[run] = (mode, time.time_ns())
+                        break
+                load.wait(60)
+                log(f"  probe {run} ({mode}): {'shown' if run in shown_at else 'NOT shown'}")
+    finally:
+        if collector is not None:
+            collector.stop()
+        serve.stop()
+    ends = _client_ends(directory / "store")
+    shutil.rmtree(directory, ignore_errors=True)
+    by_mode: dict[str, list[float]] = {"reload": [], "auto-refresh": []}
+    missing = 0
+    for probe in range(probes):
+        run = f"fresh-{probe}"
+        if run not in shown_at or run not in ends:
+            missing += 1
+            continue
+        mode, shown = shown_at[run]
+        by_mode[mode].append((shown - ends[run]) / 1e9)
+    return {
+        "probes": probes,
+        "through_collector": collector is not None,
+        "not_shown_within_s": {"count": missing, "timeout_s": timeout_s},
+        "modes": {
+            mode: {
+                "median_s": _round(median(values)),
+                "p90_s": _round(percentile(values, 90)),
+                "max_s": _round(max(values) if values else None),
+                "samples_s": [round(value, 3) for value in values],
+            }
+            for mode, values in by_mode.items()
+        },
+    }
+
+
+def _client_ends(store: Path) -> dict[str, int]:
+    """run id -> the client span end (unix ns) of its call, read after serve stopped."""
+    done = subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store), "--format", "json",
+         "SELECT run_id, max(client_end_ns) AS end_ns FROM grpc_calls "
+         "WHERE run_id LIKE 'fresh-%' GROUP BY run_id"],
+        capture_output=True, text=True, timeout=120, env=offline_env(),
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"reading the freshness store failed: {done.stderr}")
+    return {row["run_id"]: int(row["end_ns"]) for row in json.loads(done.stdout)}
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _verdict(value: float | None, target: float) -> str:
+    if value is None:
+        return "-"
+    return "met" if value < target else "**not met**"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    machine = results["machine"]
+    loads = results["page_loads"]
+    lines = [
+        f"### App: page loads and freshness ({machine['date'][:10]}; {machine['cpu_count']} "
+        f"CPUs, {machine['cpu_model']}; chDB {machine['versions']['chdb']}, Streamlit "
+        f"{machine['versions']['streamlit']}, Chromium {results['chromium']})",
+        "",
+        f"Page loads with {results['calls']:,} calls in the store (chDB), real browser; "
+        f"median seconds from navigation until the script run is over and every chart is "
+        f"drawn. cold: first load per app start ({len(loads['app_start_s'])} starts); "
+        f"load: full load (new session) once the {results['ttl_s']:g} s answer cache expired; "
+        f"switch: click in the sidebar from the previous page ({results['repeats']} each). "
+        f"Target < {PAGE_TARGET_S:g} s.",
+        "",
+    ]
+    rows = [
+        [
+            page["page"],
+            page["cold_median_s"],
+            page["load_median_s"],
+            page["switch_median_s"],
+            _verdict(page["load_median_s"], PAGE_TARGET_S),
+        ]
+        for page in loads["pages"]
+    ]
+    lines.append(markdown_table(["page", "cold s", "load s", "switch s", "target (load)"], rows))
+    lines.append(
+        f"App start on that store (open, roll up, serve): "
+        f"{', '.join(f'{s:g}' for s in loads['app_start_s'])} s."
+    )
+    fresh = results["freshness"]
+    path = "load generator -> collector -> intake" if fresh["through_collector"] else "intake"
+    lines += [
+        "",
+        f"Freshness: call end (client span end) to the call shown in the app, through {path} "
+        f"-> chDB -> app; {fresh['probes']} probes, interleaved. Target < "
+        f"{FRESHNESS_TARGET_S:g} s.",
+        "",
+        markdown_table(
+            ["watching", "median s", "p90 s", "max s", "calls", "target (median)"],
+            [
+                [
+                    mode,
+                    v["median_s"],
+                    v["p90_s"],
+                    v["max_s"],
+                    len(v["samples_s"]),
+                    _verdict(v["median_s"], FRESHNESS_TARGET_S),
+                ]
+                for mode, v in fresh["modes"].items()
+            ],
+        ),
+    ]
+    if fresh["not_shown_within_s"]["count"]:
+        lines.append(
+            f"{fresh['not_shown_within_s']['count']} probe(s) not shown within "
+            f"{fresh['not_shown_within_s']['timeout_s']:g} s."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _chromium_version() -> str:
+    try:
+        done = subprocess.run(
+            ["/usr/bin/chromium", "--version"], capture_output=True, text=True, timeout=30
+        )
+    except OSError:
+        return "?"
+    return done.stdout.strip().removeprefix("Chromium ").split(" ")[0] or "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.app", description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=CALLS)
+    parser.add_argument("--starts", type=int, default=3, help="app starts (cold loads)")
+    parser.add_argument("--repeats", type=int, default=5, help="loads and switches per page")
+    parser.add_argument("--probes", type=int, default=10, help="freshness probes")
+    parser.add_argument(
+        "--quick", action="store_true", help="100k calls, 1 start, 1 repeat, 4 probes; printed"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.calls, args.starts, args.repeats, args.probes = 100_000, 1, 1, 4
+    directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-app-"))
+    try:
+        log(f"generating {args.calls:,} calls")
+        trace = seed(directory / "store", args.calls)
+        loads = page_loads(directory / "store", trace, args.starts, args.repeats)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    log("freshness")
+    results = {
+        "machine": machine_info(("chdb", "streamlit", "plotly", "playwright")),
+        "chromium": _chromium_version(),
+        "calls": args.calls,
+        "ttl_s": shared.TTL_S,
+        "repeats": args.repeats,
+        "page_target_s": PAGE_TARGET_S,
+        "freshness_target_s": FRESHNESS_TARGET_S,
+        "page_loads": loads,
+        "freshness": freshness(args.probes),
+    }
+    if args.quick:
+        print(markdown(results))
+        return 0
+    for path in write_results("app", results, markdown(results)):
+        log(f"wrote {os.path.relpath(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

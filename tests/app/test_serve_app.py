@@ -1,0 +1,76 @@
+"""``grpc-overhead serve`` with the app: one process receives spans, stores them and shows them.
+
+Real processes end to end: serve (intake + chDB + Streamlit), the instrumented
+prediction service and the load generator exporting OTLP straight to the
+intake, and Debian's Chromium reading the app while serve still runs.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from grpc_overhead.analyzer.serve import SERVE_INFO_FILE
+from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env, run_load
+from tests.app.browser import ARTIFACTS, EXCEPTION, chromium, open_page, start_serve
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+CALLS = 25
+RUN = "serve-app"
+
+
+def calls_metric(page) -> int | None:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Calls").first
+    if metric.count() == 0:
+        return None
+    return int(metric.locator('[data-testid="stMetricValue"]').inner_text().replace(",", ""))
+
+
+def test_serve_shows_calls_that_arrived_through_its_intake(tmp_path: Path):
+    store, intake_port = tmp_path / "store", free_port()
+    serve = start_serve(store, intake_port, offline_env())
+    try:
+        assert f"intake listening on 127.0.0.1:{intake_port}" in serve.text()
+        with urllib.request.urlopen(serve.url + "/_stcore/health", timeout=10) as health:
+            assert health.status == 200
+        assert (store / SERVE_INFO_FILE).is_file()
+
+        endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{intake_port}"}
+        with ServiceProcess(
+            ["--workers", "2"], env=offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
+        ) as service:
+            result = run_load(
+                "--target", service.target, "--calls", str(CALLS), "--concurrency", "2",
+                "--run-id", RUN, env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+
+        with chromium() as browser:
+            page = browser.new_page()
+            shown = None
+            deadline = time.monotonic() + 60
+            # Spans are exported within about a second; the page is reloaded until they show.
+            while time.monotonic() < deadline:
+                open_page(page, f"{serve.url}/?run={RUN}")
+                assert page.locator(EXCEPTION).count() == 0
+                shown = calls_metric(page)
+                if shown == CALLS:
+                    break
+                time.sleep(1)
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "serve-app-overview.png"), full_page=True)
+            assert shown == CALLS
+            # Live data: auto-refresh is on by default inside serve.
+            toggle = page.locator('[data-testid="stSidebar"] [data-testid="stCheckbox"]').filter(
+                has_text="Auto-refresh"
+            )
+            assert toggle.locator("input").is_checked()
+    finally:
+        code = serve.stop()
+    assert code == 0, serve.text()
+    assert "intake stopped:" in serve.text()
+    assert not (store / SERVE_INFO_FILE).exists()
