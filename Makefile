@@ -34,7 +34,7 @@ $(TOXIPROXY): scripts/build-toxiproxy.sh
 protos: setup
 	$(PYTHON) -m grpc_overhead.prediction.protos.generate
 
-demo: setup system-packages
+demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
 test: setup system-packages collector toxiproxy
