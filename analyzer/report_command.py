@@ -23,7 +23,7 @@ from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, Cl
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError, StoreLocked
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
 from grpc_overhead.analyzer.rollup import settle
-from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE
+from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, open_store
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.store.embedded import ChdbStore, lock_holder, locked_message
@@ -111,11 +111,11 @@ def _open(args: argparse.Namespace) -> Store:
     return open_store(directory)
 
 
-def _has_table(store: Store, table: str) -> bool:
+def _has_table(store: Store, options: CallsOptions) -> bool:
     found = store.query(
-        "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
+        "SELECT count() AS n FROM system.tables WHERE database = {database:String} "
         "AND name = {name:String}",
-        {"name": table},
+        {"database": options.database or store.database, "name": options.traces_table},
     )
     return bool(int(found["n"].iloc[0]))
 
@@ -123,6 +123,25 @@ def _has_table(store: Store, table: str) -> bool:
 def _has_calls(store: Store, options: CallsOptions) -> bool:
     found = store.query(f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls} LIMIT 1)")
     return bool(int(found["n"].iloc[0]))
+
+
+def prepare(store: Store) -> tuple[CallsOptions, str]:
+    """(options, '') ready to report on, or (options, why not) when there is nothing yet.
+
+    The options come from ``SchemaOptions.for_store``, as ``serve``'s, so the
+    report reads the database the intake wrote (a ClickHouse URL's, or
+    ``default``).
+    """
+    options = CallsOptions.from_schema(SchemaOptions.for_store(store))
+    if not _has_table(store, options):
+        return options, f"{store.description}: no {options.traces_table} table. {INTAKE_HINT}"
+    # Idempotent; on a store the collector's exporter made, this assembles its spans.
+    create_calls(store, options)
+    if not _has_calls(store, options):
+        return options, INTAKE_HINT
+    if isinstance(store, ChdbStore):  # we own it: no other process settles it
+        settle(store, options)
+    return options, ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,21 +155,11 @@ def run(args: argparse.Namespace) -> int:
     if args.window <= 0:
         raise ReportInputError(f"bad --window {args.window}: must be a positive number of seconds")
     clock = ClockOptions(window=timedelta(seconds=args.window), domain=args.clock_domain)
-    options = CallsOptions()
     with _open(args) as store:
-        if not _has_table(store, DEFAULT_TRACES_TABLE):
-            print(
-                f"{store.description}: no {DEFAULT_TRACES_TABLE} table. {INTAKE_HINT}",
-                file=sys.stderr,
-            )
+        options, missing = prepare(store)
+        if missing:
+            print(missing, file=sys.stderr)
             return EXIT_USAGE
-        # Idempotent; on a store the collector's exporter made, this assembles its spans.
-        create_calls(store, options)
-        if not _has_calls(store, options):
-            print(INTAKE_HINT, file=sys.stderr)
-            return EXIT_USAGE
-        if isinstance(store, ChdbStore):  # we own it: no other process settles it
-            settle(store, options)
         report = build_report(store, filters, clock, options=options)
     if args.format == "json":
         print(json.dumps(to_json(report), indent=2))

@@ -22,11 +22,23 @@ Rollups assume the default clock options (60 s windows, host domains); a
 report with other options computes everything raw. ``settle`` advances a
 watermark kept in the phase rollup itself: each run also writes a marker
 row (``calls = 0``) for its last minute in the same INSERT as the states, so
-the watermark moves exactly when the states land. A span that arrives after
-its minute settled is stored (``calls()`` and SQL see it) but not in the
-breakdown, which counts its call as it was at settle time; a delay longer
-than the collector's retry horizon makes that as rare as data lost in
-transit.
+the watermark moves exactly when the states land.
+
+Settling is incremental: each round covers at most ``MAX_ROWS_PER_ROUND``
+call halves (at least one minute), as its own pair of INSERTs, so a first
+settle over millions of stored calls is many short store operations, not
+one long one (on chDB the store's connection is held per statement; the
+intake writes through sessions of its own anyway), and an interrupted
+settle resumes at the watermark.
+
+Late spans: a half row that lands in ``grpc_calls`` is recorded, with the
+engine's clock, in ``grpc_call_arrivals`` by a materialized view (its minute;
+for a server half without its client half, every minute within the halves'
+margin, since the call's minute is the client's). Each run records its
+start in ``grpc_rollup_runs``; the next run re-rolls every settled minute
+with an arrival since then (minus ``ARRIVAL_MARGIN_NS``, for inserts still
+committing when the previous run read), replacing its rows while holding the
+store (``Store.exclusive``), so breakdowns always equal a raw computation.
 
 Settling runs in the process that owns the store: ``grpc-overhead serve``
 (every minute) and ``grpc-overhead report`` on a chDB store. Two processes
@@ -42,7 +54,13 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, time_parameters
+from grpc_overhead.analyzer.calls import (
+    CALL_START,
+    HALF_MARGIN_NS,
+    CallFilters,
+    CallsOptions,
+    time_parameters,
+)
 from grpc_overhead.analyzer.clock_offsets import (
     OFFSET_CTES,
     ClockOptions,
@@ -60,6 +78,14 @@ from grpc_overhead.analyzer.store.base import Store
 
 WINDOW_NS = 60_000_000_000
 DEFAULT_SETTLE_DELAY = timedelta(minutes=5)
+#: Call halves per settle round: about half a second of rollup work on two cores.
+MAX_ROWS_PER_ROUND = 400_000
+#: An insert's arrival time is taken before its rows become visible: arrivals
+#: this much before the previous run's start are checked again.
+ARRIVAL_MARGIN_NS = 30_000_000_000
+ARRIVALS_TABLE = "grpc_call_arrivals"
+ARRIVALS_VIEW = "grpc_call_arrivals_mv"
+RUNS_TABLE = "grpc_rollup_runs"
 
 
 def create_rollup_tables_sql(options: CallsOptions) -> list[str]:
@@ -98,9 +124,40 @@ def create_rollup_tables_sql(options: CallsOptions) -> list[str]:
     return [phases, offsets]
 
 
+def _minute(expression: str) -> str:
+    return f"intDiv({expression}, {WINDOW_NS}) * {WINDOW_NS}"
+
+
+def create_arrivals_sql(options: CallsOptions) -> list[str]:
+    """Arrival log of ``grpc_calls`` half rows, its view, and the log of settle runs."""
+    engine = options.engine.replace("Aggregating", "") if options.engine else "MergeTree"
+    engine += f"({options.engine_params if options.engine else ''})"
+    arrivals = (
+        f"CREATE TABLE IF NOT EXISTS {options.qualified(ARRIVALS_TABLE)}{options.on_cluster()} "
+        f"(window_start_ns Int64, arrived_ns Int64) ENGINE = {engine} ORDER BY window_start_ns"
+    )
+    margin = HALF_MARGIN_NS
+    view = (
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {options.qualified(ARRIVALS_VIEW)}"
+        f"{options.on_cluster()}\nTO {options.qualified(ARRIVALS_TABLE)}\nAS SELECT DISTINCT\n"
+        f"    arrayJoin(if(client_start_ns != 0, [{_minute('client_start_ns')}],"
+        f" range({_minute(f'server_start_ns - {margin}')},"
+        f" {_minute(f'server_start_ns + {margin}')} + 1, {WINDOW_NS})))"
+        " AS window_start_ns,\n"
+        "    toUnixTimestamp64Nano(now64(9)) AS arrived_ns\n"
+        f"FROM {options.calls}"
+    )
+    runs = (
+        f"CREATE TABLE IF NOT EXISTS {options.qualified(RUNS_TABLE)}{options.on_cluster()} "
+        f"(started_ns Int64, until_ns Int64) ENGINE = {engine} ORDER BY started_ns"
+    )
+    return [arrivals, view, runs]
+
+
 def create_rollups(store: Store, options: CallsOptions | None = None) -> None:
-    """Create both rollup tables if missing (idempotent)."""
-    for statement in create_rollup_tables_sql(options or CallsOptions()):
+    """Create the rollup tables and the arrival log if missing (idempotent)."""
+    options = options or CallsOptions()
+    for statement in create_rollup_tables_sql(options) + create_arrivals_sql(options):
         store.command(statement)
 
 
@@ -165,28 +222,144 @@ def settle(
     *,
     delay: timedelta = DEFAULT_SETTLE_DELAY,
     now_ns: int | None = None,
+    max_rows_per_round: int = MAX_ROWS_PER_ROUND,
+    arrival_margin_ns: int = ARRIVAL_MARGIN_NS,
 ) -> int:
-    """Roll up every whole minute older than ``delay`` not rolled up yet; returns minutes.
+    """Re-roll minutes with late arrivals, then roll up every whole minute older than
+    ``delay`` not rolled up yet, in rounds; returns the minutes newly rolled up.
 
     Idempotent per minute: the watermark moves with the states it covers.
     """
     options = options or CallsOptions()
     create_rollups(store, options)
+    started_ns = _store_clock_ns(store)
+    watermark = settled_until(store, options)
+    reroll_late_minutes(store, options, watermark, arrival_margin_ns, max_rows_per_round)
     now_ns = time.time_ns() if now_ns is None else now_ns
     end = (now_ns - int(delay / timedelta(microseconds=1)) * 1000) // WINDOW_NS * WINDOW_NS
-    start = settled_until(store, options)
+    start = watermark
     if not start:
         first = _first_call_ns(store, options)
-        if first is None:
-            return 0
-        start = first // WINDOW_NS * WINDOW_NS
+        start = end if first is None else first // WINDOW_NS * WINDOW_NS
+    settled = 0
+    for round_start, round_end in plan_rounds(store, options, start, end, max_rows_per_round):
+        _roll(store, options, round_start, round_end)
+        settled += (round_end - round_start) // WINDOW_NS
+    _finish_run(store, options, started_ns, max(start, end), arrival_margin_ns)
+    return settled
+
+
+def plan_rounds(
+    store: Store, options: CallsOptions, start: int, end: int, max_rows: int
+) -> list[tuple[int, int]]:
+    """``[start, end)`` cut at minute edges into ranges of at most ``max_rows`` half rows
+    (a busier single minute is a round of its own). One cheap scan of two columns."""
     if end <= start:
-        return 0
+        return []
+    counts = store.query(
+        f"SELECT {_minute(CALL_START)} AS minute, count() AS n "
+        f"FROM {options.calls} WHERE minute >= {{start:Int64}} AND minute < {{end:Int64}} "
+        "GROUP BY minute ORDER BY minute",
+        {"start": start, "end": end},
+    )
+    rounds, round_start, rows = [], start, 0
+    for minute, n in zip(counts["minute"], counts["n"], strict=True):
+        if rows and rows + int(n) > max_rows:
+            rounds.append((round_start, int(minute)))
+            round_start, rows = int(minute), 0
+        rows += int(n)
+    rounds.append((round_start, end))
+    return rounds
+
+
+def _roll(store: Store, options: CallsOptions, start: int, end: int) -> None:
     offsets, phases = settle_sql(options)
     parameters = _settle_parameters(start, end)
     store.command(offsets, parameters)
     store.command(phases, parameters)
-    return (end - start) // WINDOW_NS
+
+
+def late_minutes(
+    store: Store, options: CallsOptions, watermark: int, margin_ns: int = ARRIVAL_MARGIN_NS
+) -> list[int]:
+    """Settled minutes (before ``watermark``) with call halves that arrived since the
+    last run started (minus the margin); none before the first run."""
+    last = store.query(
+        f"SELECT max(started_ns) AS started, count() AS n FROM {options.qualified(RUNS_TABLE)}"
+    )
+    if not watermark or not int(last["n"].iloc[0]):
+        return []
+    found = store.query(
+        f"SELECT DISTINCT window_start_ns FROM {options.qualified(ARRIVALS_TABLE)} "
+        "WHERE window_start_ns < {watermark:Int64} AND arrived_ns >= {since:Int64} "
+        "ORDER BY window_start_ns",
+        {"watermark": watermark, "since": int(last["started"].iloc[0]) - margin_ns},
+    )
+    return [int(minute) for minute in found["window_start_ns"]]
+
+
+def reroll_late_minutes(
+    store: Store,
+    options: CallsOptions,
+    watermark: int,
+    margin_ns: int = ARRIVAL_MARGIN_NS,
+    max_rows_per_round: int = MAX_ROWS_PER_ROUND,
+) -> int:
+    """Recompute the rollup rows of every settled minute with late arrivals; returns
+    how many. Consecutive minutes go in bounded rounds, each replaced while holding
+    the store, so no reader sees a minute missing or counted twice."""
+    minutes = late_minutes(store, options, watermark, margin_ns)
+    rounds = [
+        bounded
+        for start, end in _runs_of_minutes(minutes)
+        for bounded in plan_rounds(store, options, start, end, max_rows_per_round)
+    ]
+    for start, end in rounds:
+        parameters = {"start": start, "end": end}
+        window = "window_start_ns >= {start:Int64} AND window_start_ns < {end:Int64}"
+        with store.exclusive():
+            # Data rows only: the watermark markers (calls = 0) stay where they are.
+            store.command(
+                f"DELETE FROM {options.qualified(options.rollup_table)} "
+                f"WHERE {window} AND calls > 0",
+                parameters,
+            )
+            store.command(
+                f"DELETE FROM {options.qualified(options.offset_rollup_table)} WHERE {window}",
+                parameters,
+            )
+            _roll(store, options, start, end)
+    return len(minutes)
+
+
+def _runs_of_minutes(minutes: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for minute in minutes:
+        if runs and runs[-1][1] == minute:
+            runs[-1] = (runs[-1][0], minute + WINDOW_NS)
+        else:
+            runs.append((minute, minute + WINDOW_NS))
+    return runs
+
+
+def _finish_run(
+    store: Store, options: CallsOptions, started_ns: int, until_ns: int, margin_ns: int
+) -> None:
+    """Record the run; forget arrivals no later run will look at."""
+    store.command(
+        f"INSERT INTO {options.qualified(RUNS_TABLE)} VALUES ({{started:Int64}}, {{until:Int64}})",
+        {"started": started_ns, "until": until_ns},
+    )
+    old = {"before": started_ns - max(margin_ns, ARRIVAL_MARGIN_NS)}
+    stale = f"FROM {options.qualified(ARRIVALS_TABLE)} WHERE arrived_ns < {{before:Int64}}"
+    if int(store.query(f"SELECT count() AS n {stale}", old)["n"].iloc[0]):
+        store.command(f"DELETE {stale}", old)
+
+
+def _store_clock_ns(store: Store) -> int:
+    """The engine's clock, the one ``grpc_call_arrivals`` records arrivals with."""
+    found = store.query("SELECT toUnixTimestamp64Nano(now64(9)) AS now")
+    return int(found["now"].iloc[0])
 
 
 def settled_range(
@@ -199,7 +372,7 @@ def settled_range(
     if (clock or ClockOptions()) != ClockOptions():
         return None
     options = options or CallsOptions()
-    if not _exists(store, options.rollup_table):
+    if not _exists(store, options, options.rollup_table):
         return None
     parameters = (filters or CallFilters()).parameters()
     watermark = settled_until(store, options)
@@ -208,11 +381,12 @@ def settled_range(
     return (start, end) if end > start else None
 
 
-def _exists(store: Store, table: str) -> bool:
+def _exists(store: Store, options: CallsOptions, table: str) -> bool:
     found = store.query(
-        "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
+        "SELECT count() AS n FROM system.tables WHERE database = "
+        "if({database:String} = '', currentDatabase(), {database:String}) "
         "AND name = {name:String}",
-        {"name": table},
+        {"database": options.database, "name": table},
     )
     return bool(int(found["n"].iloc[0]))
 

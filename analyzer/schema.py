@@ -21,6 +21,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.store.base import Store
@@ -120,6 +121,17 @@ class SchemaOptions:
         for field in ("database", "traces_table"):
             if not getattr(self, field):
                 raise BadInput(f"schema: {field} must not be empty")
+
+    @classmethod
+    def for_store(cls, store: Store, **overrides: Any) -> SchemaOptions:
+        """The options every command uses: ``otel_traces`` in the store's current database.
+
+        The one place the database is decided, so what ``serve`` (and its
+        intake) writes is what ``report``, ``sql`` and the app read: with
+        ``--clickhouse clickhouse://host:9000/otel`` that is ``otel``, not
+        ``default``. ``overrides`` set any other field (``database`` too).
+        """
+        return cls(**{"database": store.database, **overrides})
 
     @property
     def database_name(self) -> str:

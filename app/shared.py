@@ -28,6 +28,8 @@ TTL_S = 2.0
 REFRESH_S = 5.0
 #: Filter choices change slowly; listing them is not worth redoing on every rerun.
 CHOICES_TTL_S = 15.0
+#: A store nobody writes to (``grpc-overhead app``) gives the same answers all day.
+STATIC_TTL_S = 600.0
 
 ANY = "(all)"
 
@@ -82,8 +84,11 @@ def load_slow(function: Callable[..., pd.DataFrame], *args: Any, **kwargs: Any) 
 
 
 def _load(module: str, name: str, args: tuple, kwargs: dict, ttl: float) -> pd.DataFrame:
-    source()  # a clear message, not an exception, when no store is attached
-    cached = _cached_short if ttl == TTL_S else _cached_long
+    served = source()  # a clear message, not an exception, when no store is attached
+    if not served.live:
+        cached = _cached_static
+    else:
+        cached = _cached_short if ttl == TTL_S else _cached_long
     try:
         return cached(module, name, args, tuple(sorted(kwargs.items())), runtime.generation())
     except StoreUnavailable as error:
@@ -119,10 +124,18 @@ def _cached_long(
     return _call(module, name, args, kwargs)
 
 
+@st.cache_data(ttl=STATIC_TTL_S, show_spinner=False, max_entries=512)
+def _cached_static(
+    module: str, name: str, args: tuple, kwargs: tuple, generation: int
+) -> pd.DataFrame:
+    return _call(module, name, args, kwargs)
+
+
 def clear_caches() -> None:
     """Forget every cached answer (tests that reuse one store between cases)."""
     _cached_short.clear()
     _cached_long.clear()
+    _cached_static.clear()
 
 
 # -- the sidebar ------------------------------------------------------------------------------

@@ -1,36 +1,52 @@
 """Intake throughput: OTLP/gRPC requests in, ``otel_traces`` rows stored, spans per second.
 
-    python -m bench.intake [--spans-per-request 512] [--requests 160] [--senders 16]
+    python -m bench.intake [--quick] [--rounds 3] [--workloads collector,small]
 
-One realistic request (spans like the instrumentation's: 9 transport events,
-12 span attributes, message sizes on two events) is encoded once and sent
-``--requests`` times, with distinct trace ids, by ``--senders`` threads over
-raw gRPC stubs to an intake on a fresh chDB store in a temporary directory.
-The clock stops when ``count()`` on ``otel_traces`` reaches every span sent
-(each Export call returns only once its spans are stored, so the last reply
-is that moment); the senders time themselves and run in a separate process,
-as a collector would. Two stage numbers come with it, on the same store:
-``store_stage_spans_per_second`` (the chDB exporter alone, 32 requests per
-batch: protobuf parse + mapping + MergeTree write) and
-``otel_traces_insert_rows_per_second`` (a plain INSERT ... SELECT of stored
-rows into a second table with the exporter's schema: the write cost alone).
-Writes ``bench/results/intake.json``.
+End to end: one realistic request (spans like the instrumentation's: 9
+transport events, 12 span attributes, message sizes on two events) is encoded
+a few times with distinct trace ids and sent over raw gRPC stubs, from a
+separate process (as a collector would), to an intake on a fresh chDB store.
+Each Export call returns only once its spans are stored, so the senders'
+clock stops when the last span is durable. Two workloads:
+
+* ``collector``: 8192 spans per request, 10 senders: the collector's
+  defaults (batch processor ``send_batch_size`` 8192, ``sending_queue``
+  ``num_consumers`` 10);
+* ``small``: 512 spans per request, 16 senders: small SDK-sized requests,
+  where the per-batch cost dominates.
+
+Configurations, interleaved round by round so machine noise hits them alike:
+``1 worker`` (one batch in the store at a time, the previous design) and
+``2 workers`` (the default: two store sessions); ``2 workers + calls view``
+adds the ``grpc_calls`` materialized view ``serve`` creates, for the cost of
+assembling calls as spans arrive. Next to spans/s: the intake process's CPU
+per span (every thread, the engine's background merges included), which the
+machine's other tenants disturb far less than wall time, and the rate that CPU
+cost allows on two dedicated cores.
+
+Per-stage numbers, in the same run, on one batch of 4 collector-sized
+requests: protobuf parse into staging, the per-request counts query, the
+mapping (INSERT ... SELECT into a Null table), the write (into the exporter's
+table, minus the mapping), and the fixed cost of one batch (the same
+statements on a one-span batch: mostly query analysis of the mapping). Plus
+``plain_insert_rows_per_second``: stored rows copied into a second table with
+the exporter's schema, the write cost alone. Writes
+``bench/results/intake.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -39,12 +55,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from bench.common import machine_info, markdown_table, median, rounded, write_results
 from grpc_overhead.analyzer import schema
-from grpc_overhead.analyzer.intake import Intake, IntakeConfig
+from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.intake import Intake, IntakeConfig, protobuf_sql
 from grpc_overhead.analyzer.intake.exporter import ProtobufSqlExporter
-from grpc_overhead.analyzer.store import Store, open_store
+from grpc_overhead.analyzer.store import open_store
 
-RESULTS = Path(__file__).parent / "results" / "intake.json"
+TARGET_SPANS_PER_SECOND = 150_000
 EVENTS = (
     "requestCreated",
     "outboundMessage",
@@ -56,6 +74,15 @@ EVENTS = (
     "predictionsMade",
     "clientReceivedResponse",
 )
+WORKLOADS = {
+    "collector": {"spans_per_request": 8192, "senders": 10, "requests": 30},
+    "small": {"spans_per_request": 512, "senders": 16, "requests": 320},
+}
+CONFIGS = {
+    "1 worker": {"export_workers": 1, "calls_view": False},
+    "2 workers": {"export_workers": 2, "calls_view": False},
+    "2 workers + calls view": {"export_workers": 2, "calls_view": True},
+}
 
 
 def _kv(key: str, value: object) -> KeyValue:
@@ -121,85 +148,186 @@ def realistic_request(spans: int, seed: int) -> bytes:
     return request.SerializeToString()
 
 
-def run(spans_per_request: int, requests: int, senders: int, batch_mib: int) -> dict:
-    expected = spans_per_request * requests
+# -- end to end ---------------------------------------------------------------------------
+
+
+def run_once(workload: dict[str, int], config: dict[str, Any]) -> dict[str, Any]:
+    """One end-to-end run on a fresh store; the senders run in another process."""
+    spans_per_request, senders, requests = (
+        workload["spans_per_request"],
+        workload["senders"],
+        workload["requests"],
+    )
     with tempfile.TemporaryDirectory(prefix="bench-intake-") as directory:
         store = open_store(os.path.join(directory, "store"))
-        config = IntakeConfig(port=0, batch_bytes=batch_mib << 20, max_pending_bytes=256 << 20)
-        intake = Intake(store, config)
-        intake.start()
-        # The senders run in another process, as a collector would: the intake
-        # process keeps both cores' worth of time for itself and the engine.
-        export_before = intake.stats().export_seconds
-        sent = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.intake",
-                "--send-to",
-                str(intake.port),
-                "--requests",
-                str(requests),
-                "--senders",
-                str(senders),
-                "--spans-per-request",
-                str(spans_per_request),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).parent.parent,
+        intake = Intake(
+            store,
+            IntakeConfig(
+                port=0, max_pending_bytes=256 << 20, export_workers=config["export_workers"]
+            ),
         )
-        words = sent.stdout.split()
-        refused, elapsed = int(words[1]), float(words[3])
-        stored = int(store.query("SELECT count() AS n FROM otel_traces")["n"][0])
-        stats = intake.stats()
-        intake.stop()
-        stages = _stage_numbers(store, spans_per_request)
-        store.close()
+        try:
+            intake.start()
+            if config["calls_view"]:
+                create_calls(store, CallsOptions())
+            sender = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "bench.intake", "--send-to", str(intake.port)),
+                    *("--requests", str(requests), "--senders", str(senders)),
+                    *("--spans-per-request", str(spans_per_request)),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=Path(__file__).parent.parent,
+            )
+            assert sender.stdout is not None and sender.stdin is not None
+            try:
+                ready = sender.stdout.readline()  # requests built: the clock may start
+                if ready.strip() != "ready":
+                    raise RuntimeError(f"sender failed before sending: {ready!r}")
+                cpu_before, busy_before = time.process_time(), intake.stats().export_seconds
+                sender.stdin.write("go\n")
+                sender.stdin.flush()
+                words = sender.stdout.readline().split()
+                cpu_used = time.process_time() - cpu_before
+                busy = intake.stats().export_seconds - busy_before
+            finally:
+                sender.stdin.close()
+                if sender.wait(60) != 0:
+                    raise RuntimeError(f"sender exited with {sender.returncode}")
+            refused, elapsed = int(words[1]), float(words[3])
+            stored = int(store.query("SELECT count() AS n FROM otel_traces")["n"][0])
+            stats = intake.stats()
+        finally:
+            intake.stop()
+            store.close()
+    if stored != spans_per_request * requests:
+        raise RuntimeError(f"stored {stored} spans of {spans_per_request * requests} sent")
+    cpu_us = cpu_used / stored * 1e6
     return {
-        "spans_per_request": spans_per_request,
-        "requests": requests,
-        "senders": senders,
-        "batch_mib": batch_mib,
-        "request_bytes": len(realistic_request(spans_per_request, 0)),
-        "spans_sent": expected,
-        "spans_stored": stored,
-        "seconds": round(elapsed, 3),
         "spans_per_second": round(stored / elapsed),
-        "refused_and_retried": refused,
+        "seconds": round(elapsed, 3),
+        "intake_cpu_us_per_span": round(cpu_us, 2),
+        "two_core_capacity_spans_per_second": round(2e6 / cpu_us),
         "batches": stats.batches,
-        "store_busy_fraction": round((stats.export_seconds - export_before) / elapsed, 2),
-        **stages,
+        "spans_per_batch": round(stored / max(1, stats.batches)),
+        "store_busy_workers": round(busy / elapsed, 2),
+        "refused_and_retried": refused,
     }
 
 
-def _stage_numbers(store: Store, spans_per_request: int) -> dict[str, int]:
-    batch = [realistic_request(spans_per_request, 100 + seed) for seed in range(32)]
-    exporter = ProtobufSqlExporter(store)
-    exporter.start()
-    best = min(_timed(lambda: exporter.export(batch)) for _ in range(3))
-    exporter.shutdown()
-    schema_copy = schema.SchemaOptions(traces_table="bench_insert_copy")
-    schema.create_schema(store, schema_copy)
-    rows = int(store.query("SELECT count() AS n FROM otel_traces")["n"][0])
-    copy = f"INSERT INTO {schema_copy.qualified_traces_table()} SELECT * FROM otel_traces"
-    insert = min(_timed(lambda: store.command(copy)) for _ in range(3))
+def end_to_end(rounds: int, workloads: dict[str, dict[str, int]]) -> dict[str, Any]:
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        name: {config: [] for config in CONFIGS} for name in workloads
+    }
+    for round_index in range(rounds):
+        for name, workload in workloads.items():
+            order = list(CONFIGS) if round_index % 2 == 0 else list(reversed(CONFIGS))
+            for config in order:
+                result = run_once(workload, CONFIGS[config])
+                runs[name][config].append(result)
+                print(f"  round {round_index + 1} {name:9s} {config:24s} {result}", flush=True)
+    summary: dict[str, Any] = {}
+    for name, by_config in runs.items():
+        summary[name] = {"workload": workloads[name], "configs": {}}
+        for config, results in by_config.items():
+            summary[name]["configs"][config] = {
+                key: rounded(median([result[key] for result in results]), 2) for key in results[0]
+            } | {"runs": results}
+        rates = {
+            config: [result["spans_per_second"] for result in results]
+            for config, results in by_config.items()
+        }
+        pairs = zip(rates["1 worker"], rates["2 workers"], strict=True)
+        summary[name]["ratio_2_vs_1_workers"] = rounded(
+            median([two / one for one, two in pairs]), 2
+        )
+    return summary
+
+
+# -- stages -------------------------------------------------------------------------------
+
+
+def stage_numbers(requests_per_batch: int = 4, repeats: int = 5) -> dict[str, Any]:
+    """CPU per span of each store stage, on one batch of collector-sized requests."""
+    spans_per_request = WORKLOADS["collector"]["spans_per_request"]
+    batch = [realistic_request(spans_per_request, 100 + seed) for seed in range(requests_per_batch)]
+    spans = len(batch) * spans_per_request
+    one_span = [realistic_request(1, 7)]
+    with tempfile.TemporaryDirectory(prefix="bench-intake-stages-") as directory:
+        store = open_store(os.path.join(directory, "store"))
+        try:
+            exporter = ProtobufSqlExporter(store)
+            exporter.start()
+            traces = schema.SchemaOptions().qualified_traces_table()
+            transform = protobuf_sql.transform_insert(traces)
+            store.command("CREATE TABLE bench_null AS otel_traces ENGINE = Null")
+            into_null = transform.replace(traces, "bench_null")
+            chunks = [c for i, data in enumerate(batch) for c in protobuf_sql.framed(data, i)]
+
+            def stage() -> None:
+                store.command(protobuf_sql.TRUNCATE_STAGING)
+                store.insert_encoded(exporter._statement, "Protobuf", chunks, exporter._settings)
+
+            keys = ("parse", "counts", "mapping", "mapping_and_write", "batch_fixed")
+            samples: dict[str, list[float]] = {key: [] for key in keys}
+            for _ in range(repeats):
+                samples["parse"].append(_cpu(stage))
+                samples["counts"].append(_cpu(lambda: store.query(protobuf_sql.REQUEST_COUNTS)))
+                samples["mapping"].append(_cpu(lambda: store.command(into_null)))
+                samples["mapping_and_write"].append(_cpu(lambda: store.command(transform)))
+                store.command(protobuf_sql.TRUNCATE_STAGING)  # export expects it empty
+                samples["batch_fixed"].append(_cpu(lambda: exporter.export(one_span)))
+            exporter.shutdown()
+            per_span = {
+                key: median(values) / spans * 1e6
+                for key, values in samples.items()
+                if key != "batch_fixed"
+            }
+            copy_options = schema.SchemaOptions(traces_table="bench_insert_copy")
+            schema.create_schema(store, copy_options)
+            rows = int(store.query("SELECT count() AS n FROM otel_traces")["n"][0])
+            copy = f"INSERT INTO {copy_options.qualified_traces_table()} SELECT * FROM otel_traces"
+            insert_seconds = median([_wall(lambda: store.command(copy)) for _ in range(3)])
+        finally:
+            store.close()
     return {
-        "store_stage_spans_per_second": round(len(batch) * spans_per_request / best),
-        "otel_traces_insert_rows_per_second": round(rows / insert),
+        "spans_per_batch": spans,
+        "cpu_us_per_span": {
+            "parse": rounded(per_span["parse"], 2),
+            "counts": rounded(per_span["counts"], 2),
+            "mapping": rounded(per_span["mapping"], 2),
+            "write": rounded(per_span["mapping_and_write"] - per_span["mapping"], 2),
+            "total": rounded(
+                per_span["parse"] + per_span["counts"] + per_span["mapping_and_write"], 2
+            ),
+        },
+        "batch_fixed_cpu_ms": rounded(median(samples["batch_fixed"]) * 1e3, 1),
+        "plain_insert_rows_per_second": round(rows / insert_seconds),
     }
 
 
-def _timed(action: Callable[[], object]) -> float:
+def _cpu(action: Callable[[], object]) -> float:
+    started = time.process_time()
+    action()
+    return time.process_time() - started
+
+
+def _wall(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
 
 
+# -- the sender process ---------------------------------------------------------------------
+
+
 def send(port: int, spans_per_request: int, requests: int, senders: int) -> tuple[int, float]:
     """Send the requests from this process: (UNAVAILABLE answers retried, seconds taken)."""
-    variants = [realistic_request(spans_per_request, seed) for seed in range(8)]
+    variants = [realistic_request(spans_per_request, seed) for seed in range(4)]
+    print("ready", flush=True)
+    sys.stdin.readline()  # "go": the measuring process is ready too
     channel = grpc.insecure_channel(
         f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]
     )
@@ -241,26 +369,101 @@ def send(port: int, spans_per_request: int, requests: int, senders: int) -> tupl
     return refused, elapsed
 
 
-def main() -> None:
-    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    args.add_argument("--spans-per-request", type=int, default=512)
-    args.add_argument("--requests", type=int, default=160)
-    args.add_argument("--senders", type=int, default=16)
-    args.add_argument("--batch-mib", type=int, default=16)
+# -- report ---------------------------------------------------------------------------------
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Intake throughput",
+        "",
+        f"Target {TARGET_SPANS_PER_SECOND:,} spans/s on 2 cores. Medians of "
+        f"{result['rounds']} interleaved rounds; load average at start "
+        f"{result['machine']['load_average_1m_at_start']:.1f} (a shared machine).",
+        "",
+    ]
+    rows = []
+    for name, workload in result["end_to_end"].items():
+        for config, numbers in workload["configs"].items():
+            rows.append(
+                [
+                    name,
+                    config,
+                    numbers["spans_per_second"],
+                    numbers["intake_cpu_us_per_span"],
+                    numbers["two_core_capacity_spans_per_second"],
+                    numbers["spans_per_batch"],
+                ]
+            )
+    lines.append(
+        markdown_table(
+            [
+                "workload",
+                "configuration",
+                "spans/s",
+                "intake CPU us/span",
+                "2-core capacity spans/s",
+                "spans/batch",
+            ],
+            rows,
+        )
+    )
+    stages = result["stages"]
+    lines += [
+        f"Store stages (CPU us/span, batch of {stages['spans_per_batch']} spans):",
+        "",
+        markdown_table(list(stages["cpu_us_per_span"]), [list(stages["cpu_us_per_span"].values())]),
+        f"Fixed cost of one batch: {stages['batch_fixed_cpu_ms']} ms CPU. "
+        f"Plain insert into the exporter's schema: "
+        f"{stages['plain_insert_rows_per_second']:,} rows/s.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    args.add_argument("--rounds", type=int, default=3)
+    args.add_argument(
+        "--quick", action="store_true", help="one round, fewer requests, results printed only"
+    )
+    args.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated subset of workloads"
+    )
     args.add_argument("--send-to", type=int, help=argparse.SUPPRESS)
-    options = args.parse_args()
+    args.add_argument("--spans-per-request", type=int, default=512, help=argparse.SUPPRESS)
+    args.add_argument("--requests", type=int, default=160, help=argparse.SUPPRESS)
+    args.add_argument("--senders", type=int, default=16, help=argparse.SUPPRESS)
+    options = args.parse_args(argv)
     if options.send_to:
         refused, elapsed = send(
             options.send_to, options.spans_per_request, options.requests, options.senders
         )
-        print("refused", refused, "seconds", elapsed)
-        return
-    result = run(options.spans_per_request, options.requests, options.senders, options.batch_mib)
-    result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+        print("refused", refused, "seconds", elapsed, flush=True)
+        return 0
+    chosen = [name.strip() for name in options.workloads.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in WORKLOADS]
+    if unknown:
+        args.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+    workloads = {name: dict(WORKLOADS[name]) for name in chosen}
+    rounds = options.rounds
+    if options.quick:
+        rounds = 1
+        for workload in workloads.values():
+            workload["requests"] //= 3
+    result: dict[str, Any] = {
+        "machine": machine_info(("grpcio", "protobuf", "chdb")),
+        "target_spans_per_second": TARGET_SPANS_PER_SECOND,
+        "rounds": rounds,
+    }
+    result["end_to_end"] = end_to_end(rounds, workloads)
+    result["stages"] = stage_numbers()
+    result["machine"]["load_average_1m_at_end"] = os.getloadavg()[0]
+    if not options.quick:  # a smoke run does not replace the results
+        for path in write_results("intake", result, markdown(result)):
+            print(f"wrote {path}")
+    print(markdown(result))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

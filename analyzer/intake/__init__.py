@@ -1,8 +1,8 @@
 """The intake: OTLP/gRPC spans in, ``otel_traces`` rows out, the collector's way.
 
     receiver (gRPC TraceService/Export, raw bytes)
-        -> processor (bounded batch queue, one worker, group commit)
-            -> exporter (chDB parses protobuf itself | Python maps, store inserts)
+        -> processor (bounded batch queue, a worker per exporter, group commit)
+            -> exporters, one per store session (chDB parses protobuf | Python maps)
 
 It is what the embedded mode puts where the collector's clickhouse exporter
 sits in production: the collector's ``otlp`` exporter points at it, and it
@@ -20,7 +20,7 @@ bytes values are base64 text as pdata's AsString makes them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -46,6 +46,10 @@ class IntakeConfig:
     ``max_pending_bytes``: the memory bound; beyond it requests are refused
     (UNAVAILABLE) until the store catches up. ``max_message_bytes``: largest
     accepted request (the collector's default batches stay far below).
+    ``workers``: gRPC handler threads (each waits for its request's batch).
+    ``export_workers``: batches written at the same time, each through its own
+    store session (two keep both cores of a small machine busy; see
+    ``processor``).
     """
 
     host: str = "127.0.0.1"
@@ -55,11 +59,21 @@ class IntakeConfig:
     max_pending_bytes: int = 128 << 20
     max_message_bytes: int = 64 << 20
     workers: int = 32
+    export_workers: int = 2
     wait_timeout: float = 30.0
-    schema: SchemaOptions = field(default_factory=SchemaOptions)
+    schema: SchemaOptions | None = None  # None: SchemaOptions.for_store(store)
 
 
 class Intake:
+    """Receiver + batch processor + exporters, on ``store``.
+
+    Unless an ``exporter`` is given (then it is the only worker, on whatever
+    store it was built with), each of ``config.export_workers`` workers gets
+    its own exporter on its own ``store.session()``: its own temporary
+    staging table, and statements that neither wait for each other nor for
+    the reports and rollups running on the store's main connection.
+    """
+
     def __init__(
         self,
         store: Store,
@@ -68,21 +82,39 @@ class Intake:
         exporter: Exporter | None = None,
     ) -> None:
         self.config = config or IntakeConfig()
+        if self.config.export_workers < 1:
+            raise ValueError("export_workers must be at least 1")
         self.store = store
-        self.exporter = exporter or exporter_for(store, self.config.schema)
+        #: Where spans go; by default the store's current database (what reports read).
+        self.schema = self.config.schema or SchemaOptions.for_store(store)
+        self._sessions: list[Store] = []
+        self._given_exporter = exporter
+        self.exporters: list[Exporter] = [exporter] if exporter is not None else []
+        self.processor: BatchProcessor | None = None
+        self.receiver: TraceReceiver | None = None
+        self._server: grpc.Server | None = None
+        self.port = 0
+
+    def start(self) -> int:
+        """Create the schema, start the workers and the gRPC server; returns the port."""
+        try:
+            if self._given_exporter is None:
+                for _ in range(self.config.export_workers):
+                    session = self.store.session()
+                    self._sessions.append(session)
+                    self.exporters.append(exporter_for(session, self.schema))
+            for exporter in self.exporters:
+                exporter.start()
+        except BaseException:
+            self._release()
+            raise
         self.processor = BatchProcessor(
-            self.exporter,
+            self.exporters,
             batch_bytes=self.config.batch_bytes,
             flush_interval=self.config.flush_interval,
             max_pending_bytes=self.config.max_pending_bytes,
         )
         self.receiver = TraceReceiver(self.processor, wait_timeout=self.config.wait_timeout)
-        self._server: grpc.Server | None = None
-        self.port = 0
-
-    def start(self) -> int:
-        """Create the schema, start the worker and the gRPC server; returns the port."""
-        self.exporter.start()
         self.processor.start()
         try:
             self._server, self.port = serve_receiver(
@@ -94,7 +126,7 @@ class Intake:
             )
         except (OSError, RuntimeError) as error:
             self.processor.shutdown()
-            self.exporter.shutdown()
+            self._release()
             raise OSError(
                 f"intake cannot listen on {self.config.host}:{self.config.port}: {error}"
             ) from error
@@ -105,18 +137,30 @@ class Intake:
         return f"{self.config.host}:{self.port}"
 
     def stats(self) -> IntakeStats:
+        if self.receiver is None:
+            return IntakeStats()
         return self.receiver.stats()
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop taking requests, let waiting ones finish, flush, release."""
         if self._server is not None:
             stopped = self._server.stop(grace)
-            self.processor.shutdown()
+            if self.processor is not None:
+                self.processor.shutdown()
             stopped.wait(grace)
             self._server = None
-        else:
+        elif self.processor is not None:
             self.processor.shutdown()
-        self.exporter.shutdown()
+        self._release()
+
+    def _release(self) -> None:
+        for exporter in self.exporters:
+            exporter.shutdown()
+        if self._given_exporter is None:
+            self.exporters = []
+        for session in self._sessions:
+            self.store.close_session(session)
+        self._sessions = []
 
     def __enter__(self) -> Self:
         self.start()

@@ -66,7 +66,7 @@ class ProtobufSqlExporter:
 
     def __init__(self, store: Store, schema: SchemaOptions | None = None) -> None:
         self.store = store
-        self.schema = schema or SchemaOptions()
+        self.schema = schema or SchemaOptions.for_store(store)
         self._schema_dir = ""
         self._statement = ""
         self._settings = ""
@@ -110,12 +110,9 @@ class ProtobufSqlExporter:
 
     def _stage(self, requests: list[bytes], indexes: range, outcomes: list[RequestOutcome]) -> int:
         """Insert the requests into staging; isolate malformed ones if the batch fails."""
-        payload = b"".join(
-            protobuf_sql.length_delimited(protobuf_sql.with_sequence_number(requests[i], i))
-            for i in indexes
-        )
+        chunks = [chunk for i in indexes for chunk in protobuf_sql.framed(requests[i], i)]
         try:
-            self.store.insert_encoded(self._statement, "Protobuf", payload, self._settings)
+            self.store.insert_encoded(self._statement, "Protobuf", chunks, self._settings)
             return len(indexes)
         except QueryError as batch_error:
             self.store.command(protobuf_sql.TRUNCATE_STAGING)
@@ -125,9 +122,7 @@ class ProtobufSqlExporter:
                 return 0
         staged = 0
         for index in indexes:  # rare: find the culprit(s), keep the others
-            message = protobuf_sql.length_delimited(
-                protobuf_sql.with_sequence_number(requests[index], index)
-            )
+            message = protobuf_sql.framed(requests[index], index)
             try:
                 self.store.insert_encoded(self._statement, "Protobuf", message, self._settings)
                 staged += 1
@@ -142,7 +137,7 @@ class RowsExporter:
 
     def __init__(self, store: Store, schema: SchemaOptions | None = None) -> None:
         self.store = store
-        self.schema = schema or SchemaOptions()
+        self.schema = schema or SchemaOptions.for_store(store)
         self._table = self.schema.qualified_traces_table()
 
     def start(self) -> None:

@@ -1,12 +1,16 @@
-"""The batch processor: bounded memory, one worker thread, group commit.
+"""The batch processor: bounded memory, one thread per exporter, group commit.
 
-Requests wait here (encoded, undecoded) until the worker flushes them, by
-size (``batch_bytes``) or age (``flush_interval``), through the exporter in
-one batch. Each submitter then learns its own outcome, so the receiver
-answers a client only after its spans are stored or refused: nothing is
-acknowledged and then lost. Memory is bounded by ``max_pending_bytes``; past
-it ``submit`` refuses at once and the receiver answers UNAVAILABLE, which
-makes the client (or the collector's retry queue) back off and resend.
+Requests wait here (encoded, undecoded) until a free worker flushes them, by
+size (``batch_bytes``) or age (``flush_interval``), through its exporter in
+one batch. With two exporters (each on its own store session) two batches
+are parsed and written at once: on chDB every statement runs in the engine
+with the GIL released, and one batch alone leaves a core mostly idle (the
+protobuf parse and the query analysis are single-threaded). Each submitter
+then learns its own outcome, so the receiver answers a client only after
+its spans are stored or refused: nothing is acknowledged and then lost.
+Memory is bounded by ``max_pending_bytes``; past it ``submit`` refuses at
+once and the receiver answers UNAVAILABLE, which makes the client (or the
+collector's retry queue) back off and resend.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from grpc_overhead.analyzer.errors import AnalyzerError
@@ -49,13 +54,13 @@ class BatchStats:
     rows_inserted: int = 0
     last_error: str = ""
     last_flush_seconds: float = 0.0
-    export_seconds: float = 0.0  # total time spent in the exporter (the store's share)
+    export_seconds: float = 0.0  # summed over workers: time spent in the exporters
 
 
 class BatchProcessor:
     def __init__(
         self,
-        exporter: Exporter,
+        exporters: Exporter | Sequence[Exporter],
         *,
         batch_bytes: int = 16 << 20,
         flush_interval: float = 0.05,
@@ -63,7 +68,9 @@ class BatchProcessor:
     ) -> None:
         if batch_bytes <= 0 or max_pending_bytes < batch_bytes or flush_interval <= 0:
             raise ValueError("need 0 < batch_bytes <= max_pending_bytes and flush_interval > 0")
-        self.exporter = exporter
+        self.exporters = list(exporters) if isinstance(exporters, Sequence) else [exporters]
+        if not self.exporters:
+            raise ValueError("need at least one exporter")
         self.batch_bytes = batch_bytes
         self.flush_interval = flush_interval
         self.max_pending_bytes = max_pending_bytes
@@ -72,10 +79,16 @@ class BatchProcessor:
         self._pending_bytes = 0  # queued + in the batch being exported
         self._condition = threading.Condition()
         self._stopping = False
-        self._worker = threading.Thread(target=self._run, name="intake-batch", daemon=True)
+        self._workers = [
+            threading.Thread(
+                target=self._run, args=(exporter,), name=f"intake-batch-{index}", daemon=True
+            )
+            for index, exporter in enumerate(self.exporters)
+        ]
 
     def start(self) -> None:
-        self._worker.start()
+        for worker in self._workers:
+            worker.start()
 
     @property
     def pending_bytes(self) -> int:
@@ -100,16 +113,18 @@ class BatchProcessor:
         """Flush what is queued, then stop the worker."""
         with self._condition:
             self._stopping = True
-            self._condition.notify()
-        if self._worker.is_alive():
-            self._worker.join(timeout)
+            self._condition.notify_all()
+        deadline = time.monotonic() + timeout
+        for worker in self._workers:
+            if worker.is_alive():
+                worker.join(max(0.0, deadline - time.monotonic()))
 
-    def _run(self) -> None:
+    def _run(self, exporter: Exporter) -> None:
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
-            self._export(batch)
+            self._export(exporter, batch)
 
     def _next_batch(self) -> list[Pending] | None:
         with self._condition:
@@ -133,30 +148,33 @@ class BatchProcessor:
                 size += len(pending.data)
             return batch
 
-    def _export(self, batch: list[Pending]) -> None:
+    def _export(self, exporter: Exporter, batch: list[Pending]) -> None:
         started = time.perf_counter()
         try:
-            outcomes = self.exporter.export([pending.data for pending in batch])
+            outcomes = exporter.export([pending.data for pending in batch])
         except (AnalyzerError, OSError) as error:
             self._fail(batch, str(error))
         except Exception as error:  # a bug must not kill the worker
             log.exception("intake export failed")
             self._fail(batch, f"internal error: {error}")
         else:
-            self.stats.batches += 1
-            self.stats.rows_inserted += sum(outcome.accepted for outcome in outcomes)
+            with self._condition:
+                self.stats.batches += 1
+                self.stats.rows_inserted += sum(outcome.accepted for outcome in outcomes)
             for pending, outcome in zip(batch, outcomes, strict=True):
                 pending.outcome = outcome
                 pending.done.set()
         finally:
-            self.stats.last_flush_seconds = time.perf_counter() - started
-            self.stats.export_seconds += self.stats.last_flush_seconds
+            elapsed = time.perf_counter() - started
             with self._condition:
+                self.stats.last_flush_seconds = elapsed
+                self.stats.export_seconds += elapsed
                 self._pending_bytes -= sum(len(pending.data) for pending in batch)
 
     def _fail(self, batch: list[Pending], message: str) -> None:
-        self.stats.failed_batches += 1
-        self.stats.last_error = message
+        with self._condition:
+            self.stats.failed_batches += 1
+            self.stats.last_error = message
         log.warning("intake: batch of %d requests not stored: %s", len(batch), message)
         for pending in batch:
             pending.failure = message

@@ -129,22 +129,24 @@ def _value(v: str) -> str:
         f"{v}.value = 'int_value', toString({v}.int_value), "
         f"{v}.value = 'double_value', if(isFinite({double}), "
         # ClickHouse already writes Go's shortest digits and notation switch
-        # points; only the '+' of positive exponents differs.
-        f"replaceRegexpOne(toString({double}), 'e(\\\\d)', 'e+\\\\1'), "
-        f"if(isNaN({double}), 'NaN', if({double} > 0, 'Infinity', '-Infinity'))), "
+        # points; only the '+' of positive exponents differs (plain replaces:
+        # a constant regex costs more to plan than the rest of the value).
+        f"replaceOne(replaceOne(toString({double}), 'e', 'e+'), 'e+-', 'e-'), "
+        f"multiIf(isNaN({double}), 'NaN', {double} > 0, 'Infinity', '-Infinity')), "
         f"{v}.value = 'bool_value', if({v}.bool_value, 'true', 'false'), "
         f"{v}.value = 'bytes_value', base64Encode({v}.bytes_value), "
-        f"{v}.value = 'array_value', {UDF_NAME}('array', hex({v}.array_value)), "
-        f"{v}.value = 'kvlist_value', {UDF_NAME}('kvlist', hex({v}.kvlist_value)), "
+        # oneof: exactly one of the two is set, so their concatenation is it.
+        f"{v}.value IN ('array_value', 'kvlist_value'), "
+        f"{UDF_NAME}(if({v}.value = 'array_value', 'array', 'kvlist'), "
+        f"hex(concat({v}.array_value, {v}.kvlist_value))), "
         "'')"
     )
 
 
 def _attributes(a: str) -> str:
-    """A staged KeyValue array as the exporter's Map (sorted by key)."""
+    """A staged KeyValue array as the exporter's Map (sorted by key, sorted once)."""
     return (
-        f"CAST((arrayMap(kv -> kv.key, arraySort(kv -> kv.key, {a})), "
-        f"arrayMap(kv -> {_value('kv.value')}, arraySort(kv -> kv.key, {a}))), "
+        f"CAST(arrayMap(kv -> (kv.key, {_value('kv.value')}), arraySort(kv -> kv.key, {a})), "
         "'Map(LowCardinality(String), String)')"
     )
 
@@ -238,15 +240,6 @@ def register_complex_value_function() -> None:
     chdb.create_function(UDF_NAME, otlp_complex_value, ["String", "String"], "String")
 
 
-def with_sequence_number(request: bytes, seq: int) -> bytes:
-    """Append ``intake_seq`` (varint field ``SEQ_FIELD_NUMBER``) to an encoded request."""
-    return request + _varint(SEQ_FIELD_NUMBER << 3) + _varint(seq)
-
-
-def length_delimited(message: bytes) -> bytes:
-    return _varint(len(message)) + message
-
-
 def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -257,3 +250,17 @@ def _varint(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+_SEQ_TAG = _varint(SEQ_FIELD_NUMBER << 3)
+
+
+def framed(request: bytes, seq: int) -> tuple[bytes, bytes, bytes]:
+    """One request as a length-delimited message carrying ``intake_seq``, in three chunks.
+
+    (length prefix, the request itself, the ``intake_seq`` varint field):
+    streamed one after the other they are the message, and the request's
+    bytes, often megabytes, are never copied in Python.
+    """
+    suffix = _SEQ_TAG + _varint(seq)
+    return _varint(len(request) + len(suffix)), request, suffix

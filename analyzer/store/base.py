@@ -14,6 +14,7 @@ integer nanoseconds since the Unix epoch (UTC), ``Map`` values are dicts,
 from __future__ import annotations
 
 import abc
+import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -71,15 +72,59 @@ class Store(abc.ABC):
         """
 
     def insert_encoded(
-        self, statement: str, input_format: str, payload: bytes, settings: str = ""
+        self,
+        statement: str,
+        input_format: str,
+        payload: bytes | Sequence[bytes],
+        settings: str = "",
     ) -> int:
         """Insert bytes already encoded in a ClickHouse input format.
 
         ``statement`` is ``INSERT INTO t (cols)`` without FORMAT; ``settings``
-        (``k=v, k2=v2``) go into its SETTINGS clause. Only stores with
-        ``supports_encoded_insert`` implement it; it returns rows written.
+        (``k=v, k2=v2``) go into its SETTINGS clause. ``payload`` may be a
+        sequence of chunks, streamed in order as one input (no concatenated
+        copy is made). Only stores with ``supports_encoded_insert`` implement
+        it; it returns rows written.
         """
         raise NotImplementedError(f"{type(self).__name__} does not take encoded inserts")
+
+    @property
+    def database(self) -> str:
+        """The connection's current database: where unqualified names resolve.
+
+        A ClickHouse URL's path (``clickhouse://host:9000/otel`` -> ``otel``),
+        ``default`` otherwise. Asked of the store, not parsed, so it is what
+        ``report`` and ``sql`` will read; ``SchemaOptions.for_store`` makes
+        the intake write there too.
+        """
+        frame = self.query("SELECT currentDatabase() AS db")
+        return str(frame["db"].iloc[0])
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the store for a few statements that must look like one (rollup rewrites).
+
+        On chDB every other user of the store's connection waits meanwhile
+        (sessions do not); a ClickHouse server has no such lock, so there
+        this is a no-op and the statements are only as atomic as ClickHouse.
+        """
+        return contextlib.nullcontext()
+
+    def session(self) -> Store:
+        """A handle for one worker thread that may run next to the store's other work.
+
+        On chDB a separate connection to the same engine: its own temporary
+        tables, and its statements run concurrently with other sessions' (the
+        store's own connection serializes everything behind one lock, so an
+        intake worker sharing it would wait for every report and rollup).
+        Close it when done; closing the store closes its sessions. Stores
+        without the notion return themselves (and ignore ``close_session``).
+        """
+        return self
+
+    def close_session(self, session: Store) -> None:
+        """Release a handle from ``session``; the store itself is never closed here."""
+        if session is not self:
+            session.close()
 
     @abc.abstractmethod
     def close(self) -> None:

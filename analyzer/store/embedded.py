@@ -38,6 +38,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from datetime import date, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import pandas as pd
 import pyarrow as pa
@@ -76,6 +77,39 @@ class ChdbStore(Store):
         self._conn = self._connect(self.directory)
         self._readonly_conn: Any = None
         self._column_types: dict[str, dict[str, str]] = {}
+        self._sessions: list[ChdbStore] = []
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._lock:  # an RLock: the statements inside take it again freely
+            yield
+
+    def session(self) -> ChdbStore:
+        """Another connection to this engine (see ``Store.session``)."""
+        with self._lock:
+            self._open_connection()
+            session = object.__new__(ChdbStore)
+            session.directory = self.directory
+            session.description = f"{self.description} (session)"
+            session._lock = threading.RLock()
+            # The store's current database (a later ``USE`` on it is not followed).
+            database = self.database
+            target = self.directory
+            if database != "default":
+                target += "?" + urlencode({"database": database})
+            session._conn = self._connect(target)
+            session._readonly_conn = None
+            session._column_types = {}
+            session._sessions = []
+            self._sessions.append(session)
+            return session
+
+    def close_session(self, session: Store) -> None:
+        with self._lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
+        if session is not self:
+            session.close()
 
     # -- connecting ---------------------------------------------------------
 
@@ -163,9 +197,14 @@ class ChdbStore(Store):
         return self.insert_encoded(statement, "ArrowStream", sink.getvalue().to_pybytes())
 
     def insert_encoded(
-        self, statement: str, input_format: str, payload: bytes, settings: str = ""
+        self,
+        statement: str,
+        input_format: str,
+        payload: bytes | Sequence[bytes],
+        settings: str = "",
     ) -> int:
         sql = f"{statement} SETTINGS {settings}" if settings else statement
+        chunks = [payload] if isinstance(payload, bytes) else payload
         with self._lock:
             conn = self._open_connection()
             try:
@@ -173,7 +212,8 @@ class ChdbStore(Store):
             except Exception as exc:
                 raise self._query_error(exc, sql, None) from exc
             try:
-                inserter.append(payload)
+                for chunk in chunks:
+                    inserter.append(chunk)
                 result = inserter.finish()
             except Exception as exc:
                 with contextlib.suppress(Exception):
@@ -183,7 +223,10 @@ class ChdbStore(Store):
 
     def close(self) -> None:
         with self._lock:
-            # The read-only connection shares the engine: close it first.
+            # Sessions and the read-only connection share the engine: close them first.
+            sessions, self._sessions = self._sessions, []
+            for session in sessions:
+                session.close()
             for attribute in ("_readonly_conn", "_conn"):
                 conn = getattr(self, attribute, None)
                 if conn is not None:

@@ -10,6 +10,7 @@ import pytest
 
 from grpc_overhead.analyzer.intake import Intake, IntakeConfig
 from grpc_overhead.analyzer.intake.exporter import ProtobufSqlExporter, RowsExporter
+from grpc_overhead.analyzer.intake.processor import BatchProcessor
 from grpc_overhead.analyzer.store import open_store
 from tests.analyzer.otlp_requests import (
     python_rows,
@@ -100,3 +101,44 @@ def test_python_rows_path_stores_the_same_rows(tmp_path: Path) -> None:
             export(data, timeout=10)
             channel.close()
         assert stored_rows(store) == python_rows(data)
+
+
+class _MeetingExporter(ProtobufSqlExporter):
+    """The real chDB exporter, which only proceeds once the other worker is exporting too."""
+
+    def __init__(self, store: object, meeting: threading.Barrier) -> None:
+        super().__init__(store)  # type: ignore[arg-type]
+        self.meeting = meeting
+
+    def export(self, requests: list[bytes]):  # type: ignore[override]
+        self.meeting.wait()  # BrokenBarrierError (a failed batch) unless both run at once
+        return super().export(requests)
+
+
+def test_two_workers_store_two_batches_at_once(tmp_path: Path) -> None:
+    """Each worker writes through its own store session, concurrently."""
+    payloads = [request(span(1), span(2)), request(span(3))]
+    with open_store(tmp_path / "store") as store:
+        meeting = threading.Barrier(2, timeout=10)
+        sessions = [store.session(), store.session()]
+        exporters = [_MeetingExporter(session, meeting) for session in sessions]
+        for exporter in exporters:
+            exporter.start()
+        processor = BatchProcessor(
+            exporters,
+            batch_bytes=max(map(len, payloads)),
+            flush_interval=0.01,
+            max_pending_bytes=sum(map(len, payloads)),
+        )
+        processor.start()
+        try:
+            pending = [processor.submit(payload) for payload in payloads]
+            outcomes = [item.wait(20) for item in pending]
+        finally:
+            processor.shutdown()
+            for exporter, session in zip(exporters, sessions, strict=True):
+                exporter.shutdown()
+                store.close_session(session)
+        assert [outcome.spans for outcome in outcomes] == [2, 1]
+        assert processor.stats.batches == 2 and processor.stats.failed_batches == 0
+        assert int(store.query("SELECT count() AS n FROM otel_traces")["n"][0]) == 3

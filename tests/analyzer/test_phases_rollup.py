@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer import rollup
-from grpc_overhead.analyzer.calls import CallFilters
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, pair_offsets
 from grpc_overhead.analyzer.phases import phase_breakdown
 from tests.analyzer import seed
@@ -82,6 +82,60 @@ def test_filters_and_edges_inside_minutes(store):
             assert settled[0] >= (filters.parameters()["since_ns"])
     # Other clock options: everything raw.
     assert rollup.settled_range(store, clock=ClockOptions(window=timedelta(seconds=30))) is None
+
+
+@pytest.mark.e2e
+def test_a_call_completed_after_its_minute_settled_is_rolled_up_again(store):
+    """A server half, and a whole new call, landing in minutes already rolled up."""
+    four_minutes(store)
+    slow = replace(Truth(), start=START + MINUTE + 11 * MS, processing=40 * MS)
+    client, server = seed.synthetic_call(slow, method="Health")
+    seed.insert_spans(store, [client])  # the server half is late
+    assert rollup.settle(store, now_ns=START + 10 * MINUTE, delay=timedelta(0)) == 10
+    watermark = rollup.settled_until(store)
+
+    late_call = replace(Truth(), start=START + 3 * MINUTE + 5 * MS, processing=9 * MS)
+    seed.insert_spans(store, [server, *seed.synthetic_call(late_call)])
+    raw, raw_offsets = phase_breakdown(store), pair_offsets(store)
+    stale = rollup.breakdown(store)
+    assert stale["calls"].sum() < raw["calls"].sum()  # the rollup has not seen them yet
+
+    options = CallsOptions()
+    # No margin: only what arrived after the run counts, so the test sees exactly
+    # which minutes the arrival log marks: a client half's own minute; a server
+    # half's minute and its neighbours (the call's minute is the client's).
+    late = rollup.late_minutes(store, options, watermark, margin_ns=0)
+    assert late == [START + minute * MINUTE for minute in (0, 1, 2, 3, 4)]
+    assert rollup.settle(store, now_ns=START + 10 * MINUTE, delay=timedelta(0)) == 0
+    same(rollup.breakdown(store), raw)
+    pd.testing.assert_frame_equal(rollup.offsets(store), raw_offsets)
+    # Handled: the next run finds nothing late.
+    assert rollup.late_minutes(store, options, watermark, margin_ns=0) == []
+
+
+@pytest.mark.e2e
+def test_settle_works_in_bounded_rounds(store):
+    four_minutes(store)  # 12 calls a minute, halves merged on insert: 12 rows a minute
+    raw = phase_breakdown(store)
+    options = CallsOptions()
+    end = START + 10 * MINUTE
+    minute = [START + m * MINUTE for m in range(4)]
+    one_each = [(minute[0], minute[1]), (minute[1], minute[2]), (minute[2], minute[3])]
+    assert rollup.plan_rounds(store, options, START, end, max_rows=12) == [
+        *one_each,
+        (minute[3], end),
+    ]
+    assert rollup.plan_rounds(store, options, START, end, max_rows=30) == [
+        (START, minute[2]),
+        (minute[2], end),
+    ]
+    assert rollup.plan_rounds(store, options, START, end, max_rows=5) == [
+        *one_each,  # a minute busier than a round is a round of its own
+        (minute[3], end),
+    ]
+    assert rollup.settle(store, now_ns=end, delay=timedelta(0), max_rows_per_round=12) == 10
+    assert rollup.settled_until(store) == end
+    same(rollup.breakdown(store), raw)
 
 
 @pytest.mark.e2e
