@@ -144,11 +144,9 @@ PHASES: tuple[Phase, ...] = (
 )
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES
 
-#: Columns ``calls()`` returns besides the phases.
-CALL_COLUMNS: tuple[str, ...] = (
-    "TraceId",
-    "ClientSpanId",
-    "ServerSpanId",
+#: Who called what: the columns that identify a call's method, run and both parties
+#: (``calls()`` and the explorer's call summary both lead with them).
+CALL_IDENTITY: tuple[str, ...] = (
     "service",
     "method",
     "call_type",
@@ -159,6 +157,14 @@ CALL_COLUMNS: tuple[str, ...] = (
     "server_service",
     "server_host",
     "server_instance",
+)
+
+#: Columns ``calls()`` returns besides the phases.
+CALL_COLUMNS: tuple[str, ...] = (
+    "TraceId",
+    "ClientSpanId",
+    "ServerSpanId",
+    *CALL_IDENTITY,
     "server_address",
     "client_address",
     "compression",

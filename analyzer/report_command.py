@@ -60,14 +60,19 @@ def parse_moment(text: str, *, option: str, now: datetime | None = None) -> date
     return moment if moment.tzinfo else moment.astimezone()
 
 
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--store DIR | --clickhouse URL``: the store a reading command (report, app) opens."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--store", metavar="DIR", help=f"chDB store (default {DEFAULT_STORE_DIR})")
+    where.add_argument("--clickhouse", metavar="URL", help="clickhouse://user:pass@host:9000/db")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="grpc-overhead report",
         description="Phase breakdown per method (p50/p90/p99/mean, µs) and clock offsets.",
     )
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--store", metavar="DIR", help=f"chDB store (default {DEFAULT_STORE_DIR})")
-    where.add_argument("--clickhouse", metavar="URL", help="clickhouse://user:pass@host:9000/db")
+    add_store_arguments(p)
     p.add_argument("--since", help="calls started at or after: ISO 8601 or 15m, 2h, 1d ago")
     p.add_argument("--until", help="calls started before: ISO 8601 or a duration ago")
     p.add_argument("--service", help="only this gRPC service (e.g. predict.Predictor)")

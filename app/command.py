@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from grpc_overhead import environment
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked
-from grpc_overhead.analyzer.report_command import INTAKE_HINT
+from grpc_overhead.analyzer.report_command import INTAKE_HINT, add_store_arguments
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE
 from grpc_overhead.analyzer.serve import DEFAULT_APP_PORT, read_serve_info
@@ -38,9 +38,7 @@ def parser() -> argparse.ArgumentParser:
         prog="grpc-overhead app",
         description="The web app (Streamlit) on the calls already in a store.",
     )
-    where = result.add_mutually_exclusive_group()
-    where.add_argument("--store", metavar="DIR", help=f"chDB store (default {DEFAULT_STORE_DIR})")
-    where.add_argument("--clickhouse", metavar="URL", help="clickhouse://user:pass@host:9000/db")
+    add_store_arguments(result)
     result.add_argument(
         "--port",
         type=int,

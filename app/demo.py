@@ -52,6 +52,7 @@ from grpc_overhead.analyzer.serve import read_serve_info
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR
 from grpc_overhead.analyzer.store.embedded import lock_holder, locked_message
 from grpc_overhead.app.server import DEFAULT_PORT, AppServerError, check_port, open_browser
+from grpc_overhead.prediction.process import stop_process
 
 if TYPE_CHECKING:
     from grpc_overhead.collector.runner import CollectorProcess
@@ -273,17 +274,9 @@ class Child:
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """``sig``, then SIGKILL after ``timeout_s``; returns the exit code."""
-        process = self.process
-        if process is None:
+        if self.process is None:
             return None
-        if process.poll() is None:
-            process.send_signal(sig)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        return process.returncode
+        return stop_process(self.process, timeout_s, sig)
 
 
 # -- the demo -------------------------------------------------------------------------------------

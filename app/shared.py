@@ -85,10 +85,9 @@ def load_slow(function: Callable[..., pd.DataFrame], *args: Any, **kwargs: Any) 
 
 def _load(module: str, name: str, args: tuple, kwargs: dict, ttl: float) -> pd.DataFrame:
     served = source()  # a clear message, not an exception, when no store is attached
+    cached = _cached_short if ttl == TTL_S else _cached_long
     if not served.live:
         cached = _cached_static
-    else:
-        cached = _cached_short if ttl == TTL_S else _cached_long
     try:
         return cached(module, name, args, tuple(sorted(kwargs.items())), runtime.generation())
     except StoreUnavailable as error:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import resource
 import shutil
 import tempfile
@@ -41,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.common import log, machine_info, markdown_table, median, write_results
+from bench.common import log, machine_info, markdown_table, median, publish
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.phases import ALL_PHASES, QUANTILES, phase_breakdown
 from grpc_overhead.analyzer.report import build_report
@@ -465,12 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
-    if args.quick:  # a smoke run: print, keep the committed results
-        print(markdown(results))
-        return 0
-    for path in write_results("analysis", results, markdown(results)):
-        log(f"wrote {os.path.relpath(path)}")
-    return 0
+    return publish("analysis", results, markdown(results), quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from bench.analysis import generate
-from bench.common import log, machine_info, markdown_table, median, percentile, write_results
+from bench.common import log, machine_info, markdown_table, median, percentile, publish
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
@@ -384,12 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "page_loads": loads,
         "freshness": freshness(args.probes),
     }
-    if args.quick:
-        print(markdown(results))
-        return 0
-    for path in write_results("app", results, markdown(results)):
-        log(f"wrote {os.path.relpath(path)}")
-    return 0
+    return publish("app", results, markdown(results), quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,17 @@ def write_results(name: str, data: dict[str, Any], markdown: str) -> list[Path]:
     return written
 
 
+def publish(name: str, data: dict[str, Any], markdown: str, *, quick: bool) -> int:
+    """A bench's last step: a quick (smoke) run prints its tables and keeps the committed
+    results; a full run writes bench/results/<name>.json and .md. Returns the exit code."""
+    if quick:
+        print(markdown)
+        return 0
+    for path in write_results(name, data, markdown):
+        log(f"wrote {os.path.relpath(path)}")
+    return 0
+
+
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     def cell(value: Any) -> str:
         if value is None:

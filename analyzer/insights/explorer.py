@@ -32,7 +32,13 @@ from grpc_overhead.analyzer.calls import (
 )
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, merged_cte, query_parameters
 from grpc_overhead.analyzer.errors import BadInput
-from grpc_overhead.analyzer.phases import ALL_PHASES, CONSECUTIVE_PHASES, PHASES, per_call_sql
+from grpc_overhead.analyzer.phases import (
+    ALL_PHASES,
+    CALL_IDENTITY,
+    CONSECUTIVE_PHASES,
+    PHASES,
+    per_call_sql,
+)
 from grpc_overhead.analyzer.store.base import Store
 
 ORDERS = {
@@ -195,16 +201,7 @@ SUMMARY_COLUMNS = (
     "client_span_id",
     "server_span_id",
     "start",
-    "service",
-    "method",
-    "call_type",
-    "run_id",
-    "client_service",
-    "client_host",
-    "client_instance",
-    "server_service",
-    "server_host",
-    "server_instance",
+    *CALL_IDENTITY,
     "status_code",
     "client_domain",
     "server_domain",
@@ -240,9 +237,8 @@ def call_summary(
     sql = (
         "SELECT TraceId AS trace_id, ClientSpanId AS client_span_id,"
         " ServerSpanId AS server_span_id,"
-        " fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start, service, method, call_type,"
-        " run_id, client_service, client_host, client_instance, server_service, server_host,"
-        " server_instance, status_code, client_domain, server_domain,\n"
+        f" fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start, {', '.join(CALL_IDENTITY)},"
+        " status_code, client_domain, server_domain,\n"
         "    if(clock_defined, clock_offset_ns / 1000, NULL) AS clock_offset_us,\n"
         "    if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us,\n"
         "    multiIf(client_domain = server_domain, 'same clock',"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
@@ -23,6 +24,20 @@ def translucent(color: str) -> str:
     """A palette colour as the pale fill of its error band."""
     red, green, blue = hex_to_rgb(color)
     return f"rgba({red},{green},{blue},0.2)"
+
+
+def band_edge(part: pd.DataFrame, column: str, pair: str, **fill: str) -> go.Scatter:
+    """One edge of a pair's ± band: a line-less trace; the low edge fills up to the high one."""
+    return go.Scatter(
+        x=part["window_start"],
+        y=part[column],
+        mode="lines",
+        line={"width": 0},
+        legendgroup=pair,
+        showlegend=False,
+        hoverinfo="skip",
+        **fill,
+    )
 
 
 st.title("Clock offsets")
@@ -72,30 +87,8 @@ shown = timeline if show_same else timeline[timeline["client_host"] != timeline[
 figure = go.Figure()
 for index, (pair, part) in enumerate(shown.groupby("pair", sort=True)):
     color = PALETTE[index % len(PALETTE)]
-    figure.add_trace(
-        go.Scatter(
-            x=part["window_start"],
-            y=part["high_us"],
-            mode="lines",
-            line={"width": 0},
-            legendgroup=pair,
-            showlegend=False,
-            hoverinfo="skip",
-        )
-    )
-    figure.add_trace(
-        go.Scatter(
-            x=part["window_start"],
-            y=part["low_us"],
-            mode="lines",
-            line={"width": 0},
-            fill="tonexty",
-            fillcolor=translucent(color),
-            legendgroup=pair,
-            showlegend=False,
-            hoverinfo="skip",
-        )
-    )
+    figure.add_trace(band_edge(part, "high_us", pair))
+    figure.add_trace(band_edge(part, "low_us", pair, fill="tonexty", fillcolor=translucent(color)))
     figure.add_trace(
         go.Scatter(
             x=part["window_start"],

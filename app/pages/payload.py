@@ -86,18 +86,7 @@ else:
     )
 
 st.dataframe(
-    overall.reset_index()[
-        [
-            "phase",
-            "basis",
-            "calls",
-            "slope_us_per_mb",
-            "intercept_us",
-            "r2",
-            "min_bytes",
-            "max_bytes",
-        ]
-    ],
+    overall.reset_index()[[column for column in payload.COST_COLUMNS if column != "algorithm"]],
     hide_index=True,
     width="stretch",
     column_config={

@@ -25,7 +25,8 @@ from __future__ import annotations
 import statistics
 import time
 import zlib
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from bench.ground_truth.calibration import EchoServer, probe
 from bench.ground_truth.checks import ScenarioResult, check, p50, p50s
 from bench.ground_truth.pipeline import Pipeline
 from bench.ground_truth.profile import Profile
-from bench.ground_truth.toxiproxy import DOWNSTREAM, UPSTREAM, Toxiproxy
+from bench.ground_truth.toxiproxy import DOWNSTREAM, UPSTREAM, Proxy, Toxiproxy
 from grpc_overhead.prediction import codec as codecs
 from grpc_overhead.prediction import payload as payloads
 from grpc_overhead.prediction.protos import prediction_pb2 as pb
@@ -69,6 +70,18 @@ def _transfer_us(probe_address: str, toxiproxy: Toxiproxy, probe_proxy, toxics, 
     return slowed.downstream_us - bare.downstream_us
 
 
+@contextmanager
+def _proxied_service(pipeline: Pipeline) -> Iterator[tuple[Toxiproxy, Proxy, Proxy]]:
+    """The pipeline, a two-worker service and an echo server, both behind toxiproxy: yields
+    (toxiproxy, the service's proxy, the echo probe's proxy) so one toxic slows both alike."""
+    with ExitStack() as stack:
+        toxiproxy = stack.enter_context(Toxiproxy())
+        echo = stack.enter_context(EchoServer())
+        stack.enter_context(pipeline)
+        service = stack.enter_context(pipeline.service("--workers", "2"))
+        yield toxiproxy, toxiproxy.proxy(service.target), toxiproxy.proxy(echo.address)
+
+
 def bandwidth(workdir: Path, profile: Profile) -> ScenarioResult:
     started = time.monotonic()
     result = ScenarioResult("bandwidth", profile.name)
@@ -85,12 +98,7 @@ def bandwidth(workdir: Path, profile: Profile) -> ScenarioResult:
     runs: dict[tuple[str, int, bool], str] = {}
     sizes: dict[tuple[str, int], int] = {}
     truth: dict[tuple[str, int], list[float]] = {}
-    with ExitStack() as stack:
-        toxiproxy = stack.enter_context(Toxiproxy())
-        echo = stack.enter_context(EchoServer())
-        stack.enter_context(pipeline)
-        service = stack.enter_context(pipeline.service("--workers", "2"))
-        grpc_proxy, probe_proxy = toxiproxy.proxy(service.target), toxiproxy.proxy(echo.address)
+    with _proxied_service(pipeline) as (toxiproxy, grpc_proxy, probe_proxy):
         for _ in range(profile.rounds):
             for stream, entity_counts in cases.items():
                 for entities in entity_counts:
@@ -189,12 +197,7 @@ def compression(workdir: Path, profile: Profile) -> ScenarioResult:
     wire = {variant: _wire_bytes(variant, entities, features) for variant in VARIANTS}
     pipeline = Pipeline(workdir / "store")
     truth: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-    with ExitStack() as stack:
-        toxiproxy = stack.enter_context(Toxiproxy())
-        echo = stack.enter_context(EchoServer())
-        stack.enter_context(pipeline)
-        service = stack.enter_context(pipeline.service("--workers", "2"))
-        grpc_proxy, probe_proxy = toxiproxy.proxy(service.target), toxiproxy.proxy(echo.address)
+    with _proxied_service(pipeline) as (toxiproxy, grpc_proxy, probe_proxy):
         for _ in range(profile.rounds):
             for variant, flags in VARIANTS.items():
                 for limited in (False, True):

@@ -20,7 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env, run_load
+from grpc_overhead.prediction.process import (
+    ServiceProcess,
+    free_port,
+    offline_env,
+    run_load,
+    stop_process,
+)
 
 SKEWED_HOST = "skewed-host"
 
@@ -46,13 +52,7 @@ class ServeProcess:
         raise RuntimeError("serve did not start within 60 s")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 def report(store: Path, *extra: str) -> dict:

@@ -36,6 +36,21 @@ class ServiceStartError(RuntimeError):
     pass
 
 
+def stop_process(
+    process: subprocess.Popen[Any], timeout_s: float = 30.0, sig: int = signal.SIGTERM
+) -> int:
+    """``sig`` (SIGTERM: the graceful path that flushes), then SIGKILL if the child
+    outlives ``timeout_s``, so a hung child never outlives the caller; the exit code."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A loopback TCP port nothing listens on (at the time of asking)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

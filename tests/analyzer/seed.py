@@ -257,6 +257,16 @@ def synthetic_call(
     return client, server
 
 
+def compress_with(algorithm: str, *spans: Span) -> None:
+    """Label a call's spans with ``algorithm`` as the instrumentation would: gzip as gRPC
+    compression (``grpc.compression``), zstd as the service's payload codec; else none."""
+    for span in spans:
+        if algorithm == "gzip":
+            span.attributes["grpc.compression"] = "gzip"
+        elif algorithm == "zstd":
+            span.attributes["grpc_overhead.payload.codec"] = "zstd"
+
+
 def insert_spans(store: Store, spans: Iterable[Span], table: str = "otel_traces") -> int:
     """One INSERT of the given spans (one part: both halves of a call may share it)."""
     rows = [span.row() for span in spans]

@@ -35,11 +35,7 @@ def seed_costs(store) -> None:
             client_deserialize=response * 500 // 1000,
         )
         client, server = seed.synthetic_call(truth, request_bytes=size, response_bytes=response)
-        for span in (client, server):
-            if algorithm == "gzip":
-                span.attributes["grpc.compression"] = "gzip"
-            elif algorithm == "zstd":
-                span.attributes["grpc_overhead.payload.codec"] = "zstd"
+        seed.compress_with(algorithm, client, server)
         spans += [client, server]
     seed.insert_spans(store, spans)
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpc_overhead.prediction.process import stop_process
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -134,14 +136,7 @@ class RunningApp:
 
     def stop(self) -> int:
         """SIGTERM (what Ctrl-C does in a terminal) and wait; SIGKILL after 30 s."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, 30.0)
 
     def text(self) -> str:
         return "".join(self.output)

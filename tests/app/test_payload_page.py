@@ -6,7 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from tests.analyzer.seed import BASE_NS, MS, US, Truth, insert_spans, synthetic_call
+from tests.analyzer.seed import (
+    BASE_NS,
+    MS,
+    US,
+    Truth,
+    compress_with,
+    insert_spans,
+    synthetic_call,
+)
 from tests.app.charts import figures, metrics, traces
 from tests.app.conftest import run_page
 
@@ -30,11 +38,7 @@ def seed_sizes_and_algorithms(store) -> None:
             client_serialize=(15 + COMPRESS_US[algorithm]) * US,
         )
         client, server = synthetic_call(truth, request_bytes=size)
-        for span in (client, server):
-            if algorithm == "gzip":
-                span.attributes["grpc.compression"] = "gzip"
-            elif algorithm == "zstd":
-                span.attributes["grpc_overhead.payload.codec"] = "zstd"
+        compress_with(algorithm, client, server)
         spans += [client, server]
     insert_spans(store, spans)
 
