@@ -25,7 +25,7 @@ from grpc_overhead.app import runtime
 #: Seconds an analyzer answer is reused. Under the 5 s freshness target.
 TTL_S = 2.0
 #: Seconds between reruns when auto-refresh is on.
-REFRESH_S = 5.0
+REFRESH_S = 3.0
 #: Filter choices change slowly; listing them is not worth redoing on every rerun.
 CHOICES_TTL_S = 15.0
 #: A store nobody writes to (``grpc-overhead app``) gives the same answers all day.
