@@ -38,10 +38,11 @@ columns[4].metric(
 )
 without_events = int(summary["calls"]) - int(summary["calls_with_events"])
 if without_events:
+    calls_carry = "call carries" if without_events == 1 else "calls carry"
     st.caption(
-        f"{formatting.count(without_events)} calls carry no transport events (e.g. spans from "
-        "plain OpenTelemetry gRPC instrumentation): they count in calls and total, not in "
-        "the phase split."
+        f"{formatting.count(without_events)} {calls_carry} no transport events (e.g. spans "
+        "from plain OpenTelemetry gRPC instrumentation, or a call whose server half is "
+        "missing): they count in calls and total, not in the phase split."
     )
 
 st.subheader("Where the time goes, per method")
