@@ -17,7 +17,9 @@ reaches only the demo, which then stops them in the order that loses no span):
 4. the load generator, playing ``SCENARIOS`` in a loop: small and large
    payloads, the compression algorithms side by side, a burst that saturates
    predictor-a's thread pool, streaming and batched calls. Each scenario is a
-   run id (``demo-<name>``), so the app's Run filter selects it.
+   run id (``demo-<name>``), so the app's Run filter selects it; the five
+   compression scenarios share ``demo-compression``, the same calls with each
+   algorithm, so that run compares the algorithms like for like.
 
 Stops on Ctrl-C, SIGTERM or after ``--duration`` seconds of load: load first,
 then the services (they flush their spans), the collector (flushes its queue),
@@ -102,6 +104,12 @@ class Scenario:
     weight: float = 1.0
     #: Service names to target (round-robin); empty: all of them.
     targets: tuple[str, ...] = ()
+    #: The run id's suffix when it is not the name: scenarios meant to be compared share one.
+    run: str = ""
+
+    @property
+    def run_id(self) -> str:
+        return f"demo-{self.run or self.name}"
 
 
 _TINY = ("--entities", "50", "--features", "16")
@@ -140,6 +148,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             f"compression-{codec}",
             f"38 KB requests compressed with {codec}, 15/s",
             (*_MID, "--compression", codec),
+            run="compression",
         )
         for codec in ("none", "gzip", "zstd", "lz4", "snappy")
     ),
@@ -452,7 +461,7 @@ class Demo:
 
     def run_scenario(self, scenario: Scenario, seconds: float, endpoint: str) -> None:
         targets = [self.service_targets[name] for name in scenario.targets or self.service_targets]
-        run_id = f"demo-{scenario.name}"
+        run_id = scenario.run_id
         self.status.scenario = f"{scenario.name}: {scenario.summary}"
         load = Child(
             f"load {scenario.name}",

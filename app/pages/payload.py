@@ -100,6 +100,11 @@ st.dataframe(
 )
 
 st.subheader("Algorithms side by side")
+st.caption(
+    "A fair comparison needs the same calls with each algorithm: select one run in the "
+    "sidebar (the demo's `demo-compression` plays the same 38 KB requests with each), or "
+    "one method, so payload size and load do not differ between algorithms."
+)
 algorithms = payload.algorithms(answer)
 summary = algorithms.drop_duplicates("algorithm")
 end_to_end = summary.melt(

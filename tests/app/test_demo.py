@@ -97,7 +97,8 @@ def test_demo_runs_the_whole_stack_and_leaves_a_store_with_every_phase(tmp_path:
     )  # fmt: skip
     assert sql.returncode == 0, sql.stderr
     [row] = json.loads(sql.stdout)
-    assert set(row["runs"]) >= {f"demo-{scenario.name}" for scenario in SCENARIOS}
+    assert set(row["runs"]) >= {scenario.run_id for scenario in SCENARIOS}
+    assert "demo-compression" in row["runs"]
     assert set(row["instances"]) >= {spec.name for spec in SERVICES}
     assert "gzip" in row["grpc_compression"]
 
