@@ -5,16 +5,19 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COLLECTOR := collector/dist/otelcol-grpc-overhead
 TOXIPROXY := tools/bin/toxiproxy-server
-PROTOS := instrumented-service/prediction/protos
+PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
+INSTRUMENTATION := instrumented-service/instrumentation
 
 .PHONY: setup system-packages collector toxiproxy protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Both distributions, editable: grpc-overhead-instrumentation (what a production
+# service installs) and grpc-overhead, which depends on it.
+$(STAMP): pyproject.toml $(INSTRUMENTATION)/pyproject.toml
 	@test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e ./$(INSTRUMENTATION) -e '.[dev]'
 	@touch $(STAMP)
 
 system-packages:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpc_overhead.cli import COMMANDS
-from grpc_overhead.environment import DOCUMENTED
+from grpc_overhead.instrumentation.environment import DOCUMENTED
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]

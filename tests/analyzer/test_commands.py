@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.analyzer import sql_command
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
+from grpc_overhead.cli import sql as sql_command
 from tests.analyzer.otlp_requests import request, span, stub
 from tests.conftest import free_port
 

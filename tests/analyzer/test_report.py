@@ -15,7 +15,7 @@ import pytest
 
 from grpc_overhead.analyzer.phases import ALL_PHASES, DESIGN_PHASES
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
-from grpc_overhead.analyzer.report_command import ReportInputError, main, parse_moment
+from grpc_overhead.cli.report import ReportInputError, main, parse_moment
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, Truth, module_store_fixture, store_fixture  # noqa: F401
 

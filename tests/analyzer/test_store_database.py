@@ -18,10 +18,10 @@ from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.intake import Intake, IntakeConfig
 from grpc_overhead.analyzer.report import build_report
-from grpc_overhead.analyzer.report_command import prepare
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.cli.report import prepare
 from tests.analyzer.otlp_requests import request, span, stub
 from tests.analyzer.seed import insert_spans, synthetic_call
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.app.demo import SCENARIOS, SERVICES
+from grpc_overhead.cli.demo import SCENARIOS, SERVICES
 from grpc_overhead.prediction.process import free_port, offline_env
 from tests.app.browser import start_serve
 

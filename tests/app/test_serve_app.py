@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.analyzer.serve import SERVE_INFO_FILE
+from grpc_overhead.cli.serve import SERVE_INFO_FILE
 from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env, run_load
 from tests.app.browser import ARTIFACTS, EXCEPTION, chromium, open_page, start_serve
 

@@ -12,7 +12,7 @@ import pytest
 
 from grpc_overhead.collector import CollectorUnavailable, build_collector, collector_binary, runner
 
-COLLECTOR_DIR = Path(runner.__file__).parent
+COLLECTOR_DIR = runner.collector_dir()
 
 
 @pytest.mark.e2e

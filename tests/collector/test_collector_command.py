@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.collector import command, config_path
+from grpc_overhead.cli import collector as command
+from grpc_overhead.collector import config_path
 
 
 @pytest.mark.unit

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from grpc_overhead.cli import load as command
 from grpc_overhead.instrumentation import SpanPipeline, set_default_pipeline
-from grpc_overhead.load_generator import command
 from grpc_overhead.prediction.process import free_port, offline_env
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpc_overhead.environment import RUN_ID as RUN_ID_VARIABLE
+from grpc_overhead.instrumentation.environment import RUN_ID as RUN_ID_VARIABLE
 from grpc_overhead.load_generator.workload import MODES
 
 GRPC_COMPRESSIONS = ("none", "gzip", "deflate")

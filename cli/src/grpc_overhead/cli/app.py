@@ -18,17 +18,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from grpc_overhead import environment
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked
-from grpc_overhead.analyzer.report_command import INTAKE_HINT, add_store_arguments
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE
-from grpc_overhead.analyzer.serve import DEFAULT_APP_PORT, read_serve_info
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, ChdbStore, Store, open_store
 from grpc_overhead.analyzer.store.embedded import lock_holder, locked_message
 from grpc_overhead.app.runtime import Served
 from grpc_overhead.app.server import AppServer, AppServerError, check_port, open_browser
+from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments
+from grpc_overhead.cli.serve import DEFAULT_APP_PORT, read_serve_info
+from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
 

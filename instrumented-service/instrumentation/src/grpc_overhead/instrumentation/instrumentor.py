@@ -25,7 +25,7 @@ import grpc.aio
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
-from grpc_overhead.environment import INSTRUMENTATION_DISABLED
+from grpc_overhead.instrumentation.environment import INSTRUMENTATION_DISABLED
 
 ORIGINALS: dict[str, Callable[..., Any]] = {}
 """What we patched, as it was before (restored by uninstrument)."""

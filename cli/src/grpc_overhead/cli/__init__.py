@@ -12,14 +12,14 @@ import sys
 
 # sub-command -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("grpc_overhead.app.demo", "whole stack on the embedded default, app opened"),
-    "serve": ("grpc_overhead.analyzer.serve", "intake + store (+ app) in one process"),
-    "app": ("grpc_overhead.app.command", "the Streamlit app against a store"),
-    "service": ("grpc_overhead.prediction.command", "the instrumented prediction server"),
-    "load": ("grpc_overhead.load_generator.command", "load generator for the prediction service"),
-    "report": ("grpc_overhead.analyzer.report_command", "phase breakdown (table, json, csv)"),
-    "sql": ("grpc_overhead.analyzer.sql_command", "run SQL against the store"),
-    "collector": ("grpc_overhead.collector.command", "build, configure or run the collector"),
+    "demo": ("grpc_overhead.cli.demo", "whole stack on the embedded default, app opened"),
+    "serve": ("grpc_overhead.cli.serve", "intake + store (+ app) in one process"),
+    "app": ("grpc_overhead.cli.app", "the Streamlit app against a store"),
+    "service": ("grpc_overhead.cli.service", "the instrumented prediction server"),
+    "load": ("grpc_overhead.cli.load", "load generator for the prediction service"),
+    "report": ("grpc_overhead.cli.report", "phase breakdown (table, json, csv)"),
+    "sql": ("grpc_overhead.cli.sql", "run SQL against the store"),
+    "collector": ("grpc_overhead.cli.collector", "build, configure or run the collector"),
 }
 
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     if args[0] in ("-V", "--version"):
-        from grpc_overhead import __version__
+        from grpc_overhead.instrumentation.version import __version__
 
         print(__version__)
         return 0

@@ -50,10 +50,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from grpc_overhead.analyzer.serve import read_serve_info
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR
 from grpc_overhead.analyzer.store.embedded import lock_holder, locked_message
 from grpc_overhead.app.server import DEFAULT_PORT, AppServerError, check_port, open_browser
+from grpc_overhead.cli.serve import read_serve_info
 from grpc_overhead.prediction.process import stop_process
 
 if TYPE_CHECKING:

@@ -27,12 +27,12 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from grpc_overhead.environment import (
+from grpc_overhead.instrumentation import clock
+from grpc_overhead.instrumentation.environment import (
     EXPORT_BATCH_SIZE,
     EXPORT_INTERVAL_MS,
     MAX_QUEUE_SIZE,
 )
-from grpc_overhead.instrumentation import clock
 from grpc_overhead.instrumentation.resource import process_resource
 from grpc_overhead.instrumentation.sampling import Sampling
 from grpc_overhead.instrumentation.spans import SpanBuilder

@@ -11,7 +11,7 @@ import random
 
 import grpc
 
-from grpc_overhead.environment import COMPRESSED_SIZE_EVERY, RESIDENCE_TRAILER
+from grpc_overhead.instrumentation.environment import COMPRESSED_SIZE_EVERY, RESIDENCE_TRAILER
 from grpc_overhead.instrumentation.pipeline import SpanPipeline, default_pipeline
 from grpc_overhead.instrumentation.sampling import Sampler, Sampling
 

@@ -29,12 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grpc_overhead import environment
 from grpc_overhead.analyzer import rollup
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, Intake, IntakeConfig
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
+from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
 DEFAULT_APP_PORT = 8501

@@ -1,11 +1,11 @@
 """Build, locate, validate and run the grpc-overhead OpenTelemetry Collector.
 
 The collector is a real ``otelcol`` binary built by ``build.sh`` from
-``manifest.yaml`` (both next to this file). Python only drives it: the
-configs and the build script are package data found with
-``Path(__file__).parent``, and everything configurable in the configs is an
-``${env:...}`` variable, so this module changes behaviour through the
-environment of the child process and never rewrites YAML.
+``manifest.yaml`` (both in the component folder ``collector/``, three levels above
+this file's ``src/grpc_overhead/collector``). Python only drives it: the
+configs and the build script are found relative to this file, and everything
+configurable in the configs is an ``${env:...}`` variable, so this module changes
+behaviour through the environment of the child process and never rewrites YAML.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ NO_GO_HINT = (
     f"(the instrumented service can export to {DEFAULT_INTAKE} without a collector)"
 )
 
-_HERE = Path(__file__).resolve().parent
+# collector/src/grpc_overhead/collector/runner.py -> collector/
+_HERE = Path(__file__).resolve().parents[3]
 _LOG_TAIL_LINES = 200
 
 
@@ -64,7 +65,7 @@ class CollectorStartError(CollectorError):
 
 
 def collector_dir() -> Path:
-    """The folder holding manifest.yaml, build.sh and the configs (package data)."""
+    """The component folder holding manifest.yaml, build.sh, the configs and dist/."""
     return _HERE
 
 

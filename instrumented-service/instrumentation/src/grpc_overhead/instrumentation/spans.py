@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from grpc_overhead import __version__
 from grpc_overhead.instrumentation import clock
 from grpc_overhead.instrumentation.records import CallRecord
+from grpc_overhead.instrumentation.version import __version__
 from grpc_overhead.instrumentation.vocabulary import (
     CALL_TYPE,
     CLIENT_RECEIVED_RESPONSE,
