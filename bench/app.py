@@ -53,7 +53,7 @@ from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.app import shared
-from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env
+from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env
 from tests.app.browser import PAGES, chromium, open_page, start_app, start_serve, wait_loaded
 
 PAGE_TARGET_S = 2.0

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.prediction.process import (
+from grpc_overhead.cli.processes import (
     ServiceProcess,
     free_port,
     offline_env,

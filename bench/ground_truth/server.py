@@ -31,7 +31,7 @@ from bench.ground_truth.pipeline import Pipeline
 from bench.ground_truth.profile import Profile
 from bench.ground_truth.serialize_probe import PHASES as SERIALIZE_PHASES
 from bench.ground_truth.serialize_probe import summary
-from grpc_overhead.prediction.process import offline_env
+from grpc_overhead.cli.processes import offline_env
 
 
 def server_queue(workdir: Path, profile: Profile) -> ScenarioResult:

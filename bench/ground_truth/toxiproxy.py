@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.prediction.process import free_port
+from grpc_overhead.cli.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = ROOT / "tools" / "bin" / "toxiproxy-server"

@@ -15,8 +15,8 @@ import pytest
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.cli import sql as sql_command
+from grpc_overhead.cli.processes import free_port
 from tests.analyzer.otlp_requests import request, span, stub
-from tests.conftest import free_port
 
 pytestmark = pytest.mark.e2e
 

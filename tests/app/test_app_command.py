@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from grpc_overhead.cli.processes import free_port, offline_env
 from grpc_overhead.cli.serve import SERVE_INFO_FILE, read_serve_info
-from grpc_overhead.prediction.process import free_port, offline_env
 from tests.app.browser import start_serve
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from grpc_overhead.prediction.process import offline_env
+from grpc_overhead.cli.processes import offline_env
 from tests.app.browser import (
     ARTIFACTS,
     EXCEPTION,

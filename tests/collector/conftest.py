@@ -9,7 +9,6 @@ broken setup.
 from __future__ import annotations
 
 import queue
-import socket
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from grpc_overhead.cli.processes import free_port as free_port_once
 from grpc_overhead.collector import CollectorUnavailable, build_collector
 
 
@@ -32,12 +32,6 @@ def collector_bin() -> Path:
         pytest.fail(f"the collector cannot be built here: {error}", pytrace=False)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def free_port() -> Callable[[], int]:
     """A function returning a loopback port that was free a moment ago (all distinct)."""
@@ -45,7 +39,7 @@ def free_port() -> Callable[[], int]:
 
     def pick() -> int:
         while True:
-            port = _free_port()
+            port = free_port_once()
             if port not in given:
                 given.add(port)
                 return port

@@ -9,8 +9,8 @@ import socket
 import pytest
 
 from bench.ground_truth.pipeline import ServeProcess, libfaketime, report
+from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
-from grpc_overhead.prediction.process import ServiceProcess, free_port, offline_env, run_load
 
 pytestmark = pytest.mark.e2e
 ROUNDS, CALLS_PER_ROUND = 3, 20

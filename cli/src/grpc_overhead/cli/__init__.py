@@ -1,8 +1,13 @@
-"""The ``grpc-overhead`` command: one entry point, one sub-command per component.
+"""The ``grpc-overhead`` command: the one composition root of the product.
 
-Each sub-command lives with its component and exposes ``main(argv) -> int``;
-this module only dispatches, importing the component lazily so that
-``grpc-overhead load`` does not pay for importing chDB or Streamlit.
+Every sub-command is a module of this package exposing ``main(argv) -> int``
+(``serve``, ``app``, ``demo``, ``report``, ``sql``, ``service``, ``load``,
+``collector``); they are the only code that wires the libraries together
+(analyzer, app, collector, prediction service, load generator), and no library
+imports this package. ``processes`` is the one process toolkit the commands,
+benchmarks and tests share. This module only dispatches, importing the
+sub-command lazily so that ``grpc-overhead load`` does not pay for importing
+chDB or Streamlit.
 """
 
 from __future__ import annotations

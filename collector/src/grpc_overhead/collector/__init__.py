@@ -1,8 +1,8 @@
 """The grpc-overhead OpenTelemetry Collector: build it, pick a config, run it.
 
 The collector itself is Go, built from ``manifest.yaml`` by ``build.sh``;
-this package only locates, validates and supervises it (see ``runner``), and
-``command.main`` is the ``grpc-overhead collector`` sub-command.
+this package only locates, validates and supervises it (see ``runner``);
+``grpc_overhead.cli.collector`` is the ``grpc-overhead collector`` sub-command.
 """
 
 from grpc_overhead.collector.runner import (

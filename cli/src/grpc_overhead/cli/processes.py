@@ -1,10 +1,15 @@
-"""Start ``grpc-overhead service`` as a subprocess and wait until it listens.
+"""The one process toolkit: start, watch and stop ``grpc-overhead`` sub-commands.
 
-For tests, the benchmark and demos (``run_load`` runs ``grpc-overhead load`` the
-same way):
+Commands, benchmarks and tests start the stack's pieces as child processes the
+same way, so this is the only place that knows how: ``free_port`` (the one
+loopback port picker), ``stop_process`` (signal, wait, SIGKILL), ``offline_env``,
+``ServiceProcess`` (``grpc-overhead service``, awaited until it listens),
+``run_load`` (``grpc-overhead load`` to completion) and ``Child`` (any
+sub-command in its own session, its output in a log file, as the demo runs
+them):
 
     with ServiceProcess(["--workers", "4"]) as service:
-        run_load(["--target", service.target, ...])
+        run_load("--target", service.target, ...)
 
 The service is started on ``--port 0`` (unless the arguments name a port) and
 its ``listening on HOST:PORT`` line is awaited; stderr goes to a file so a
@@ -16,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -32,8 +38,16 @@ LISTENING = "listening on "
 TLS_CA = "tls ca: "
 
 
+#: How long a child gets to exit after its signal before SIGKILL.
+STOP_TIMEOUT_S = 30.0
+
+
 class ServiceStartError(RuntimeError):
     pass
+
+
+class ComponentFailed(RuntimeError):
+    """A process of the stack died or never became ready: exit 1, with its log."""
 
 
 def stop_process(
@@ -55,7 +69,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A loopback TCP port nothing listens on (at the time of asking)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 def offline_env(
@@ -216,3 +230,81 @@ def run_load(
         timeout=timeout_s,
     )
     return LoadProcessResult(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """This environment without the user's OTEL_* settings (they would send spans elsewhere)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(overrides)
+    return env
+
+
+class Child:
+    """A ``grpc-overhead`` sub-command in its own session, its output in ``log``."""
+
+    def __init__(self, name: str, args: Sequence[str], env: Mapping[str, str], log: Path) -> None:
+        self.name = name
+        self.command = [sys.executable, "-m", "grpc_overhead", *args]
+        self.env = dict(env)
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Child:
+        with open(self.log, "ab") as output:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                # Ctrl-C reaches the demo only; it stops the children in order.
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self, lines: int = 15) -> str:
+        return "\n".join(self.output().strip().splitlines()[-lines:])
+
+    def wait_for(self, pattern: str, timeout_s: float, stop: threading.Event) -> re.Match[str]:
+        """Wait until the output matches ``pattern`` (the process's "ready" line)."""
+        regex = re.compile(pattern, re.MULTILINE)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = regex.search(self.output())
+            if found:
+                return found
+            if not self.running:
+                raise ComponentFailed(
+                    f"{self.name} exited with code {self.returncode()} while starting:\n"
+                    f"{self.tail()}"
+                )
+            if stop.is_set():
+                raise KeyboardInterrupt
+            if time.monotonic() > deadline:
+                raise ComponentFailed(
+                    f"{self.name} not ready after {timeout_s:g} s (log {self.log}):\n{self.tail()}"
+                )
+            time.sleep(0.1)
+
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """``sig``, then SIGKILL after ``timeout_s``; returns the exit code."""
+        if self.process is None:
+            return None
+        return stop_process(self.process, timeout_s, sig)
+
+
+# -- the demo -------------------------------------------------------------------------------------
