@@ -1,4 +1,4 @@
-"""Ground-truth accuracy: every injected cause (bench/ground_truth) in its full profile.
+"""Ground-truth accuracy: every injected cause (harness/ground_truth) in its full profile.
 
 Writes bench/results/accuracy.json (every check, every case's p50 phases,
 calibrations and observations) and accuracy.md (the "Injected vs measured"
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR, log, machine_info, write_results
-from bench.ground_truth import SCENARIOS
-from bench.ground_truth.checks import Check, ScenarioResult
-from bench.ground_truth.profile import FULL, REDUCED
+from harness.ground_truth import SCENARIOS
+from harness.ground_truth.checks import Check, ScenarioResult
+from harness.ground_truth.profile import FULL, REDUCED
 
 
 def _row(c: Check) -> str:

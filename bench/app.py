@@ -6,7 +6,7 @@ Page loads. ``bench.analysis.generate`` writes 1 M calls (both halves, as the vi
 them) into a chDB store; ``grpc-overhead app`` serves it (which rolls settled minutes up,
 as it does for a user) and Debian's Chromium, driven by Playwright, opens each page. A load
 is the navigation until Streamlit's script run is over and every plotly chart has drawn
-(tests/app/browser.py ``wait_loaded``). Three kinds, medians:
+(harness/browser.py ``wait_loaded``). Three kinds, medians:
 
 * ``cold``: the first load of each page in a newly started app process (nothing cached;
   the first page also pays the Python imports of the page code and the browser's first
@@ -54,7 +54,7 @@ from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.app import shared
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env
-from tests.app.browser import PAGES, chromium, open_page, start_app, start_serve, wait_loaded
+from harness.browser import PAGES, chromium, open_page, start_app, start_serve, wait_loaded
 
 PAGE_TARGET_S = 2.0
 FRESHNESS_TARGET_S = 5.0

@@ -16,7 +16,7 @@ import pytest
 
 from grpc_overhead.cli.processes import free_port, offline_env
 from grpc_overhead.cli.serve import SERVE_INFO_FILE, read_serve_info
-from tests.app.browser import start_serve
+from harness.browser import start_serve
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from grpc_overhead.cli.processes import offline_env
-from tests.app.browser import (
+from harness.browser import (
     ARTIFACTS,
     EXCEPTION,
     PAGES,

@@ -20,7 +20,7 @@ import pytest
 
 from grpc_overhead.cli.demo import SCENARIOS, SERVICES
 from grpc_overhead.cli.processes import free_port, offline_env
-from tests.app.browser import start_serve
+from harness.browser import start_serve
 
 pytestmark = pytest.mark.e2e
 

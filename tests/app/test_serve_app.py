@@ -15,7 +15,7 @@ import pytest
 
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.cli.serve import SERVE_INFO_FILE
-from tests.app.browser import ARTIFACTS, EXCEPTION, chromium, open_page, start_serve
+from harness.browser import ARTIFACTS, EXCEPTION, chromium, open_page, start_serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ground_truth import SCENARIOS
-from bench.ground_truth.profile import REDUCED
+from harness.ground_truth import SCENARIOS
+from harness.ground_truth.profile import REDUCED
 
 pytestmark = pytest.mark.e2e
 

@@ -8,9 +8,9 @@ import socket
 
 import pytest
 
-from bench.ground_truth.pipeline import ServeProcess, libfaketime, report
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
+from harness.ground_truth.pipeline import ServeProcess, libfaketime, report
 
 pytestmark = pytest.mark.e2e
 ROUNDS, CALLS_PER_ROUND = 3, 20

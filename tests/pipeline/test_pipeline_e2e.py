@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from bench.ground_truth.pipeline import ServeProcess, report
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
+from harness.ground_truth.pipeline import ServeProcess, report
 
 pytestmark = pytest.mark.e2e
 

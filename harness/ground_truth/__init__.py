@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.ground_truth.bandwidth import bandwidth, compression
-from bench.ground_truth.checks import ScenarioResult
-from bench.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
-from bench.ground_truth.profile import Profile
-from bench.ground_truth.server import serialization, server_queue
-from bench.ground_truth.skew import clock_skew
+from harness.ground_truth.bandwidth import bandwidth, compression
+from harness.ground_truth.checks import ScenarioResult
+from harness.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
+from harness.ground_truth.profile import Profile
+from harness.ground_truth.server import serialization, server_queue
+from harness.ground_truth.skew import clock_skew
 
 Scenario = Callable[[Path, Profile], ScenarioResult]
 

@@ -69,7 +69,7 @@ def report(store: Path, *extra: str) -> dict:
 def reports(store: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The JSON report (``report.to_json``) of each run, read in one subprocess."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.ground_truth.read_reports", str(store), *run_ids],
+        [sys.executable, "-m", "harness.ground_truth.read_reports", str(store), *run_ids],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
         env=offline_env(), cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.ground_truth.calibration import EchoServer, OneWay, probe
-from bench.ground_truth.checks import ScenarioResult, check, p50, p50s, tolerance_us
-from bench.ground_truth.pipeline import SKEWED_HOST, Pipeline
-from bench.ground_truth.profile import Profile
-from bench.ground_truth.toxiproxy import Toxiproxy
+from harness.ground_truth.calibration import EchoServer, OneWay, probe
+from harness.ground_truth.checks import ScenarioResult, check, p50, p50s, tolerance_us
+from harness.ground_truth.pipeline import SKEWED_HOST, Pipeline
+from harness.ground_truth.profile import Profile
+from harness.ground_truth.toxiproxy import Toxiproxy
 
 SMALL_PAYLOAD = ("--entities", "20", "--features", "8")
 BASELINE = "none"

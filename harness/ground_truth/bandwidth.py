@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from bench.ground_truth.calibration import EchoServer, probe
-from bench.ground_truth.checks import ScenarioResult, check, p50, p50s
-from bench.ground_truth.pipeline import Pipeline
-from bench.ground_truth.profile import Profile
-from bench.ground_truth.toxiproxy import DOWNSTREAM, UPSTREAM, Proxy, Toxiproxy
 from grpc_overhead.prediction import codec as codecs
 from grpc_overhead.prediction import payload as payloads
 from grpc_overhead.prediction.protos import prediction_pb2 as pb
+from harness.ground_truth.calibration import EchoServer, probe
+from harness.ground_truth.checks import ScenarioResult, check, p50, p50s
+from harness.ground_truth.pipeline import Pipeline
+from harness.ground_truth.profile import Profile
+from harness.ground_truth.toxiproxy import DOWNSTREAM, UPSTREAM, Proxy, Toxiproxy
 
 RATE_KB_S = 5_000  # 5 MB/s
 FIRST_CHUNK = 32 * 1024  # toxiproxy reads (and forwards) at most this much at a time

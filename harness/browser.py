@@ -51,7 +51,7 @@ EXCEPTION = '[data-testid="stException"]'
 PLOTLY = '[data-testid="stPlotlyChart"]'
 PLOT_DRAWN = ".js-plotly-plot .main-svg"
 APP_IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 
 _IDLE_JS = """

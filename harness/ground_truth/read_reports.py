@@ -1,4 +1,4 @@
-"""``python -m bench.ground_truth.read_reports STORE RUN...``: every run's JSON report at once.
+"""``python -m harness.ground_truth.read_reports STORE RUN...``: every run's JSON report at once.
 
 The same steps as ``grpc-overhead report --format json --run RUN`` (assemble,
 settle, ``build_report``, ``to_json``), with one engine start for all runs.
@@ -18,7 +18,7 @@ from grpc_overhead.analyzer.store import open_store
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: python -m bench.ground_truth.read_reports STORE RUN...", file=sys.stderr)
+        print("usage: python -m harness.ground_truth.read_reports STORE RUN...", file=sys.stderr)
         return 2
     store_dir, run_ids = argv[0], argv[1:]
     options = CallsOptions()

@@ -26,12 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-from bench.ground_truth.checks import ScenarioResult, check, mean, p50, p50s, tolerance_us
-from bench.ground_truth.pipeline import Pipeline
-from bench.ground_truth.profile import Profile
-from bench.ground_truth.serialize_probe import PHASES as SERIALIZE_PHASES
-from bench.ground_truth.serialize_probe import summary
 from grpc_overhead.cli.processes import offline_env
+from harness.ground_truth.checks import ScenarioResult, check, mean, p50, p50s, tolerance_us
+from harness.ground_truth.pipeline import Pipeline
+from harness.ground_truth.profile import Profile
+from harness.ground_truth.serialize_probe import PHASES as SERIALIZE_PHASES
+from harness.ground_truth.serialize_probe import summary
 
 
 def server_queue(workdir: Path, profile: Profile) -> ScenarioResult:
@@ -123,7 +123,7 @@ PINNED_MALLOC = {
 def client_probe(target: str, entities: int, features: int, calls: int) -> dict:
     """``serialize_probe`` (a plain grpcio client timing protobuf) against ``target``."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.ground_truth.serialize_probe", target, str(entities),
+        [sys.executable, "-m", "harness.ground_truth.serialize_probe", target, str(entities),
          str(features), str(calls)],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
         env=offline_env(**PINNED_MALLOC), cwd=Path(__file__).resolve().parents[2],

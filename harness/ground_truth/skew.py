@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.ground_truth.checks import ScenarioResult, check, p50, p50s, tolerance_us
-from bench.ground_truth.delay import SMALL_PAYLOAD, offset_of
-from bench.ground_truth.pipeline import Pipeline
-from bench.ground_truth.profile import Profile
+from harness.ground_truth.checks import ScenarioResult, check, p50, p50s, tolerance_us
+from harness.ground_truth.delay import SMALL_PAYLOAD, offset_of
+from harness.ground_truth.pipeline import Pipeline
+from harness.ground_truth.profile import Profile
 
 SKEWS_S = {"server_ahead_40ms": 0.040, "server_behind_30ms": -0.030}
 

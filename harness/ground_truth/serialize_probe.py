@@ -1,4 +1,4 @@
-"""``python -m bench.ground_truth.serialize_probe TARGET ENTITIES FEATURES CALLS``: the
+"""``python -m harness.ground_truth.serialize_probe TARGET ENTITIES FEATURES CALLS``: the
 serialization truth, timed the way a real client runs it.
 
 Why a separate, uninstrumented client: protobuf's cost for an MB-sized
@@ -152,7 +152,7 @@ def probe(target: str, entities: int, features: int, calls: int) -> dict[str, An
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4:
-        print("usage: python -m bench.ground_truth.serialize_probe TARGET ENTITIES FEATURES "
+        print("usage: python -m harness.ground_truth.serialize_probe TARGET ENTITIES FEATURES "
               "CALLS", file=sys.stderr)  # fmt: skip
         return 2
     target, entities, features, calls = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
