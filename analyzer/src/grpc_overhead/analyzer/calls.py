@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE, SchemaOptions
-from grpc_overhead.analyzer.store.base import Store, quote_identifier
+from grpc_overhead.analyzer.store.base import Store, quote_identifier, table_exists
 
 CALLS_TABLE = "grpc_calls"
 CALLS_VIEW = "grpc_calls_mv"
@@ -416,12 +416,7 @@ def backfill_sql(options: CallsOptions) -> str:
 
 
 def view_exists(store: Store, options: CallsOptions) -> bool:
-    found = store.query(
-        "SELECT count() AS n FROM system.tables WHERE name = {name:String} AND database = "
-        "if({database:String} = '', currentDatabase(), {database:String})",
-        {"database": options.database, "name": options.view},
-    )
-    return bool(int(found["n"].iloc[0]))
+    return table_exists(store, options.view, options.database)
 
 
 def create_calls(

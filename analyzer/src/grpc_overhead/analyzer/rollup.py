@@ -74,7 +74,7 @@ from grpc_overhead.analyzer.phases import (
     phase_breakdown,
     state_aggregates,
 )
-from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.base import Store, table_exists
 
 WINDOW_NS = 60_000_000_000
 DEFAULT_SETTLE_DELAY = timedelta(minutes=5)
@@ -382,13 +382,7 @@ def settled_range(
 
 
 def _exists(store: Store, options: CallsOptions, table: str) -> bool:
-    found = store.query(
-        "SELECT count() AS n FROM system.tables WHERE database = "
-        "if({database:String} = '', currentDatabase(), {database:String}) "
-        "AND name = {name:String}",
-        {"database": options.database, "name": table},
-    )
-    return bool(int(found["n"].iloc[0]))
+    return table_exists(store, table, options.database)
 
 
 def breakdown(

@@ -22,8 +22,7 @@ from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE
-from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, ChdbStore, Store, open_store
-from grpc_overhead.analyzer.store.embedded import lock_holder, locked_message
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store, table_exists
 from grpc_overhead.app.runtime import Served
 from grpc_overhead.app.server import AppServer, AppServerError, check_port, open_browser
 from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments
@@ -61,12 +60,12 @@ class AppCommandError(AnalyzerError):
     """A condition the user fixes (no store, store held by serve): one message, exit 2."""
 
 
-def locked_by_serve_message(directory: str, pid: int | None, started: str) -> str:
+def locked_by_serve_message(directory: str, error: StoreLocked) -> str:
     """The lock message, plus where the owning serve's app already runs when we know it."""
-    message = locked_message(directory, pid, started, "")
+    pid = error.holder_pid
     info = read_serve_info(directory)
     if info is None or pid is None or info.pid != pid:
-        return message
+        return str(error)
     if info.app_url:
         return (
             f"store {directory} is owned by `grpc-overhead serve` (process {pid}), which "
@@ -90,17 +89,11 @@ def open_for_app(args: argparse.Namespace) -> Store:
             f"no store at {directory}: pass --store DIR of a `grpc-overhead serve` or `demo` "
             "store (or --clickhouse URL), or run `grpc-overhead demo` to make one"
         )
-    holder = lock_holder(directory)  # ask before starting an engine that cannot own it
-    if holder is not None:
-        pid, started = holder
-        raise StoreLocked(
-            locked_by_serve_message(directory, pid, started), location=directory, holder_pid=pid
-        )
-    try:
+    try:  # a held directory raises before any engine starts
         return open_store(directory)
-    except StoreLocked as error:  # taken between the check and the open
+    except StoreLocked as error:
         raise StoreLocked(
-            locked_by_serve_message(directory, error.holder_pid, ""),
+            locked_by_serve_message(directory, error),
             location=directory,
             holder_pid=error.holder_pid,
         ) from error
@@ -108,17 +101,12 @@ def open_for_app(args: argparse.Namespace) -> Store:
 
 def prepare(store: Store, options: CallsOptions) -> None:
     """What ``report`` does before reading: the calls view (idempotent) and settled minutes."""
-    found = store.query(
-        "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
-        "AND name = {name:String}",
-        {"name": DEFAULT_TRACES_TABLE},
-    )
-    if not int(found["n"].iloc[0]):
+    if not table_exists(store, DEFAULT_TRACES_TABLE):
         raise AppCommandError(
             f"{store.description}: no {DEFAULT_TRACES_TABLE} table. {INTAKE_HINT}"
         )
     create_calls(store, options)
-    if isinstance(store, ChdbStore):  # we own it: no other process settles it
+    if store.backend.owns_data:  # no other process settles it
         settle(store, options)
 
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from grpc_overhead.analyzer.store.embedded import lock_holder, locked_message
+from grpc_overhead.analyzer.errors import StoreLocked
+from grpc_overhead.analyzer.store import check_free
 from grpc_overhead.app.server import AppServerError, check_port
 from grpc_overhead.cli.demo_scenarios import (
     CYCLE_S,
@@ -92,17 +93,17 @@ class Demo:
     # -- checks before anything starts ----------------------------------------------------------
 
     def preflight(self) -> None:
-        holder = lock_holder(self.store)
-        if holder is not None:
-            pid, started = holder
+        try:
+            check_free(self.store)
+        except StoreLocked as error:
             info = read_serve_info(self.store)
-            known = info is not None and info.pid == pid and info.app_url
+            known = info is not None and info.pid == error.holder_pid and info.app_url
             where = f" Its app: {info.app_url}." if known and info else ""
             raise DemoError(
-                locked_message(self.store, pid, started, "").split("\n")[0]
+                str(error).split("\n")[0]
                 + where
                 + " Stop it (Ctrl-C in its terminal) or pass another --store DIR."
-            )
+            ) from None
         try:
             check_port("127.0.0.1", self.args.app_port)
         except AppServerError as error:

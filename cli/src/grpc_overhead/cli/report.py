@@ -20,13 +20,11 @@ from datetime import UTC, datetime, timedelta
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
-from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError, StoreLocked
+from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.schema import SchemaOptions
-from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, open_store
-from grpc_overhead.analyzer.store.base import Store
-from grpc_overhead.analyzer.store.embedded import ChdbStore, lock_holder, locked_message
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store, table_exists
 
 EXIT_USAGE = 2
 INTAKE_HINT = (
@@ -104,25 +102,8 @@ def _open(args: argparse.Namespace) -> Store:
             f"no store at {directory}: pass --store DIR of a `grpc-overhead serve` store "
             "(or --clickhouse URL)"
         )
-    # Ask the lock first: a clear message without starting an engine that cannot own it.
-    holder = lock_holder(os.path.abspath(directory))
-    if holder is not None:
-        pid, started = holder
-        raise StoreLocked(
-            locked_message(os.path.abspath(directory), pid, started, ""),
-            location=directory,
-            holder_pid=pid,
-        )
+    # A directory another process owns raises StoreLocked naming it, before any engine starts.
     return open_store(directory)
-
-
-def _has_table(store: Store, options: CallsOptions) -> bool:
-    found = store.query(
-        "SELECT count() AS n FROM system.tables WHERE database = {database:String} "
-        "AND name = {name:String}",
-        {"database": options.database or store.database, "name": options.traces_table},
-    )
-    return bool(int(found["n"].iloc[0]))
 
 
 def _has_calls(store: Store, options: CallsOptions) -> bool:
@@ -138,13 +119,13 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
     ``default``).
     """
     options = CallsOptions.from_schema(SchemaOptions.for_store(store))
-    if not _has_table(store, options):
+    if not table_exists(store, options.traces_table, options.database):
         return options, f"{store.description}: no {options.traces_table} table. {INTAKE_HINT}"
     # Idempotent; on a store the collector's exporter made, this assembles its spans.
     create_calls(store, options)
     if not _has_calls(store, options):
         return options, INTAKE_HINT
-    if isinstance(store, ChdbStore):  # we own it: no other process settles it
+    if store.backend.owns_data:  # no other process settles it
         settle(store, options)
     return options, ""
 

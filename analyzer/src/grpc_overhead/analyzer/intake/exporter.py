@@ -56,7 +56,7 @@ class Exporter(Protocol):
 
 
 def exporter_for(store: Store, schema: SchemaOptions | None = None) -> Exporter:
-    if store.supports_encoded_insert:
+    if store.backend.encoded_inserts:
         return ProtobufSqlExporter(store, schema)
     return RowsExporter(store, schema)
 

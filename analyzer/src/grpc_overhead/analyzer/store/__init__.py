@@ -12,19 +12,23 @@ from __future__ import annotations
 import os
 
 from grpc_overhead.analyzer.errors import BadInput
-from grpc_overhead.analyzer.store.base import Store, quote_identifier
+from grpc_overhead.analyzer.store.base import Backend, Store, quote_identifier, table_exists
 from grpc_overhead.analyzer.store.embedded import ChdbStore
+from grpc_overhead.analyzer.store.lock import check_free
 from grpc_overhead.analyzer.store.server import ClickHouseServerStore
 
 DEFAULT_STORE_DIR = "./grpc-overhead-data"
 
 __all__ = [
     "DEFAULT_STORE_DIR",
+    "Backend",
     "ChdbStore",
     "ClickHouseServerStore",
     "Store",
+    "check_free",
     "open_store",
     "quote_identifier",
+    "table_exists",
 ]
 
 
@@ -33,7 +37,9 @@ def open_store(
 ) -> Store:
     """A ClickHouse server store if ``clickhouse_url`` is given, else chDB on ``store_dir``.
 
-    With neither, the embedded default ``./grpc-overhead-data`` is used.
+    With neither, the embedded default ``./grpc-overhead-data`` is used. A chDB
+    directory another process owns raises ``StoreLocked`` naming that process,
+    before any engine starts.
     """
     if store_dir is not None and clickhouse_url:
         raise BadInput("pass either a store directory or a ClickHouse URL, not both")

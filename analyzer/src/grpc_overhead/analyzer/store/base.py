@@ -1,9 +1,28 @@
 """The store contract: what the rest of the analyzer may ask of a store.
 
-A store runs ClickHouse SQL. Two backends implement this class, chDB
-(embedded, ``ChdbStore``) and a ClickHouse server (``ClickHouseServerStore``);
-the SQL is the same on both, values are always bound as ClickHouse query
-parameters (``{name:Type}`` placeholders), never formatted into the text.
+A store runs ClickHouse SQL, the way an httpx transport sends requests: a few
+methods, and whatever differs between backends stays behind them. Two
+backends implement it, chDB (embedded, ``ChdbStore``) and a ClickHouse server
+(``ClickHouseServerStore``); the SQL is the same on both, values are always
+bound as ClickHouse query parameters (``{name:Type}`` placeholders), never
+formatted into the text.
+
+    Store
+    ├── query(sql, parameters, *, readonly)   rows, as a DataFrame
+    ├── command(sql, parameters)              effect only (DDL, INSERT ... SELECT)
+    ├── insert(table, columns, data)          column-oriented rows
+    ├── insert_encoded(statement, format, payload)   bytes in an input format
+    ├── session() / close_session(s)          a handle for one worker thread
+    ├── exclusive()                           statements that must look like one
+    ├── close()
+    └── backend                               what the backend is, as data:
+        ├── owns_data                         this process alone writes and settles it
+        └── encoded_inserts                   insert_encoded works (else use insert)
+
+Callers read ``backend`` instead of checking classes, and ``open_store`` is
+the only code that names a backend. Per-call options are keyword-only, so a
+new one (per-query limits) joins ``query`` and ``command`` without moving
+anything. ``table_exists`` is the one way to ask whether a table is there.
 
 Value conventions for ``insert`` (column-oriented): ``DateTime64`` values are
 integer nanoseconds since the Unix epoch (UTC), ``Map`` values are dicts,
@@ -17,6 +36,7 @@ import abc
 import contextlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -46,13 +66,27 @@ def split_clickhouse_error(text: str) -> tuple[int | None, str]:
     return code, message
 
 
+@dataclass(frozen=True)
+class Backend:
+    """What kind of store this is, as data: callers read it instead of ``isinstance``."""
+
+    name: str
+    #: This process alone writes the data and settles its rollups: a chDB directory is
+    #: owned by one process (the engine's lock). A server is shared with other writers
+    #: (the collector's clickhouse exporter), so settling is left to them.
+    owns_data: bool
+    #: ``insert_encoded`` takes bytes in a ClickHouse input format (chDB streams them to
+    #: the engine); otherwise it refuses and rows go through ``insert``.
+    encoded_inserts: bool
+
+
 class Store(abc.ABC):
     """One ClickHouse-speaking store. Thread-safe; use as a context manager."""
 
     #: Human-readable location for logs and the ``store: ...`` line of ``serve``.
     description: str = ""
-    #: True when ``insert_encoded`` can take raw bytes in a ClickHouse input format.
-    supports_encoded_insert: bool = False
+    #: What this backend is and can do (see ``Backend``).
+    backend: Backend
 
     @abc.abstractmethod
     def query(
@@ -83,8 +117,8 @@ class Store(abc.ABC):
         ``statement`` is ``INSERT INTO t (cols)`` without FORMAT; ``settings``
         (``k=v, k2=v2``) go into its SETTINGS clause. ``payload`` may be a
         sequence of chunks, streamed in order as one input (no concatenated
-        copy is made). Only stores with ``supports_encoded_insert`` implement
-        it; it returns rows written.
+        copy is made). Only backends with ``backend.encoded_inserts`` take it;
+        it returns rows written.
         """
         raise NotImplementedError(f"{type(self).__name__} does not take encoded inserts")
 
@@ -143,6 +177,17 @@ class Store(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.description}>"
+
+
+def table_exists(store: Store, name: str, database: str = "") -> bool:
+    """Whether ``database.name`` exists (``database`` empty: the store's current one)."""
+    found = store.query(
+        "SELECT count() AS n FROM system.tables WHERE database = "
+        "if({database:String} = '', currentDatabase(), {database:String}) "
+        "AND name = {name:String}",
+        {"database": database, "name": name},
+    )
+    return bool(int(found["n"].iloc[0]))
 
 
 def quote_identifier(name: str) -> str:

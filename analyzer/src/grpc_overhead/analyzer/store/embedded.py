@@ -30,8 +30,6 @@ write even with its own SETTINGS clause: ClickHouse refuses to change
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import tempfile
 import threading
@@ -50,18 +48,22 @@ from grpc_overhead.analyzer.errors import (
     StoreUnavailable,
 )
 from grpc_overhead.analyzer.store.base import (
+    Backend,
     Columns,
     Parameters,
     Store,
     quote_identifier,
     split_clickhouse_error,
 )
+from grpc_overhead.analyzer.store.lock import check_free, lock_holder, locked_message
+
+CHDB = Backend("chdb", owns_data=True, encoded_inserts=True)
 
 
 class ChdbStore(Store):
     """chDB on ``directory`` (created if missing). One per process at a time."""
 
-    supports_encoded_insert = True
+    backend = CHDB
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
@@ -73,6 +75,8 @@ class ChdbStore(Store):
                 f"cannot create store directory {self.directory}: {exc.strerror}",
                 location=self.directory,
             ) from exc
+        # Ask the lock first: a clear message without starting an engine that cannot own it.
+        check_free(self.directory)
         self._lock = threading.RLock()
         self._conn = self._connect(self.directory)
         self._readonly_conn: Any = None
@@ -88,19 +92,12 @@ class ChdbStore(Store):
         """Another connection to this engine (see ``Store.session``)."""
         with self._lock:
             self._open_connection()
-            session = object.__new__(ChdbStore)
-            session.directory = self.directory
-            session.description = f"{self.description} (session)"
-            session._lock = threading.RLock()
             # The store's current database (a later ``USE`` on it is not followed).
             database = self.database
             target = self.directory
             if database != "default":
                 target += "?" + urlencode({"database": database})
-            session._conn = self._connect(target)
-            session._readonly_conn = None
-            session._column_types = {}
-            session._sessions = []
+            session = ChdbSession(self, self._connect(target))
             self._sessions.append(session)
             return session
 
@@ -256,76 +253,21 @@ class ChdbStore(Store):
         return QueryError(message, sql=sql, parameters=parameters, code=code)
 
 
-# -- locking ---------------------------------------------------------------
+class ChdbSession(ChdbStore):
+    """One more connection to the engine a ``ChdbStore`` opened (``ChdbStore.session``).
 
-
-def lock_holder(directory: str) -> tuple[int | None, str] | None:
-    """(pid, started-at) of the process holding ``directory``, or None if free.
-
-    ClickHouse keeps an exclusive ``flock`` on ``DIR/status`` for as long as it
-    owns the directory and writes its PID into the file.
+    The directory is already ours, so nothing is created or lock-checked; the
+    session has its own lock, temporary tables and statement stream.
     """
-    status = os.path.join(directory, "status")
-    try:
-        fd = os.open(status, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        content = os.read(fd, 4096).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
-    pid: int | None = None
-    started = ""
-    for line in content.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "PID" and value.strip().isdigit():
-            pid = int(value.strip())
-        elif key.strip() == "Started at":
-            started = value.strip()
-    return pid, started
 
-
-def locked_message(directory: str, pid: int | None, started: str, engine_output: str) -> str:
-    engine_line = next(
-        (line.strip() for line in engine_output.splitlines() if "Cannot lock file" in line),
-        f"Cannot lock file {os.path.join(directory, 'status')}",
-    )
-    _, engine_line = split_clickhouse_error(engine_line)
-    if pid is not None:
-        holder = f"process {pid}"
-        command = _command_line(pid)
-        if command:
-            holder += f" ({command})"
-        if started:
-            holder += f", running since {started}"
-    else:
-        holder = "another process"
-    return (
-        f"store {directory} is in use by {holder}.\n"
-        f"  chDB: {engine_line}\n"
-        "A chDB store directory is owned by one process at a time. Use "
-        "`grpc-overhead report` against the running `serve`, or stop that process "
-        "and retry (or pass another --store DIR)."
-    )
-
-
-def _command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            parts = handle.read().split(b"\0")
-    except OSError:
-        return ""
-    words = [part.decode("utf-8", "replace") for part in parts if part]
-    text = " ".join(words)
-    return text if len(text) <= 120 else text[:117] + "..."
+    def __init__(self, store: ChdbStore, connection: Any) -> None:
+        self.directory = store.directory
+        self.description = f"{store.description} (session)"
+        self._lock = threading.RLock()
+        self._conn = connection
+        self._readonly_conn = None
+        self._column_types = {}
+        self._sessions = []
 
 
 @contextlib.contextmanager

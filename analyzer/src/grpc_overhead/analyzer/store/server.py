@@ -18,6 +18,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer.errors import BadInput, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.store.base import (
+    Backend,
     Columns,
     Parameters,
     Store,
@@ -26,6 +27,7 @@ from grpc_overhead.analyzer.store.base import (
 )
 
 _SCHEMES = ("clickhouse", "clickhouses", "tcp")
+CLICKHOUSE = Backend("clickhouse", owns_data=False, encoded_inserts=False)
 
 # The driver logs every failed connect attempt with a traceback; we raise
 # StoreUnavailable with the same facts instead. Records still reach handlers
@@ -43,6 +45,8 @@ def _redacted(url: str) -> str:
 
 class ClickHouseServerStore(Store):
     """ClickHouse at ``clickhouse://user:pass@host:9000/db`` (``clickhouses://`` for TLS)."""
+
+    backend = CLICKHOUSE
 
     def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
         from clickhouse_driver import Client

@@ -64,9 +64,12 @@ class GrpcOverheadInstrumentor(BaseInstrumentor):
             def server(thread_pool, handlers=None, interceptors=None, options=None,
                        maximum_concurrent_rpcs=None, compression=None, xds=False):  # fmt: skip
                 ours = ServerInterceptor(Recorder(pipeline, compression))
-                return original(timed_executor(thread_pool), handlers,
-                                [ours, *(interceptors or ())], options,
-                                maximum_concurrent_rpcs, compression, xds)  # fmt: skip
+                # Keywords, not positions: another instrumentor patched before us (the
+                # official grpc one) adds its interceptor to kwargs["interceptors"].
+                return original(timed_executor(thread_pool), handlers=handlers,
+                                interceptors=[ours, *(interceptors or ())], options=options,
+                                maximum_concurrent_rpcs=maximum_concurrent_rpcs,
+                                compression=compression, xds=xds)  # fmt: skip
 
             return server
 
