@@ -303,9 +303,17 @@ def run_size(store: Store, calls: int, repeats: int) -> dict[str, Any]:
     # GROUP BY loses clearly at 1 M (see the results) and takes minutes at 10 M: 1 M only.
     group_by_repeats = repeats if calls <= 1_000_000 else 0
     for index in range(repeats):
-        measure("raw_final_unmerged", lambda: phase_breakdown(store, read="final"), 1)
+        measure(
+            "raw_final_unmerged",
+            lambda: phase_breakdown(store, options=CallsOptions(read="final")),
+            1,
+        )
         if index < group_by_repeats:
-            measure("raw_group_by_unmerged", lambda: phase_breakdown(store, read="group_by"), 1)
+            measure(
+                "raw_group_by_unmerged",
+                lambda: phase_breakdown(store, options=CallsOptions(read="group_by")),
+                1,
+            )
 
     log("settle all but the last 5 minutes, then the rest")
     result["settle_live_s"] = round(timed(lambda: settle(store, now_ns=end_ns)), 2)
@@ -328,9 +336,17 @@ def run_size(store: Store, calls: int, repeats: int) -> dict[str, Any]:
     )
     log("raw SQL on merged rows and pandas, interleaved")
     for index in range(repeats):
-        measure("raw_final_merged", lambda: phase_breakdown(store, read="final"), 1)
+        measure(
+            "raw_final_merged",
+            lambda: phase_breakdown(store, options=CallsOptions(read="final")),
+            1,
+        )
         if index < group_by_repeats:
-            measure("raw_group_by_merged", lambda: phase_breakdown(store, read="group_by"), 1)
+            measure(
+                "raw_group_by_merged",
+                lambda: phase_breakdown(store, options=CallsOptions(read="group_by")),
+                1,
+            )
         measure("pandas_merged", lambda: pandas_breakdown(rows), 1)
         gc.collect()
     result["rss_mb_peak"] = round(peak_rss_mb())

@@ -300,6 +300,10 @@ class CallsOptions:
     cluster: str = ""
     engine: str = ""
     engine_params: str = ""
+    #: How a query merges the two halves of each call (``READ_STRATEGIES``): ``final``
+    #: (``FINAL``, the default) or ``group_by``; a knob for the analysis benchmark,
+    #: carried here so that no query signature needs it.
+    read: str = "final"
 
     @classmethod
     def from_schema(cls, schema: SchemaOptions) -> CallsOptions:
@@ -486,10 +490,11 @@ ROW_FILTER = (
 )
 
 
-def calls_source(options: CallsOptions | None = None, read: str = DEFAULT_READ) -> str:
+def calls_source(options: CallsOptions | None = None) -> str:
     """A subquery with one complete row per call (every column of ``COLUMN_NAMES``),
-    pre-filtered by ``ROW_FILTER``."""
+    pre-filtered by ``ROW_FILTER``, its halves merged the ``options.read`` way."""
     options = options or CallsOptions()
+    read = options.read
     if read == "final":
         return f"SELECT * FROM {options.calls} FINAL PREWHERE {ROW_FILTER}"
     if read == "group_by":

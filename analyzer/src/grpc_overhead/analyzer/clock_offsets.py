@@ -115,11 +115,11 @@ _USE_EVENTS = (
 )
 
 
-def merged_cte(options: CallsOptions, read: str) -> str:
+def merged_cte(options: CallsOptions) -> str:
     """``merged``: complete calls in the time filter, with domains and windows."""
     return (
         f"merged AS (\n    SELECT *, {', '.join(DERIVED_COLUMNS)}\n"
-        f"    FROM ({calls_source(options, read)})\n    WHERE {TIME_FILTER}\n)"
+        f"    FROM ({calls_source(options)})\n    WHERE {TIME_FILTER}\n)"
     )
 
 
@@ -205,7 +205,6 @@ def clock_offsets(
     clock: ClockOptions | None = None,
     *,
     options: CallsOptions | None = None,
-    read: str = "final",
 ) -> pd.DataFrame:
     """One row per (client domain, server domain, window) that has complete calls.
 
@@ -214,7 +213,7 @@ def clock_offsets(
     offset is a property of two clocks, not of a method.
     """
     sql = (
-        f"WITH\n{merged_cte(options or CallsOptions(), read)},\n{OFFSET_CTES}\n"
+        f"WITH\n{merged_cte(options or CallsOptions())},\n{OFFSET_CTES}\n"
         "SELECT client_domain AS client_host, server_domain AS server_host,\n"
         "    fromUnixTimestamp64Nano(window_start_ns, 'UTC') AS window_start,\n"
         "    window_offset_ns / 1000 AS offset_us,\n"
@@ -231,7 +230,6 @@ def pair_offsets(
     clock: ClockOptions | None = None,
     *,
     options: CallsOptions | None = None,
-    read: str = "final",
     settled: tuple[int, int] | None = None,
 ) -> pd.DataFrame:
     """One row per (client domain, server domain): the best window's estimate.
@@ -246,7 +244,7 @@ def pair_offsets(
     parameters = query_parameters(filters, clock, settled)
     windows = window_sources(store, options, parameters, settled, columns)
     sql = (
-        f"WITH\n{merged_cte(options, read)},\n{OFFSET_CTES}\n"
+        f"WITH\n{merged_cte(options)},\n{OFFSET_CTES}\n"
         "SELECT client_domain AS client_host, server_domain AS server_host,\n"
         "    argMin(window_offset_ns, window_uncertainty_ns) / 1000 AS offset_us,\n"
         "    min(window_uncertainty_ns) / 1000 AS uncertainty_us,\n"

@@ -194,7 +194,7 @@ def settle_sql(options: CallsOptions) -> tuple[str, str]:
     """(offsets INSERT, phases INSERT with the watermark marker) for ``[since_ns, until_ns)``."""
     offsets = (
         f"INSERT INTO {options.qualified(options.offset_rollup_table)}\n"
-        f"WITH\n{merged_cte(options, 'final')},\n{OFFSET_CTES}\n"
+        f"WITH\n{merged_cte(options)},\n{OFFSET_CTES}\n"
         "SELECT window_start_ns, client_domain, server_domain, window_offset_ns,"
         " window_uncertainty_ns, window_calls FROM windows"
     )
@@ -205,7 +205,7 @@ def settle_sql(options: CallsOptions) -> tuple[str, str]:
         f"INSERT INTO {options.qualified(options.rollup_table)}\n"
         f"SELECT {window} AS window_start_ns, service, method, run_id, count() AS calls,\n"
         f"    {states}\n"
-        f"FROM ({per_call_sql(options, 'final')})\n"
+        f"FROM ({per_call_sql(options)})\n"
         "GROUP BY window_start_ns, service, method, run_id\n"
         "UNION ALL\n"
         "SELECT {marker_ns:Int64} AS window_start_ns, '' AS service, '' AS method,"

@@ -82,7 +82,7 @@ def offset_timeline(
     )
     sources = window_sources(store, options, parameters, settled, columns)
     sql = (
-        f"WITH\n{merged_cte(options, 'final')},\n{OFFSET_CTES}\n"
+        f"WITH\n{merged_cte(options)},\n{OFFSET_CTES}\n"
         "SELECT client_domain AS client_host, server_domain AS server_host,\n"
         "    fromUnixTimestamp64Nano(window_start_ns, 'UTC') AS window_start,\n"
         "    window_offset_ns / 1000 AS offset_us,\n"
@@ -122,7 +122,7 @@ def window_calls(
     options = options or CallsOptions()
     network = " OR ".join(phase(name).defined for name in ("request_network", "response_network"))
     sql = (
-        f"WITH\n{merged_cte(options, 'final')}\n"
+        f"WITH\n{merged_cte(options)}\n"
         "SELECT any(client_domain) AS client_host, any(server_domain) AS server_host,\n"
         "    fromUnixTimestamp64Nano(any(window_start_ns), 'UTC') AS window_start,\n"
         "    count() AS calls,\n"

@@ -112,7 +112,7 @@ def find_calls(
         f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in FOUND_PHASES
     ]
     sql = (
-        f"WITH\n{merged_cte(options, 'final')}\n"
+        f"WITH\n{merged_cte(options)}\n"
         "SELECT fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start,"
         " TraceId AS trace_id, ClientSpanId AS client_span_id, service, method, run_id,"
         " client_host, server_instance, server_host,"

@@ -109,7 +109,7 @@ def instance_load(
     step_s = bucket_seconds(*span, target=buckets) if span else 60
     total, server = phase("total"), phase("server_duration")
     sql = (
-        f"WITH\n{merged_cte(options, 'final')}\n"
+        f"WITH\n{merged_cte(options)}\n"
         "SELECT if(grouping(bucket_ns) = 0, 'bucket', 'instance') AS level, bucket_ns, instance,"
         " any(server_host) AS host, any(server_service) AS server_service, count() AS calls,\n    "
         + ",\n    ".join(

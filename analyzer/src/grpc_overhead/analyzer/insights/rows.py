@@ -17,12 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from grpc_overhead.analyzer.calls import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
-from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES
+from grpc_overhead.analyzer.clock_offsets import query_parameters
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES, per_call_sql
 from grpc_overhead.analyzer.store.base import Store
 
 #: Phases computable from one call's own timestamps (all but the clock-corrected ones).
-CLOCKLESS_PHASES = tuple(phase for phase in PHASES if "clock" not in phase.defined)
+CLOCKLESS_PHASES = tuple(phase for phase in PHASES if not phase.needs_clock)
 CLOCKLESS_PHASE_NAMES = tuple(phase.name for phase in CLOCKLESS_PHASES)
 
 #: What a stacked bar shows: the eight consecutive phases and the rest, which add up to total.
@@ -43,20 +43,12 @@ ALGORITHM = (
 BUCKET_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
 
-def rows_sql(options: CallsOptions | None = None, read: str = "final") -> str:
+def rows_sql(options: CallsOptions | None = None) -> str:
     """One row per call matching the filters: every column of ``grpc_calls``,
     ``call_start_ns``, ``algorithm``, and per clockless phase ``{name}_value`` (ns)
-    and ``{name}_defined``. Parameters: ``parameters(filters)``."""
-    phases = [
-        f"{phase.value} AS {phase.name}_value, {phase.defined} AS {phase.name}_defined"
-        for phase in CLOCKLESS_PHASES
-    ]
-    return (
-        f"WITH\n{merged_cte(options or CallsOptions(), read)}\n"
-        f"SELECT *, {ALGORITHM} AS algorithm,\n    "
-        + ",\n    ".join(phases)
-        + f"\nFROM merged\nWHERE {CALL_FILTER}"
-    )
+    and ``{name}_defined``: ``phases.per_call_sql`` without the clock.
+    Parameters: ``parameters(filters)``."""
+    return per_call_sql(options, clock=False, columns=("*", f"{ALGORITHM} AS algorithm"))
 
 
 def parameters(filters: CallFilters | None) -> dict[str, Any]:
