@@ -36,16 +36,23 @@ clock-offset estimate needs it.
 
 from __future__ import annotations
 
-import calendar
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE, SchemaOptions
+from grpc_overhead.analyzer.options import CALL_FILTER as CALL_FILTER
+from grpc_overhead.analyzer.options import CALL_START as CALL_START
+from grpc_overhead.analyzer.options import CALLS_TABLE as CALLS_TABLE
+from grpc_overhead.analyzer.options import CALLS_VIEW as CALLS_VIEW
+from grpc_overhead.analyzer.options import HALF_MARGIN_NS as HALF_MARGIN_NS
+from grpc_overhead.analyzer.options import INT64_MAX as INT64_MAX
+from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
+from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
+from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
+from grpc_overhead.analyzer.options import CallFilters as CallFilters
+from grpc_overhead.analyzer.options import CallsOptions as CallsOptions
+from grpc_overhead.analyzer.options import time_parameters as time_parameters
+from grpc_overhead.analyzer.options import unix_ns as unix_ns
 from grpc_overhead.analyzer.store.base import Store, quote_identifier, table_exists
-
-CALLS_TABLE = "grpc_calls"
-CALLS_VIEW = "grpc_calls_mv"
 
 CLIENT_KINDS = ("Client", "SPAN_KIND_CLIENT")
 SERVER_KINDS = ("Server", "SPAN_KIND_SERVER")
@@ -279,72 +286,6 @@ KEY = ("TraceId", "ClientSpanId")
 COLUMN_NAMES: tuple[str, ...] = (*KEY, *(column.name for column in COLUMNS))
 
 
-@dataclass(frozen=True)
-class CallsOptions:
-    """Where the tables live and how server mode creates them.
-
-    ``database`` '' means the connection's current database (a ClickHouse
-    URL's path, chDB's ``default``), where ``otel_traces`` is by default.
-
-    ``cluster`` adds ``ON CLUSTER``; ``engine``/``engine_params`` replace
-    ``AggregatingMergeTree()`` (e.g. ``ReplicatedAggregatingMergeTree`` with
-    its ZooKeeper path) on a replicated cluster.
-    """
-
-    database: str = ""
-    traces_table: str = DEFAULT_TRACES_TABLE
-    calls_table: str = CALLS_TABLE
-    view: str = CALLS_VIEW
-    rollup_table: str = "grpc_phase_rollup"
-    offset_rollup_table: str = "grpc_offset_rollup"
-    cluster: str = ""
-    engine: str = ""
-    engine_params: str = ""
-    #: How a query merges the two halves of each call (``READ_STRATEGIES``): ``final``
-    #: (``FINAL``, the default) or ``group_by``; a knob for the analysis benchmark,
-    #: carried here so that no query signature needs it.
-    read: str = "final"
-
-    @classmethod
-    def from_schema(cls, schema: SchemaOptions) -> CallsOptions:
-        """The same database, traces table and cluster as ``otel_traces``.
-
-        A replicated ``otel_traces`` engine (``ReplicatedMergeTree``) becomes
-        ``ReplicatedAggregatingMergeTree`` with the same parameters.
-        """
-        engine = ""
-        if schema.engine.startswith("Replicated"):
-            engine = "ReplicatedAggregatingMergeTree"
-        return cls(
-            database=schema.database_name,
-            traces_table=schema.traces_table,
-            cluster=schema.cluster,
-            engine=engine,
-            engine_params=schema.engine_params if engine else "",
-        )
-
-    def qualified(self, name: str) -> str:
-        if not self.database:
-            return quote_identifier(name)
-        return f"{quote_identifier(self.database)}.{quote_identifier(name)}"
-
-    @property
-    def calls(self) -> str:
-        return self.qualified(self.calls_table)
-
-    @property
-    def traces(self) -> str:
-        return self.qualified(self.traces_table)
-
-    def on_cluster(self) -> str:
-        return f" ON CLUSTER {quote_identifier(self.cluster)}" if self.cluster else ""
-
-    def engine_clause(self) -> str:
-        if not self.engine:
-            return "AggregatingMergeTree()"
-        return f"{self.engine}({self.engine_params})"
-
-
 #: Timestamps and counts: rows are ordered by trace id, so a column's values
 #: are in random order and LZ4 alone barely compresses them (about 17 %);
 #: T64 first drops the bits a block's values share, which makes the column
@@ -458,37 +399,6 @@ def backfill_calls(store: Store, options: CallsOptions | None = None) -> None:
 
 # -- reading -----------------------------------------------------------------------------------
 
-INT64_MAX = (1 << 63) - 1
-
-#: How a read merges the halves that background merges have not combined yet.
-#: "final": ``SELECT ... FROM grpc_calls FINAL`` (the engine merges while
-#: reading, by sorting key, streaming, and skips the merge for parts that
-#: need none); "group_by": ``GROUP BY TraceId, ClientSpanId`` with ``max`` per
-#: column (a hash table of every key in memory). Both give the same rows.
-#: Measured on chDB at 1 M calls (bench/results/analysis.md): about as fast
-#: on unmerged halves, FINAL 2.7x faster once parts are merged; FINAL it is.
-READ_STRATEGIES = ("final", "group_by")
-DEFAULT_READ = "final"
-
-
-#: How far apart the starts of a call's two halves may be (clock disagreement
-#: plus request latency) for ``ROW_FILTER`` to keep both halves of every call
-#: it keeps. Beyond it, a call at the edge of a time filter may read as two
-#: half calls.
-HALF_MARGIN_NS = 60 * 1_000_000_000
-
-_ROW_START = "greatest(client_start_ns, server_start_ns)"
-
-#: A time pre-filter on unmerged halves, applied before they merge (PREWHERE
-#: with FINAL, WHERE before GROUP BY), so rows far outside the time filter are
-#: not merged at all. It widens the call-level ``TIME_FILTER`` by
-#: ``HALF_MARGIN_NS`` on every edge, which keeps both halves of any call the
-#: call-level filter can keep. Parameters: ``time_parameters``.
-ROW_FILTER = (
-    f"{_ROW_START} >= {{scan_since_ns:Int64}} AND {_ROW_START} < {{scan_until_ns:Int64}}"
-    f" AND NOT ({_ROW_START} >= {{skip_from_ns:Int64}} AND {_ROW_START} < {{skip_until_ns:Int64}})"
-)
-
 
 def calls_source(options: CallsOptions | None = None) -> str:
     """A subquery with one complete row per call (every column of ``COLUMN_NAMES``),
@@ -516,78 +426,3 @@ def rows_to_scan(store: Store, options: CallsOptions, parameters: dict[str, Any]
         readonly=True,
     )
     return bool(int(found["n"].iloc[0]))
-
-
-def time_parameters(
-    since_ns: int, until_ns: int, settled: tuple[int, int] | None = None
-) -> dict[str, int]:
-    """Bound values of ``TIME_FILTER`` and ``ROW_FILTER``: calls starting in
-    ``[since_ns, until_ns)`` minus the ``settled`` range (rollups have it)."""
-    settled_from, settled_until = settled or (0, 0)
-    skip_from, skip_until = settled_from + HALF_MARGIN_NS, settled_until - HALF_MARGIN_NS
-    if skip_until <= skip_from:
-        skip_from = skip_until = 0
-    return {
-        "since_ns": since_ns,
-        "until_ns": until_ns,
-        "settled_from_ns": settled_from,
-        "settled_until_ns": settled_until,
-        "scan_since_ns": max(since_ns - HALF_MARGIN_NS, -INT64_MAX),
-        "scan_until_ns": min(until_ns, INT64_MAX - HALF_MARGIN_NS) + HALF_MARGIN_NS,
-        "skip_from_ns": skip_from,
-        "skip_until_ns": skip_until,
-    }
-
-
-#: When a call happened: the client span's start, or the server span's for a
-#: call whose client half never arrived.
-CALL_START = "if(client_start_ns != 0, client_start_ns, server_start_ns)"
-
-#: Filters on merged rows. Every value is a bound parameter (``CallFilters.parameters``);
-#: '' means "any". ``[settled_from_ns, settled_until_ns)`` is a range left out because
-#: rollups already cover it (``rollup``); empty by default.
-TIME_FILTER = (
-    "call_start_ns >= {since_ns:Int64} AND call_start_ns < {until_ns:Int64}"
-    " AND NOT (call_start_ns >= {settled_from_ns:Int64}"
-    " AND call_start_ns < {settled_until_ns:Int64})"
-)
-CALL_FILTER = (
-    "({service:String} = '' OR service = {service:String})"
-    " AND ({method:String} = '' OR method = {method:String})"
-    " AND ({run_id:String} = '' OR run_id = {run_id:String})"
-)
-
-
-@dataclass(frozen=True)
-class CallFilters:
-    """Which calls a query covers; every field optional.
-
-    ``since``/``until`` bound the call's start (client clock), ``until``
-    exclusive; naive datetimes are taken as local time.
-    """
-
-    since: datetime | None = None
-    until: datetime | None = None
-    service: str | None = None
-    method: str | None = None
-    run_id: str | None = None
-
-    def parameters(self, settled: tuple[int, int] | None = None) -> dict[str, Any]:
-        """Bound values of every filter; ``settled``: a range rollups cover, left out."""
-        return {
-            **time_parameters(
-                unix_ns(self.since) if self.since else 0,
-                unix_ns(self.until) if self.until else INT64_MAX,
-                settled,
-            ),
-            "service": self.service or "",
-            "method": self.method or "",
-            "run_id": self.run_id or "",
-        }
-
-
-def unix_ns(moment: datetime) -> int:
-    """A datetime as Unix nanoseconds (naive = local time), exact to the microsecond."""
-    moment = moment.astimezone(UTC)
-    seconds = calendar.timegm(moment.utctimetuple())
-    return seconds * 1_000_000_000 + moment.microsecond * 1_000

@@ -21,8 +21,7 @@ from concurrent import futures
 from typing import Any
 
 from grpc_overhead.instrumentation.clock import now
-from grpc_overhead.instrumentation.records import CallRecord
-from grpc_overhead.instrumentation.server_calls import CURRENT_SERVER_CALL
+from grpc_overhead.instrumentation.records import CURRENT_SERVER_CALL, CallRecord
 from grpc_overhead.instrumentation.vocabulary import CALL_SCHEDULED
 
 _Context = contextvars.Context

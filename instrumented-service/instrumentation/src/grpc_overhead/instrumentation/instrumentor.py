@@ -26,9 +26,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from grpc_overhead.instrumentation.environment import INSTRUMENTATION_DISABLED
-
-ORIGINALS: dict[str, Callable[..., Any]] = {}
-"""What we patched, as it was before (restored by uninstrument)."""
+from grpc_overhead.instrumentation.originals import ORIGINALS
 
 _PATCHES = {
     "grpc.server": (grpc, "server"),

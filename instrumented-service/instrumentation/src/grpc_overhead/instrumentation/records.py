@@ -10,8 +10,9 @@ marked ``grpc_overhead.abandoned``, so no call silently disappears.
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from grpc_overhead.instrumentation.clock import now
 from grpc_overhead.instrumentation.vocabulary import (
@@ -22,8 +23,32 @@ from grpc_overhead.instrumentation.vocabulary import (
     OUTBOUND_MESSAGE_SENT,
 )
 
-if TYPE_CHECKING:
-    from grpc_overhead.instrumentation.recorder import Recorder
+
+class _Pipeline(Protocol):
+    def submit(self, record: CallRecord) -> None: ...
+
+
+class Recorder(Protocol):
+    """What a record asks of the ``recorder.Recorder`` that made it.
+
+    Named here rather than imported, so that records stay the bottom of the
+    import graph (recorder -> pipeline -> spans -> records).
+    """
+
+    compression: str | None
+
+    @property
+    def pipeline(self) -> _Pipeline: ...
+
+    def keep_for_compressed_size(self) -> bool: ...
+
+
+#: The server call running in this context: set by the interceptors, read by the
+#: executor wrapper (pool pickup) and by ``annotate_call``. Defined with the records
+#: so that executor and server_calls both import it from below.
+CURRENT_SERVER_CALL: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
+    "grpc_overhead_server_call", default=None
+)
 
 _LOGGER = logging.getLogger(__name__)
 

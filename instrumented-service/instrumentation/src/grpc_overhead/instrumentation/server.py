@@ -16,6 +16,7 @@ import grpc
 
 from grpc_overhead.instrumentation.clock import now
 from grpc_overhead.instrumentation.executor import timed_executor
+from grpc_overhead.instrumentation.originals import ORIGINALS
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
 from grpc_overhead.instrumentation.server_calls import (
@@ -131,12 +132,8 @@ def instrumented_aio_server(
 
 def _original_grpc_server() -> Callable[..., grpc.Server]:
     """grpc.server as it was before any instrumentor patched it (ours or another)."""
-    from grpc_overhead.instrumentation import instrumentor
-
-    return instrumentor.ORIGINALS.get("grpc.server", grpc.server)
+    return ORIGINALS.get("grpc.server", grpc.server)
 
 
 def _original_aio_server() -> Callable[..., grpc.aio.Server]:
-    from grpc_overhead.instrumentation import instrumentor
-
-    return instrumentor.ORIGINALS.get("grpc.aio.server", grpc.aio.server)
+    return ORIGINALS.get("grpc.aio.server", grpc.aio.server)

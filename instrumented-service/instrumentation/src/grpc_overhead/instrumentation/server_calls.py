@@ -12,7 +12,6 @@ decides how to run a handler by inspecting it.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import logging
 from collections.abc import Callable, Iterator
@@ -25,7 +24,12 @@ from opentelemetry import trace
 from grpc_overhead.instrumentation.clock import now
 from grpc_overhead.instrumentation.propagation import parse_traceparent, read_incoming
 from grpc_overhead.instrumentation.recorder import Recorder, new_span_id
-from grpc_overhead.instrumentation.records import STATUS_CANCELLED, STATUS_UNKNOWN, CallRecord
+from grpc_overhead.instrumentation.records import (
+    CURRENT_SERVER_CALL,
+    STATUS_CANCELLED,
+    STATUS_UNKNOWN,
+    CallRecord,
+)
 from grpc_overhead.instrumentation.vocabulary import (
     CALL_SCHEDULED,
     PREDICTIONS_MADE,
@@ -34,9 +38,6 @@ from grpc_overhead.instrumentation.vocabulary import (
 )
 
 _LOGGER = logging.getLogger(__name__)
-CURRENT_SERVER_CALL: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
-    "grpc_overhead_server_call", default=None
-)
 _INTERNAL = 13
 _SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
 _CALL_TYPES = {
