@@ -1,6 +1,7 @@
 """``make bench``: run every benchmark module, in a fixed order, and say where results went.
 
-Every ``bench/<name>.py`` exposing ``main(argv) -> int`` is a benchmark. ``ORDER``
+Every ``bench/<name>.py`` exposing ``main(argv) -> int`` is a benchmark; a module
+named ``<benchmark>_<part>.py`` is a part of one (``instrumentation_report``). ``ORDER``
 fixes which run first (add one line to place a new one); modules not listed run
 after them, alphabetically, so a new benchmark is never silently skipped.
 
@@ -32,6 +33,7 @@ def discover() -> list[str]:
         and module.name not in _NOT_BENCHMARKS
         and not module.name.startswith("_")
     }
+    found = {name for name in found if not any(name.startswith(f"{other}_") for other in found)}
     listed = [name for name in ORDER if name in found]
     return listed + sorted(found - set(listed))
 

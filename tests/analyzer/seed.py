@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,6 +30,8 @@ import pytest
 
 from grpc_overhead.analyzer.intake.rows import COLUMNS, Rows, request_rows
 from grpc_overhead.analyzer.store.base import Store
+from tests.analyzer.real_spans import official_spans as official_spans
+from tests.analyzer.real_spans import real_spans as real_spans
 
 MS = 1_000_000
 US = 1_000
@@ -316,109 +317,6 @@ def calls_across_hosts(
         )
         calls.append(synthetic_call(truth, client_host="host-a", server_host="host-b"))
     return calls
-
-
-# -- real spans from real gRPC calls ------------------------------------------------------------
-
-
-def real_spans(calls: int = 3, *, streams: bool = True, payload: bytes = b"x" * 100) -> list[Any]:
-    """ReadableSpans of real calls: an instrumented echo server and client (ours) on loopback.
-
-    ``calls`` unary calls, plus (``streams``) one server-streaming and one
-    client-streaming call; returns once every span of them was exported.
-    """
-    from concurrent import futures
-
-    import grpc
-    from google.protobuf.wrappers_pb2 import BytesValue
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from grpc_overhead.instrumentation import (
-        SpanPipeline,
-        instrument_channel,
-        instrumented_server,
-    )
-    from tests.instrumentation import echo_service
-
-    exporter = InMemorySpanExporter()
-    pipeline = SpanPipeline(exporter=exporter, export_interval_ms=20)
-    server = instrumented_server(
-        futures.ThreadPoolExecutor(max_workers=2),
-        handlers=[echo_service.sync_handlers()],
-        pipeline=pipeline,
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    target = f"127.0.0.1:{port}"
-    channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=pipeline)
-    try:
-        stubs = echo_service.multicallables(channel)
-        for _ in range(calls):
-            stubs["Echo"](BytesValue(value=payload))
-        expected = 2 * calls
-        if streams:
-            list(stubs["Split"](BytesValue(value=payload)))
-            stubs["Join"](iter([BytesValue(value=payload)] * 3))
-            expected += 4
-        return _wait_for_spans(pipeline, exporter, expected)
-    finally:
-        channel.close()
-        server.stop(0)
-        pipeline.shutdown()
-
-
-def official_spans(calls: int = 3, payload: bytes = b"x" * 100) -> list[Any]:
-    """ReadableSpans from opentelemetry-instrumentation-grpc alone (no events) for real calls."""
-    from concurrent import futures
-
-    import grpc
-    from google.protobuf.wrappers_pb2 import BytesValue
-    from opentelemetry.instrumentation.grpc import client_interceptor, server_interceptor
-    from opentelemetry.instrumentation.grpc.grpcext import intercept_channel
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from tests.instrumentation import echo_service
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": "official", "host.name": "host-o"})
-    )
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=2),
-        handlers=[echo_service.sync_handlers()],
-        interceptors=[server_interceptor(tracer_provider=provider)],
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = intercept_channel(
-        grpc.insecure_channel(f"127.0.0.1:{port}"), client_interceptor(tracer_provider=provider)
-    )
-    try:
-        stubs = echo_service.multicallables(channel)
-        for _ in range(calls):
-            stubs["Echo"](BytesValue(value=payload))
-        deadline = time.monotonic() + 10
-        while len(exporter.get_finished_spans()) < 2 * calls and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return list(exporter.get_finished_spans())
-    finally:
-        channel.close()
-        server.stop(0)
-        provider.shutdown()
-
-
-def _wait_for_spans(pipeline: Any, exporter: Any, count: int, timeout_s: float = 10.0) -> list:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pipeline.force_flush()
-        spans = list(exporter.get_finished_spans())
-        if len(spans) >= count or time.monotonic() > deadline:
-            return spans
-        time.sleep(0.01)
 
 
 # -- stores ---------------------------------------------------------------------------------------

@@ -1,0 +1,122 @@
+"""bench.analysis's reference: the same phase breakdown computed in pandas from loaded rows,
+and how far the SQL answer is from it (the accuracy half of the analysis benchmark)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from grpc_overhead.analyzer.phases import ALL_PHASES
+from grpc_overhead.analyzer.store.base import Store
+
+PANDAS_COLUMNS = (
+    "service, method, call_type, client_host, server_host, client_start_ns, client_end_ns, "
+    "server_start_ns, server_end_ns, client_outbound_message_ns, client_outbound_message_sent_ns, "
+    "client_received_response_ns, client_received_response_last_ns, "
+    "client_inbound_message_read_ns, server_call_started_ns, call_scheduled_ns, "
+    "server_inbound_message_ns, server_inbound_message_read_ns, predictions_made_ns, "
+    "server_outbound_message_ns, server_outbound_message_sent_ns, "
+    "server_outbound_message_sent_last_ns, server_residence_ns"
+)
+
+
+def load_rows(store: Store) -> pd.DataFrame:
+    return store.query(f"SELECT {PANDAS_COLUMNS} FROM grpc_calls FINAL")
+
+
+def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.DataFrame:
+    """What ``phase_breakdown`` computes, in pandas/numpy (exact quantiles, linear)."""
+
+    def between(later: str, earlier: str) -> pd.Series:
+        a, b = rows[later].to_numpy(), rows[earlier].to_numpy()
+        return pd.Series(np.where((a != 0) & (b != 0), a - b, np.nan))
+
+    p: dict[str, pd.Series] = {
+        "client_serialize": between(
+            "client_outbound_message_sent_ns", "client_outbound_message_ns"
+        ),
+        "request_network": between("server_call_started_ns", "client_outbound_message_sent_ns"),
+        "server_queue": between("server_inbound_message_ns", "server_call_started_ns"),
+        "request_deserialize": between(
+            "server_inbound_message_read_ns", "server_inbound_message_ns"
+        ),
+        "processing": between("predictions_made_ns", "server_inbound_message_read_ns"),
+        "response_serialize": between(
+            "server_outbound_message_sent_ns", "server_outbound_message_ns"
+        ),
+        "response_network": between(
+            "client_received_response_ns", "server_outbound_message_sent_ns"
+        ),
+        "client_deserialize": between(
+            "client_inbound_message_read_ns", "client_received_response_ns"
+        ),
+        "total": between("client_end_ns", "client_start_ns"),
+    }
+    residence = rows["server_residence_ns"].to_numpy()
+    p["server_residence"] = between(
+        "server_outbound_message_sent_last_ns", "server_call_started_ns"
+    ).fillna(pd.Series(np.where(residence >= 0, residence, np.nan)))
+    p["network_overhead"] = p["total"] - p["processing"]
+    eight = sum(p[name] for name in list(p)[:8])
+    p["unattributed"] = p["total"] - eight
+    p["pool_wait"] = between("call_scheduled_ns", "server_call_started_ns")
+    p["server_duration"] = between("server_end_ns", "server_start_ns")
+    p["client_server_gap"] = p["total"] - p["server_duration"]
+
+    # Offsets: per (client host, server host, window) the minimum-round-trip call.
+    t1 = rows["client_outbound_message_sent_ns"].to_numpy()
+    t2 = rows["server_call_started_ns"].to_numpy()
+    t3 = rows["server_outbound_message_sent_last_ns"].to_numpy()
+    t4 = rows["client_received_response_last_ns"].to_numpy()
+    same = (rows["client_host"] == rows["server_host"]).to_numpy()
+    window = (rows["client_start_ns"].to_numpy() // window_ns) * window_ns
+    samples = pd.DataFrame(
+        {
+            "client_host": rows["client_host"],
+            "server_host": rows["server_host"],
+            "window": window,
+            "offset": np.where(same, 0.0, ((t2 - t1) + (t3 - t4)) / 2),
+            "rtt": np.where(same, 0, (t4 - t1) - (t3 - t2)),
+        }
+    )
+    samples = samples[samples["rtt"] >= 0]
+    keys = ["client_host", "server_host", "window"]
+    best = samples.loc[samples.groupby(keys, observed=True)["rtt"].idxmin(), [*keys, "offset"]]
+    offset = (
+        pd.DataFrame(
+            {
+                "client_host": rows["client_host"],
+                "server_host": rows["server_host"],
+                "window": window,
+            }
+        )
+        .merge(best, on=keys, how="left")["offset"]
+        .to_numpy()
+    )
+    offset = np.where(same, 0.0, offset)
+    p["request_network_corrected"] = p["request_network"] - offset
+    p["response_network_corrected"] = p["response_network"] + offset
+
+    frame = pd.DataFrame({name: p[name] for name in ALL_PHASES})
+    frame["service"], frame["method"] = rows["service"].to_numpy(), rows["method"].to_numpy()
+    grouped = frame.groupby(["service", "method"], observed=True)
+    quantiles = grouped.quantile([0.5, 0.9, 0.99])  # index (service, method, q)
+    return pd.concat([quantiles, grouped.mean().assign(q="mean").set_index("q", append=True)])
+
+
+def agreement(sql: pd.DataFrame, pandas: pd.DataFrame) -> dict[str, float]:
+    """Largest relative difference between the SQL and pandas results, per statistic
+    (over every method and phase whose values are not tiny)."""
+    worst: dict[str, float] = {}
+    for statistic, q in (("mean_us", "mean"), ("p50_us", 0.5), ("p90_us", 0.9), ("p99_us", 0.99)):
+        differences = []
+        for row in sql.itertuples(index=False):
+            expected = pandas.loc[(row.service, row.method, q), row.phase] / 1000
+            value = getattr(row, statistic)
+            if abs(expected) > 1:  # µs; relative error means little near zero
+                differences.append(abs(value - expected) / abs(expected))
+        worst[statistic] = round(max(differences), 5)
+    return worst
+
+
+# -- run ---------------------------------------------------------------------------------------
