@@ -44,7 +44,7 @@ from bench.common import (
     log,
     machine_info,
     percentile,
-    write_results,
+    publish,
 )
 from bench.instrumentation_processes import (
     CONFIGS,
@@ -230,10 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds_completed": raw["rounds"],
         "raw_blocks": raw["blocks"],
     }
-    paths = write_results(NAME, data, markdown)
-    print(markdown)
-    print("results: " + ", ".join(str(path) for path in paths))
-    return 0
+    return publish(NAME, data, markdown, quick=options.quick)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine_info, markdown_table, median, rounded, write_results
+from bench.common import machine_info, markdown_table, median, publish, rounded
 from bench.intake_requests import (
     realistic_request,
     send,
@@ -324,11 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["end_to_end"] = end_to_end(rounds, workloads)
     result["stages"] = stage_numbers()
     result["machine"]["load_average_1m_at_end"] = os.getloadavg()[0]
-    if not options.quick:  # a smoke run does not replace the results
-        for path in write_results("intake", result, markdown(result)):
-            print(f"wrote {path}")
-    print(markdown(result))
-    return 0
+    return publish("intake", result, markdown(result), quick=options.quick)
 
 
 if __name__ == "__main__":

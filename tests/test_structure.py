@@ -262,6 +262,9 @@ def test_folder_path_is_import_path() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     for dotted, folder in config["package-dir"].items():
         assert folder.endswith("src/" + dotted.replace(".", "/")), (dotted, folder)
+    # Static tools cannot follow the editable import hook: they get the src roots.
+    pyright = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pyright"]
+    assert sorted(pyright["extraPaths"]) == sorted(f"{component}/src" for component in COMPONENTS)
     for dotted in config["packages"]:
         top = ".".join(dotted.split(".")[:2])
         base = config["package-dir"][top]
