@@ -41,7 +41,7 @@ COMPONENTS = {
 #: What each layer may import besides itself. cli is the one composition root.
 LAYERS: dict[str, set[str]] = {
     "instrumentation": set(),
-    "collector": set(),
+    "collector": {"instrumentation"},  # its environment variables only
     "analyzer": set(),
     "app": {"analyzer"},
     "prediction": {"instrumentation"},

@@ -24,12 +24,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from grpc_overhead.instrumentation import environment
+
 #: Overrides the binary location, for a collector built or installed elsewhere.
-ENV_BIN = "GRPC_OVERHEAD_COLLECTOR_BIN"
+ENV_BIN = environment.COLLECTOR_BIN
 #: Environment variables read by embedded.yaml and clickhouse.yaml.
-ENV_OTLP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_PORT"
-ENV_INTAKE = "GRPC_OVERHEAD_INTAKE_ENDPOINT"
-ENV_HEALTH_PORT = "GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT"
+ENV_OTLP_PORT = environment.COLLECTOR_OTLP_PORT
+ENV_INTAKE = environment.INTAKE_ENDPOINT
+ENV_HEALTH_PORT = environment.COLLECTOR_HEALTH_PORT
 
 DIST_NAME = "otelcol-grpc-overhead"
 CONFIG_NAMES: tuple[str, ...] = ("embedded", "clickhouse")

@@ -27,6 +27,11 @@ RUN_ID = "GRPC_OVERHEAD_RUN_ID"
 COMPRESSED_SIZE_EVERY = "GRPC_OVERHEAD_COMPRESSED_SIZE_EVERY"
 RESIDENCE_TRAILER = "GRPC_OVERHEAD_RESIDENCE_TRAILER"
 JAEGER_URL = "GRPC_OVERHEAD_JAEGER_URL"
+# Read by the collector driver (grpc_overhead.collector) and its YAML configs.
+COLLECTOR_BIN = "GRPC_OVERHEAD_COLLECTOR_BIN"
+COLLECTOR_OTLP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_PORT"
+COLLECTOR_HEALTH_PORT = "GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT"
+INTAKE_ENDPOINT = "GRPC_OVERHEAD_INTAKE_ENDPOINT"
 
 DOCUMENTED: tuple[Variable, ...] = (
     Variable(
@@ -65,7 +70,7 @@ DOCUMENTED: tuple[Variable, ...] = (
     ),
     # The collector (collector/*.yaml read these through the collector's ${env:NAME:-default})
     Variable(
-        "GRPC_OVERHEAD_COLLECTOR_BIN",
+        COLLECTOR_BIN,
         "collector/dist/otelcol-grpc-overhead",
         "collector binary to run instead of the one make collector builds",
     ),
@@ -75,8 +80,8 @@ DOCUMENTED: tuple[Variable, ...] = (
         "127.0.0.1 (embedded), 0.0.0.0 (clickhouse)",
         "address the collector's OTLP receiver binds",
     ),
-    Variable("GRPC_OVERHEAD_COLLECTOR_OTLP_PORT", "4317", "the collector's OTLP/gRPC port"),
-    Variable("GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT", "13133", "health_check extension port"),
+    Variable(COLLECTOR_OTLP_PORT, "4317", "the collector's OTLP/gRPC port"),
+    Variable(COLLECTOR_HEALTH_PORT, "13133", "health_check extension port"),
     Variable("GRPC_OVERHEAD_COLLECTOR_LOG_LEVEL", "info", "the collector's own log level"),
     Variable(
         "GRPC_OVERHEAD_COLLECTOR_METRICS_LEVEL",
@@ -85,7 +90,7 @@ DOCUMENTED: tuple[Variable, ...] = (
     ),
     Variable("GRPC_OVERHEAD_COLLECTOR_METRICS_PORT", "8888", "port of those metrics when enabled"),
     Variable(
-        "GRPC_OVERHEAD_INTAKE_ENDPOINT",
+        INTAKE_ENDPOINT,
         "127.0.0.1:4327",
         "where the embedded collector config sends spans (the analyzer intake)",
     ),
