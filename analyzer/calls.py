@@ -143,6 +143,7 @@ _METHOD = (
     "if(position(SpanName, '/') > 0, splitByChar('/', SpanName)[2], SpanName))"
 )
 _HOST = "ResourceAttributes['host.name']"
+_BUDGET = "toInt64OrDefault(SpanAttributes['grpc_overhead.deadline_budget_ns'], toInt64(-1))"
 _INSTANCE = "ResourceAttributes['service.instance.id']"
 
 LC = "LowCardinality(String)"
@@ -266,6 +267,10 @@ COLUMNS: tuple[Column, ...] = (
     ),
     # The server's own residence (outboundMessageSent - serverCallStarted), as
     # the server span says and as the client read it from the trailer; -1 = none.
+    # Time left before the deadline when the request left the client / when the
+    # server saw the call (ns; -1 = no deadline): the server_dispatch phase.
+    Column("client_deadline_budget_ns", "Int64", client=_BUDGET, absent="toInt64(-1)"),
+    Column("server_deadline_budget_ns", "Int64", server=_BUDGET, absent="toInt64(-1)"),
     Column(
         "server_residence_ns",
         "Int64",
@@ -424,6 +429,19 @@ def view_exists(store: Store, options: CallsOptions) -> bool:
     return bool(int(found["n"].iloc[0]))
 
 
+def _view_is_current(store: Store, options: CallsOptions) -> bool:
+    """Whether the existing view fills every column this version knows."""
+    found = store.query(
+        "SELECT create_table_query AS query FROM system.tables WHERE name = {name:String}"
+        " AND database = if({database:String} = '', currentDatabase(), {database:String})",
+        {"database": options.database, "name": options.view},
+    )
+    if found.empty:
+        return False
+    query = str(found["query"].iloc[0])
+    return all(f"AS {column.name}" in query for column in COLUMNS)
+
+
 def create_calls(
     store: Store, options: CallsOptions | None = None, *, backfill: bool = True
 ) -> bool:
@@ -438,10 +456,21 @@ def create_calls(
     """
     options = options or CallsOptions()
     store.command(create_calls_table_sql(options))
-    # Tables made before the index existed get it for their new parts.
+    # Tables made by an older version get the newer columns and index (for their
+    # new parts); a view that does not fill every column is made anew.
     index = ROW_START_INDEX.replace("INDEX", "INDEX IF NOT EXISTS", 1)
     store.command(f"ALTER TABLE {options.calls}{options.on_cluster()} ADD {index}")
+    store.command(
+        f"ALTER TABLE {options.calls}{options.on_cluster()} "
+        + ", ".join(
+            f"ADD COLUMN IF NOT EXISTS {column.name} SimpleAggregateFunction(max, {column.type})"
+            + (f" DEFAULT {column.absent}" if column.absent != "0" else "")
+            for column in COLUMNS
+        )
+    )
     existed = view_exists(store, options)
+    if existed and not _view_is_current(store, options):
+        store.command(f"DROP VIEW {options.qualified(options.view)}{options.on_cluster()}")
     store.command(create_view_sql(options))
     if not existed and backfill:
         backfill_calls(store, options)

@@ -38,6 +38,7 @@ from grpc_overhead.analyzer.clock_offsets import (
     merged_cte,
     query_parameters,
 )
+from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
 from grpc_overhead.analyzer.store.base import Store
 
 
@@ -71,6 +72,7 @@ def _derived(name: str, value: str, *needs: str) -> Phase:
 DESIGN_PHASES: tuple[str, ...] = (
     "client_serialize",
     "request_network",
+    "server_dispatch",
     "server_queue",
     "request_deserialize",
     "processing",
@@ -82,13 +84,15 @@ DESIGN_PHASES: tuple[str, ...] = (
     "network_overhead",
     "unattributed",
 )
-#: The eight phases that follow each other through a call.
-CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:8]
+#: The nine phases that follow each other through a call.
+CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:9]
 #: Beyond the design table.
 EXTRA_PHASES: tuple[str, ...] = (
     "pool_wait",
     "server_duration",
     "client_server_gap",
+    "request_network_raw",
+    "response_network_raw",
     "request_network_corrected",
     "response_network_corrected",
 )
@@ -98,15 +102,60 @@ _RESIDENCE_EVENTS = _between(
     "residence_events", "server_outbound_message_sent_last_ns", "server_call_started_ns"
 )
 
+_REQUEST_GAP = _between("request_gap", "server_call_started_ns", "client_outbound_message_sent_ns")
+_OFFSET = "if(clock_defined, clock_offset_ns, 0)"
+#: Computed one level below the phases (``with_dispatch``): ClickHouse expands
+#: aliases, and every phase after request_network refers to it.
+DISPATCH_ESTIMATE = (
+    dispatch_estimate_sql(f"({_REQUEST_GAP.value} - {_OFFSET})") + " AS server_dispatch_estimate_ns"
+)
+_DISPATCH = "server_dispatch_estimate_ns"
+# (greatest/least skip NULLs in ClickHouse: test for it first)
+_DISPATCH_VALUE = (
+    f"if({_DISPATCH} IS NULL, 0.,"
+    f" greatest(0., least(assumeNotNull({_DISPATCH}), {_REQUEST_GAP.value} - {_OFFSET})))"
+)
+_RESPONSE_GAP = _between(
+    "response_gap", "client_received_response_ns", "server_outbound_message_sent_ns"
+)
+
+
+def with_dispatch(source: str) -> str:
+    """``source`` (rows with the clock columns) plus the dispatch estimate."""
+    return f"(SELECT *, {DISPATCH_ESTIMATE} FROM ({source}))"
+
+
+def unclocked_calls(where: str) -> str:
+    """The ``merged`` calls matching ``where``, ready for ``PHASES`` without an offset
+    estimate: one-way phases are exact where both halves share a clock and raw
+    otherwise (the pages that need corrected ones use ``per_call_sql``)."""
+    return with_dispatch(
+        f"SELECT *, same_domain AS clock_defined, 0. AS clock_offset_ns FROM merged WHERE {where}"
+    )
+
+
 #: Every phase, in ``ALL_PHASES`` order: the one expression set every query uses.
 PHASES: tuple[Phase, ...] = (
     _between("client_serialize", "client_outbound_message_sent_ns", "client_outbound_message_ns"),
-    _between("request_network", "server_call_started_ns", "client_outbound_message_sent_ns"),
+    # The best estimate: less the server's dispatch wait, clock-corrected.
+    Phase(
+        "request_network",
+        f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE} - {_OFFSET}",
+        _REQUEST_GAP.defined,
+    ),
+    # Between the server's core seeing the call and serverCallStarted (GIL, serving
+    # thread, event loop); 0 where not measured (no deadline on the call), and
+    # never more than the request gap, so no phase is negative on a shared clock.
+    Phase("server_dispatch", _DISPATCH_VALUE, f"{_DISPATCH} IS NOT NULL"),
     _between("server_queue", "server_inbound_message_ns", "server_call_started_ns"),
     _between("request_deserialize", "server_inbound_message_read_ns", "server_inbound_message_ns"),
     _between("processing", "predictions_made_ns", "server_inbound_message_read_ns"),
     _between("response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"),
-    _between("response_network", "client_received_response_ns", "server_outbound_message_sent_ns"),
+    Phase(
+        "response_network",
+        f"{_RESPONSE_GAP.value} + {_OFFSET}",
+        _RESPONSE_GAP.defined,
+    ),
     _between("client_deserialize", "client_inbound_message_read_ns", "client_received_response_ns"),
     _between("total", "client_end_ns", "client_start_ns"),
     # The server's clock only: from its events, else from its residence
@@ -118,29 +167,27 @@ PHASES: tuple[Phase, ...] = (
         f"{_RESIDENCE_EVENTS.defined} OR server_residence_ns >= 0",
     ),
     _derived("network_overhead", "total_value - processing_value", "total", "processing"),
+    # server_dispatch counts as 0 where it was not measured: its wait is then
+    # inside request_network, and the phases still add up to total.
     _derived(
         "unattributed",
         "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
         "total",
-        *CONSECUTIVE_PHASES,
+        *(p for p in CONSECUTIVE_PHASES if p != "server_dispatch"),
     ),
     _between("pool_wait", "call_scheduled_ns", "server_call_started_ns"),
     _between("server_duration", "server_end_ns", "server_start_ns"),
     _derived(
         "client_server_gap", "total_value - server_duration_value", "total", "server_duration"
     ),
-    _derived(
-        "request_network_corrected",
-        "request_network_value - clock_offset_ns",
-        "request_network",
-        "clock",
+    # Raw: the two clocks' timestamps as they are (server dispatch still taken out).
+    Phase("request_network_raw", f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE}", _REQUEST_GAP.defined),
+    _between(
+        "response_network_raw", "client_received_response_ns", "server_outbound_message_sent_ns"
     ),
-    _derived(
-        "response_network_corrected",
-        "response_network_value + clock_offset_ns",
-        "response_network",
-        "clock",
-    ),
+    # Aliases of the best estimates, kept for readers of the older names.
+    _derived("request_network_corrected", "request_network_value", "request_network"),
+    _derived("response_network_corrected", "response_network_value", "response_network"),
 )
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES
 
@@ -218,6 +265,7 @@ def per_call_sql(options: CallsOptions | None = None, read: str = "final") -> st
             f"{phase.value} AS {phase.name}_value",
             f"{phase.defined} AS {phase.name}_defined",
         ]
+    with_clock = "SELECT *, " + ", ".join(CALL_OFFSET_COLUMNS) + f" FROM merged WHERE {CALL_FILTER}"
     return (
         f"WITH\n{merged_cte(options or CallsOptions(), read)},\n{OFFSET_CTES},\n{CLOCK_TABLE}\n"
         "SELECT\n    "
@@ -226,11 +274,11 @@ def per_call_sql(options: CallsOptions | None = None, read: str = "final") -> st
                 *CALL_COLUMNS,
                 "call_start_ns",
                 *_status_columns(),
-                *CALL_OFFSET_COLUMNS,
+                *(column.split(" AS ")[-1] for column in CALL_OFFSET_COLUMNS),
                 *phases,
             ]
         )
-        + f"\nFROM merged\nWHERE {CALL_FILTER}"
+        + f"\nFROM {with_dispatch(with_clock)}"
     )
 
 

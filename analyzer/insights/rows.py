@@ -18,7 +18,7 @@ from typing import Any
 
 from grpc_overhead.analyzer.calls import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES, unclocked_calls
 from grpc_overhead.analyzer.store.base import Store
 
 #: Phases computable from one call's own timestamps (all but the clock-corrected ones).
@@ -55,7 +55,7 @@ def rows_sql(options: CallsOptions | None = None, read: str = "final") -> str:
         f"WITH\n{merged_cte(options or CallsOptions(), read)}\n"
         f"SELECT *, {ALGORITHM} AS algorithm,\n    "
         + ",\n    ".join(phases)
-        + f"\nFROM merged\nWHERE {CALL_FILTER}"
+        + f"\nFROM {unclocked_calls(CALL_FILTER)}"
     )
 
 
