@@ -42,12 +42,13 @@ def real_spans(calls: int = 3, *, streams: bool = True, payload: bytes = b"x" * 
     channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=pipeline)
     try:
         stubs = echo_service.multicallables(channel)
+        # Deadlines as real clients set them: the server's dispatch wait is timed from them.
         for _ in range(calls):
-            stubs["Echo"](BytesValue(value=payload))
+            stubs["Echo"](BytesValue(value=payload), timeout=10)
         expected = 2 * calls
         if streams:
-            list(stubs["Split"](BytesValue(value=payload)))
-            stubs["Join"](iter([BytesValue(value=payload)] * 3))
+            list(stubs["Split"](BytesValue(value=payload), timeout=10))
+            stubs["Join"](iter([BytesValue(value=payload)] * 3), timeout=10)
             expected += 4
         return _wait_for_spans(pipeline, exporter, expected)
     finally:

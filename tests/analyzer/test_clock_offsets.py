@@ -43,8 +43,8 @@ def test_known_offset_and_asymmetric_paths_across_hosts(store):
 
     found = calls(store)
     for call in found.to_dict("records"):
-        true_request = call["request_network_us"] - OFFSET / 1000
-        true_response = call["response_network_us"] + OFFSET / 1000
+        true_request = call["request_network_raw_us"] - OFFSET / 1000
+        true_response = call["response_network_raw_us"] + OFFSET / 1000
         uncertainty = call["clock_uncertainty_us"]
         assert abs(call["request_network_corrected_us"] - true_request) <= uncertainty + 1e-6
         assert abs(call["response_network_corrected_us"] - true_response) <= uncertainty + 1e-6

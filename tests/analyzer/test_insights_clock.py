@@ -129,7 +129,7 @@ def test_corrected_calls_raw_next_to_corrected_in_one_window(store):
     assert len(sample) == 4  # the latest window only
     assert (sample["start"] >= latest).all()
     assert sample["start"].is_monotonic_decreasing
-    assert (sample["request_network_us"] == (REQUEST + SKEW) / 1000).all()
+    assert (sample["request_network_raw_us"] == (REQUEST + SKEW) / 1000).all()
     assert (sample["request_network_corrected_us"] == 2000.0).all()
     assert (sample["response_network_corrected_us"] == 2000.0).all()
     assert set(sample["clock_estimate"]) == {"own window"}

@@ -157,7 +157,8 @@ def test_rollup_tables_in_server_mode():
             engine_params="'/ch/{shard}/{table}', '{replica}'",
         )
     )
-    phases, offsets = rollup.create_rollup_tables_sql(options)
+    phases, added, offsets = rollup.create_rollup_tables_sql(options)
+    assert "ADD COLUMN IF NOT EXISTS server_dispatch_q" in added
     assert "`otel`.`grpc_phase_rollup` ON CLUSTER `prod`" in phases
     assert "ENGINE = ReplicatedAggregatingMergeTree('/ch/{shard}/{table}', '{replica}')" in phases
     assert "AggregateFunction(quantilesTDigestIf(0.5, 0.9, 0.99), Float64, UInt8)" in phases

@@ -79,7 +79,7 @@ def test_corrected_calls_show_raw_next_to_corrected(served_store):
     sample = at.dataframe[1].value
     assert len(sample) == 10  # the latest window's calls
     assert set(sample["pair"]) == {"host-a → host-b"}
-    assert (sample["request_network_us"] == (REQUEST + SKEW) / 1000).all()
+    assert (sample["request_network_raw_us"] == (REQUEST + SKEW) / 1000).all()
     assert (sample["request_network_corrected_us"] == (REQUEST + RESPONSE) / 2 / 1000).all()
     assert sample["explore"].str.startswith("explorer?trace=").all()
 

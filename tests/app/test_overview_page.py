@@ -46,6 +46,7 @@ def test_phases_per_method_stack_to_the_total(served_store):
     assert list(bars) == [
         "client_serialize",
         "request_network",
+        "server_dispatch",
         "server_queue",
         "request_deserialize",
         "processing",

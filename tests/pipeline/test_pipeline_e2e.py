@@ -58,12 +58,15 @@ def test_service_to_report_through_the_real_collector(tmp_path):
         assert phase in method["phases"], phase
         assert set(method["phases"][phase]) >= {"p50_us", "p90_us", "p99_us", "mean_us"}
     phases = {name: values["mean_us"] for name, values in method["phases"].items()}
-    eight = [
-        "client_serialize", "request_network", "server_queue", "request_deserialize",
-        "processing", "response_serialize", "response_network", "client_deserialize",
+    consecutive = [
+        "client_serialize", "request_network", "server_dispatch", "server_queue",
+        "request_deserialize", "processing", "response_serialize", "response_network",
+        "client_deserialize",
     ]  # fmt: skip
+    # The load generator's calls carry deadlines: the dispatch wait is measured for each.
+    assert method["phases"]["server_dispatch"]["calls"] == CALLS
     # Means are linear: the phases add up to the total, with unattributed shown.
-    assert sum(phases[p] for p in eight) + phases["unattributed"] == pytest.approx(
+    assert sum(phases[p] for p in consecutive) + phases["unattributed"] == pytest.approx(
         phases["total"], abs=1.0
     )
     assert phases["processing"] >= 2_000  # --model-cost-ms 2

@@ -47,6 +47,7 @@ from grpc_overhead.analyzer.options import HALF_MARGIN_NS as HALF_MARGIN_NS
 from grpc_overhead.analyzer.options import INT64_MAX as INT64_MAX
 from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
 from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
+from grpc_overhead.analyzer.options import ROW_START_INDEX as ROW_START_INDEX
 from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
 from grpc_overhead.analyzer.options import CallFilters as CallFilters
 from grpc_overhead.analyzer.options import CallsOptions as CallsOptions
@@ -150,6 +151,7 @@ _METHOD = (
     "if(position(SpanName, '/') > 0, splitByChar('/', SpanName)[2], SpanName))"
 )
 _HOST = "ResourceAttributes['host.name']"
+_BUDGET = "toInt64OrDefault(SpanAttributes['grpc_overhead.deadline_budget_ns'], toInt64(-1))"
 _INSTANCE = "ResourceAttributes['service.instance.id']"
 
 LC = "LowCardinality(String)"
@@ -273,6 +275,10 @@ COLUMNS: tuple[Column, ...] = (
     ),
     # The server's own residence (outboundMessageSent - serverCallStarted), as
     # the server span says and as the client read it from the trailer; -1 = none.
+    # Time left before the deadline when the request left the client / when the
+    # server saw the call (ns; -1 = no deadline): the server_dispatch phase.
+    Column("client_deadline_budget_ns", "Int64", client=_BUDGET, absent="toInt64(-1)"),
+    Column("server_deadline_budget_ns", "Int64", server=_BUDGET, absent="toInt64(-1)"),
     Column(
         "server_residence_ns",
         "Int64",
@@ -292,17 +298,6 @@ COLUMN_NAMES: tuple[str, ...] = (*KEY, *(column.name for column in COLUMNS))
 #: smaller and about twice as fast to read (bench/results/analysis.md).
 T64_CODEC = "T64, LZ4"
 _T64_TYPES = ("Int64", "UInt64", "UInt32", "Int16")
-
-
-#: Rows are ordered by trace id, so within a part every granule spans the
-#: part's whole time range; but parts merge only with their neighbours in
-#: insertion order, so each part covers a contiguous stretch of time. This
-#: index lets a time-filtered read (``ROW_FILTER``) skip the parts entirely
-#: outside its range: the last minutes of a long-lived store are read
-#: without touching the older parts.
-ROW_START_INDEX = (
-    "INDEX row_start_idx greatest(client_start_ns, server_start_ns) TYPE minmax GRANULARITY 1"
-)
 
 
 def create_calls_table_sql(options: CallsOptions) -> str:
@@ -364,6 +359,19 @@ def view_exists(store: Store, options: CallsOptions) -> bool:
     return table_exists(store, options.view, options.database)
 
 
+def _view_is_current(store: Store, options: CallsOptions) -> bool:
+    """Whether the existing view fills every column this version knows."""
+    found = store.query(
+        "SELECT create_table_query AS query FROM system.tables WHERE name = {name:String}"
+        " AND database = if({database:String} = '', currentDatabase(), {database:String})",
+        {"database": options.database, "name": options.view},
+    )
+    if found.empty:
+        return False
+    query = str(found["query"].iloc[0])
+    return all(f"AS {column.name}" in query for column in COLUMNS)
+
+
 def create_calls(
     store: Store, options: CallsOptions | None = None, *, backfill: bool = True
 ) -> bool:
@@ -378,10 +386,21 @@ def create_calls(
     """
     options = options or CallsOptions()
     store.command(create_calls_table_sql(options))
-    # Tables made before the index existed get it for their new parts.
+    # Tables made by an older version get the newer columns and index (for their
+    # new parts); a view that does not fill every column is made anew.
     index = ROW_START_INDEX.replace("INDEX", "INDEX IF NOT EXISTS", 1)
     store.command(f"ALTER TABLE {options.calls}{options.on_cluster()} ADD {index}")
+    store.command(
+        f"ALTER TABLE {options.calls}{options.on_cluster()} "
+        + ", ".join(
+            f"ADD COLUMN IF NOT EXISTS {column.name} SimpleAggregateFunction(max, {column.type})"
+            + (f" DEFAULT {column.absent}" if column.absent != "0" else "")
+            for column in COLUMNS
+        )
+    )
     existed = view_exists(store, options)
+    if existed and not _view_is_current(store, options):
+        store.command(f"DROP VIEW {options.qualified(options.view)}{options.on_cluster()}")
     store.command(create_view_sql(options))
     if not existed and backfill:
         backfill_calls(store, options)

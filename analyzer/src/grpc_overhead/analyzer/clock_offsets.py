@@ -60,6 +60,7 @@ from grpc_overhead.analyzer.calls import (
     calls_source,
     rows_to_scan,
 )
+from grpc_overhead.analyzer.dispatch import DISPATCH_CANDIDATE_COLUMNS
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.store.base import Store
 
@@ -106,6 +107,7 @@ DERIVED_COLUMNS = (
     "intDiv(call_start_ns, {window_ns:Int64}) * {window_ns:Int64} AS window_start_ns",
     "cityHash64(client_domain, server_domain) AS pair_key",
     "cityHash64(pair_key, window_start_ns) AS window_key",
+    *DISPATCH_CANDIDATE_COLUMNS,
 )
 
 _USE_EVENTS = (

@@ -39,6 +39,13 @@ from grpc_overhead.analyzer.clock_offsets import (
     merged_cte,
     query_parameters,
 )
+from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
+from grpc_overhead.analyzer.result_columns import CALL_COLUMNS as CALL_COLUMNS
+from grpc_overhead.analyzer.result_columns import CALL_IDENTITY as CALL_IDENTITY
+from grpc_overhead.analyzer.result_columns import QUANTILE_FUNCTION as QUANTILE_FUNCTION
+from grpc_overhead.analyzer.result_columns import QUANTILE_LEVELS as QUANTILE_LEVELS
+from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_TYPE as QUANTILE_STATE_TYPE
+from grpc_overhead.analyzer.result_columns import QUANTILES as QUANTILES
 from grpc_overhead.analyzer.store.base import Store
 
 
@@ -57,8 +64,9 @@ class Phase:
     name: str
     value: str
     defined: str
-    #: The phase uses the call's clock offset (``clock_offset_ns``, ``clock_defined``):
-    #: a query without the offset estimate (``per_call_sql(clock=False)``) leaves it out.
+    #: The phase exists only with a clock-offset estimate: a query without it
+    #: (``per_call_sql(clock=False)``) leaves the phase out. None does today: the
+    #: one-way phases fall back to offset 0 (``unclocked_calls``).
     needs_clock: bool = False
 
 
@@ -77,6 +85,7 @@ def _derived(name: str, value: str, *needs: str) -> Phase:
 DESIGN_PHASES: tuple[str, ...] = (
     "client_serialize",
     "request_network",
+    "server_dispatch",
     "server_queue",
     "request_deserialize",
     "processing",
@@ -88,13 +97,15 @@ DESIGN_PHASES: tuple[str, ...] = (
     "network_overhead",
     "unattributed",
 )
-#: The eight phases that follow each other through a call.
-CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:8]
+#: The nine phases that follow each other through a call.
+CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:9]
 #: Beyond the design table.
 EXTRA_PHASES: tuple[str, ...] = (
     "pool_wait",
     "server_duration",
     "client_server_gap",
+    "request_network_raw",
+    "response_network_raw",
     "request_network_corrected",
     "response_network_corrected",
 )
@@ -104,15 +115,60 @@ _RESIDENCE_EVENTS = _between(
     "residence_events", "server_outbound_message_sent_last_ns", "server_call_started_ns"
 )
 
+_REQUEST_GAP = _between("request_gap", "server_call_started_ns", "client_outbound_message_sent_ns")
+_OFFSET = "if(clock_defined, clock_offset_ns, 0)"
+#: Computed one level below the phases (``with_dispatch``): ClickHouse expands
+#: aliases, and every phase after request_network refers to it.
+DISPATCH_ESTIMATE = (
+    dispatch_estimate_sql(f"({_REQUEST_GAP.value} - {_OFFSET})") + " AS server_dispatch_estimate_ns"
+)
+_DISPATCH = "server_dispatch_estimate_ns"
+# (greatest/least skip NULLs in ClickHouse: test for it first)
+_DISPATCH_VALUE = (
+    f"if({_DISPATCH} IS NULL, 0.,"
+    f" greatest(0., least(assumeNotNull({_DISPATCH}), {_REQUEST_GAP.value} - {_OFFSET})))"
+)
+_RESPONSE_GAP = _between(
+    "response_gap", "client_received_response_ns", "server_outbound_message_sent_ns"
+)
+
+
+def with_dispatch(source: str) -> str:
+    """``source`` (rows with the clock columns) plus the dispatch estimate."""
+    return f"(SELECT *, {DISPATCH_ESTIMATE} FROM ({source}))"
+
+
+def unclocked_calls(where: str) -> str:
+    """The ``merged`` calls matching ``where``, ready for ``PHASES`` without an offset
+    estimate: one-way phases are exact where both halves share a clock and raw
+    otherwise (the pages that need corrected ones use ``per_call_sql``)."""
+    return with_dispatch(
+        f"SELECT *, same_domain AS clock_defined, 0. AS clock_offset_ns FROM merged WHERE {where}"
+    )
+
+
 #: Every phase, in ``ALL_PHASES`` order: the one expression set every query uses.
 PHASES: tuple[Phase, ...] = (
     _between("client_serialize", "client_outbound_message_sent_ns", "client_outbound_message_ns"),
-    _between("request_network", "server_call_started_ns", "client_outbound_message_sent_ns"),
+    # The best estimate: less the server's dispatch wait, clock-corrected.
+    Phase(
+        "request_network",
+        f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE} - {_OFFSET}",
+        _REQUEST_GAP.defined,
+    ),
+    # Between the server's core seeing the call and serverCallStarted (GIL, serving
+    # thread, event loop); 0 where not measured (no deadline on the call), and
+    # never more than the request gap, so no phase is negative on a shared clock.
+    Phase("server_dispatch", _DISPATCH_VALUE, f"{_DISPATCH} IS NOT NULL"),
     _between("server_queue", "server_inbound_message_ns", "server_call_started_ns"),
     _between("request_deserialize", "server_inbound_message_read_ns", "server_inbound_message_ns"),
     _between("processing", "predictions_made_ns", "server_inbound_message_read_ns"),
     _between("response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"),
-    _between("response_network", "client_received_response_ns", "server_outbound_message_sent_ns"),
+    Phase(
+        "response_network",
+        f"{_RESPONSE_GAP.value} + {_OFFSET}",
+        _RESPONSE_GAP.defined,
+    ),
     _between("client_deserialize", "client_inbound_message_read_ns", "client_received_response_ns"),
     _between("total", "client_end_ns", "client_start_ns"),
     # The server's clock only: from its events, else from its residence
@@ -124,81 +180,29 @@ PHASES: tuple[Phase, ...] = (
         f"{_RESIDENCE_EVENTS.defined} OR server_residence_ns >= 0",
     ),
     _derived("network_overhead", "total_value - processing_value", "total", "processing"),
+    # server_dispatch counts as 0 where it was not measured: its wait is then
+    # inside request_network, and the phases still add up to total.
     _derived(
         "unattributed",
         "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
         "total",
-        *CONSECUTIVE_PHASES,
+        *(p for p in CONSECUTIVE_PHASES if p != "server_dispatch"),
     ),
     _between("pool_wait", "call_scheduled_ns", "server_call_started_ns"),
     _between("server_duration", "server_end_ns", "server_start_ns"),
     _derived(
         "client_server_gap", "total_value - server_duration_value", "total", "server_duration"
     ),
-    _derived(
-        "request_network_corrected",
-        "request_network_value - clock_offset_ns",
-        "request_network",
-        "clock",
+    # Raw: the two clocks' timestamps as they are (server dispatch still taken out).
+    Phase("request_network_raw", f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE}", _REQUEST_GAP.defined),
+    _between(
+        "response_network_raw", "client_received_response_ns", "server_outbound_message_sent_ns"
     ),
-    _derived(
-        "response_network_corrected",
-        "response_network_value + clock_offset_ns",
-        "response_network",
-        "clock",
-    ),
+    # Aliases of the best estimates, kept for readers of the older names.
+    _derived("request_network_corrected", "request_network_value", "request_network"),
+    _derived("response_network_corrected", "response_network_value", "response_network"),
 )
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES
-
-#: Who called what: the columns that identify a call's method, run and both parties
-#: (``calls()`` and the explorer's call summary both lead with them).
-CALL_IDENTITY: tuple[str, ...] = (
-    "service",
-    "method",
-    "call_type",
-    "run_id",
-    "client_service",
-    "client_host",
-    "client_instance",
-    "server_service",
-    "server_host",
-    "server_instance",
-)
-
-#: Columns ``calls()`` returns besides the phases.
-CALL_COLUMNS: tuple[str, ...] = (
-    "TraceId",
-    "ClientSpanId",
-    "ServerSpanId",
-    *CALL_IDENTITY,
-    "server_address",
-    "client_address",
-    "compression",
-    "payload_codec",
-    "request_messages",
-    "request_uncompressed_bytes",
-    "request_compressed_bytes",
-    "response_messages",
-    "response_uncompressed_bytes",
-    "response_compressed_bytes",
-    "client_events",
-    "server_events",
-    "client_domain",
-    "server_domain",
-)
-
-#: ``quantilesTDigest``, chosen for accuracy per cost: against exact quantiles
-#: (pandas) over every method and phase of the benchmark its largest relative
-#: error was 0.1 % at p50 and p99 (bench/results/analysis.md), and its states
-#: merge (rollups). ``quantilesBFloat16`` was about a third cheaper to feed
-#: but rounds every value to 8 significant bits (up to 0.4 %); ``quantiles``
-#: samples 8192 values per group, so its p99 moves between runs;
-#: ``quantilesExact`` keeps every value in memory.
-QUANTILE_FUNCTION = "quantilesTDigest"
-QUANTILE_LEVELS = "0.5, 0.9, 0.99"
-QUANTILES = f"{QUANTILE_FUNCTION}({QUANTILE_LEVELS})"
-#: The type of a phase's quantile state (rollup columns).
-QUANTILE_STATE_TYPE = f"AggregateFunction({QUANTILE_FUNCTION}If({QUANTILE_LEVELS}), Float64, UInt8)"
 
 
 def _status_columns() -> tuple[str, ...]:
@@ -222,9 +226,11 @@ def per_call_sql(
     ``{name}_defined`` (ns), after ``columns``.
 
     ``clock=True`` estimates clock offsets (a second pass over every call) and
-    adds the offset applied (``clock_offset_ns``, ``clock_defined``) and the
-    phases that need it; ``clock=False`` leaves both out (``Phase.needs_clock``),
-    about three times cheaper. ``columns`` default: ``CALL_COLUMNS``,
+    adds the offset applied (``clock_offset_ns``, ``clock_defined``);
+    ``clock=False`` skips the estimate, about three times cheaper: phases then
+    use offset 0 (``unclocked_calls``: exact where both halves share a clock,
+    raw otherwise), and a phase that exists only with an estimate
+    (``Phase.needs_clock``) is left out. ``columns`` default: ``CALL_COLUMNS``,
     ``call_start_ns`` and the status columns.
 
     Parameters: ``CallFilters.parameters()`` + ``ClockOptions.parameters()``.
@@ -241,13 +247,17 @@ def per_call_sql(
     ctes = [merged_cte(options or CallsOptions())]
     if clock:
         ctes += [OFFSET_CTES, CLOCK_TABLE]
-        columns = (*columns, *CALL_OFFSET_COLUMNS)
+        columns = (*columns, *(column.split(" AS ")[-1] for column in CALL_OFFSET_COLUMNS))
+        with_clock = f"SELECT *, {', '.join(CALL_OFFSET_COLUMNS)} FROM merged WHERE {CALL_FILTER}"
+        source = with_dispatch(with_clock)
+    else:
+        source = unclocked_calls(CALL_FILTER)
     return (
         "WITH\n"
         + ",\n".join(ctes)
         + "\nSELECT\n    "
         + ",\n    ".join([*columns, *phases])
-        + f"\nFROM merged\nWHERE {CALL_FILTER}"
+        + f"\nFROM {source}"
     )
 
 

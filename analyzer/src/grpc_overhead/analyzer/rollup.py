@@ -121,7 +121,13 @@ def create_rollup_tables_sql(options: CallsOptions) -> list[str]:
         f") ENGINE = {offsets_engine}({options.engine_params if options.engine else ''})\n"
         "ORDER BY (window_start_ns, client_domain, server_domain)"
     )
-    return [phases, offsets]
+    # A rollup table made by an older version gets the phases added since (their
+    # states are empty in the minutes it settled before).
+    added = (
+        f"ALTER TABLE {options.qualified(options.rollup_table)}{options.on_cluster()} "
+        + ", ".join(f"ADD COLUMN IF NOT EXISTS {column.strip()}" for column in phase_columns)
+    )
+    return [phases, added, offsets]
 
 
 def _minute(expression: str) -> str:

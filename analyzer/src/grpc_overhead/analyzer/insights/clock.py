@@ -216,9 +216,9 @@ CORRECTED_CALL_COLUMNS = (
     "clock_estimate",
     "clock_offset_us",
     "clock_uncertainty_us",
-    "request_network_us",
+    "request_network_raw_us",
     "request_network_corrected_us",
-    "response_network_us",
+    "response_network_raw_us",
     "response_network_corrected_us",
 )
 
@@ -255,12 +255,12 @@ def corrected_calls(
         "    if(NOT isNaN(own_window_offset_ns), 'own window', 'pair') AS clock_estimate,\n"
         "    clock_offset_ns / 1000 AS clock_offset_us,"
         " clock_uncertainty_ns / 1000 AS clock_uncertainty_us,\n"
-        "    if(request_network_defined, request_network_value / 1000, NULL)"
-        " AS request_network_us,\n"
+        "    if(request_network_raw_defined, request_network_raw_value / 1000, NULL)"
+        " AS request_network_raw_us,\n"
         "    if(request_network_corrected_defined, request_network_corrected_value / 1000, NULL)"
         " AS request_network_corrected_us,\n"
-        "    if(response_network_defined, response_network_value / 1000, NULL)"
-        " AS response_network_us,\n"
+        "    if(response_network_raw_defined, response_network_raw_value / 1000, NULL)"
+        " AS response_network_raw_us,\n"
         "    if(response_network_corrected_defined, response_network_corrected_value / 1000,"
         " NULL) AS response_network_corrected_us\n"
         f"FROM ({per_call_sql(options)})\n"

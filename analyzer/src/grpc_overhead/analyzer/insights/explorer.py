@@ -38,6 +38,7 @@ from grpc_overhead.analyzer.phases import (
     CONSECUTIVE_PHASES,
     PHASES,
     per_call_sql,
+    unclocked_calls,
 )
 from grpc_overhead.analyzer.store.base import Store
 
@@ -123,8 +124,8 @@ def find_calls(
         "FROM (\n    SELECT *,\n        "
         + ",\n        ".join(_phase_columns(FOUND_PHASES))
         + ",\n        if(total_defined, total_value, NULL) AS total_ns\n"
-        f"    FROM merged\n    WHERE {CALL_FILTER}\n"
-        "        AND ({trace_id:String} = '' OR TraceId = {trace_id:String})\n"
+        f"    FROM {unclocked_calls(CALL_FILTER)}\n"
+        "    WHERE ({trace_id:String} = '' OR TraceId = {trace_id:String})\n"
         ")\nWHERE ({min_total_ns:Int64} = -1"
         " OR (total_defined AND total_value >= {min_total_ns:Int64}))"
         "\n    AND ({max_total_ns:Int64} = -1"
@@ -258,8 +259,20 @@ LANES = ("client", "network", "server")
 _SIDES = {column.name: ("client" if column.client else "server") for column in COLUMNS}
 
 
+#: Phases that are not a plain difference of two columns: the one-way network
+#: phases are corrected for the clock and, for the request, for the server's
+#: dispatch wait, which is drawn ending at serverCallStarted.
+_SPECIAL_BOUNDS = {
+    "request_network": ("client_outbound_message_sent_ns", "server_call_started_ns"),
+    "server_dispatch": ("server_call_started_ns", "server_call_started_ns"),
+    "response_network": ("server_outbound_message_sent_ns", "client_received_response_ns"),
+}
+
+
 def phase_bounds(name: str) -> tuple[str, str]:
-    """(earlier, later) ``grpc_calls`` columns whose difference is the phase."""
+    """(earlier, later) ``grpc_calls`` columns between which the phase is drawn."""
+    if name in _SPECIAL_BOUNDS:
+        return _SPECIAL_BOUNDS[name]
     phase = next(phase for phase in PHASES if phase.name == name)
     later, _, earlier = phase.value.partition(" - ")
     if later not in _SIDES or earlier not in _SIDES:
@@ -284,6 +297,7 @@ def call_waterfall(
     trace_id: str,
     client_span_id: str = "",
     clock_offset_us: float | None = None,
+    server_dispatch_us: float | None = None,
     *,
     options: CallsOptions | None = None,
 ) -> pd.DataFrame:
@@ -291,7 +305,9 @@ def call_waterfall(
 
     ``clock_offset_us`` is the call's offset as ``call_summary`` reports it
     (passed in so the page does not estimate it twice; None: no estimate,
-    both views are then the raw one). One row per (view, item): ``view``
+    both views are then the raw one); ``server_dispatch_us`` likewise (the
+    server's wait before serverCallStarted, drawn as its own bar and taken out
+    of request_network). One row per (view, item): ``view``
     'raw' (each clock as recorded) or 'corrected' (server times minus the
     offset); ``kind`` 'span', 'phase' or 'event'; ``lane`` client, network
     or server; ``start_us``/``end_us`` relative to the client span's start
@@ -311,6 +327,11 @@ def call_waterfall(
         0 if clock_offset_us is None or pd.isna(clock_offset_us) else round(clock_offset_us * 1000)
     )
     origin = int(row["client_start_ns"]) or int(row["server_start_ns"]) - offset_ns
+    dispatch_ns = (
+        0
+        if server_dispatch_us is None or pd.isna(server_dispatch_us)
+        else round(server_dispatch_us * 1000)
+    )
     records = []
     for view, shift in (("raw", 0), ("corrected", offset_ns)):
 
@@ -324,7 +345,14 @@ def call_waterfall(
                 records.append((view, "span", side, *span_bar, ""))
         for name, earlier, later, lane in SEGMENTS:
             if int(row[earlier]) and int(row[later]):
-                records.append((view, "phase", lane, name, at(earlier), at(later), ""))
+                start, end = at(earlier), at(later)
+                if name == "request_network":
+                    end -= dispatch_ns / 1000
+                elif name == "server_dispatch":
+                    if not dispatch_ns:
+                        continue
+                    start -= dispatch_ns / 1000
+                records.append((view, "phase", lane, name, start, end, ""))
         for event in events.itertuples(index=False):
             moved = shift if event.lane == "server" else 0
             time_us = (int(event.time_ns) - origin - moved) / 1000
@@ -393,8 +421,8 @@ def phase_table(summary: pd.DataFrame) -> pd.DataFrame:
     names = (*CONSECUTIVE_PHASES, "unattributed", "total", "server_residence", "pool_wait")
     records = []
     for name in names:
-        raw = call[f"{name}_us"]
-        corrected = call[f"{name}_corrected_us"] if name in ONE_WAY else raw
+        corrected = call[f"{name}_us"]
+        raw = call[f"{name}_raw_us"] if name in ONE_WAY else corrected
         records.append((name, raw, corrected))
     frame = pd.DataFrame.from_records(records, columns=["phase", "raw_us", "corrected_us"])
     for column in ("raw_us", "corrected_us"):

@@ -41,6 +41,7 @@ RESPONSE_BYTES = "response_uncompressed_bytes"
 SIZE_BASIS: dict[str, str] = {
     "client_serialize": "request",
     "request_network": "request",
+    "server_dispatch": "request",
     "server_queue": "request",
     "request_deserialize": "request",
     "processing": "both",

@@ -21,7 +21,7 @@ from grpc_overhead.analyzer.clock_offsets import query_parameters
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES, per_call_sql
 from grpc_overhead.analyzer.store.base import Store
 
-#: Phases computable from one call's own timestamps (all but the clock-corrected ones).
+#: Phases computable without an offset estimate (``Phase.needs_clock``; today all).
 CLOCKLESS_PHASES = tuple(phase for phase in PHASES if not phase.needs_clock)
 CLOCKLESS_PHASE_NAMES = tuple(phase.name for phase in CLOCKLESS_PHASES)
 

@@ -125,12 +125,24 @@ jaeger = shared.source().jaeger_url
 if jaeger:
     st.link_button("Open the trace in Jaeger", f"{jaeger.rstrip('/')}/trace/{call['trace_id']}")
 
-waterfall = shared.load(explorer.call_waterfall, trace, str(call["client_span_id"]), offset)
+waterfall = shared.load(
+    explorer.call_waterfall, trace, str(call["client_span_id"]), offset, call["server_dispatch_us"]
+)
 
 PHASE_COLORS = dict(
     zip(
         [segment[0] for segment in explorer.SEGMENTS],
-        ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6"],
+        [
+            "#4c78a8",
+            "#f58518",
+            "#9d755d",
+            "#e45756",
+            "#72b7b2",
+            "#54a24b",
+            "#eeca3b",
+            "#b279a2",
+            "#ff9da6",
+        ],
         strict=True,
     )
 )

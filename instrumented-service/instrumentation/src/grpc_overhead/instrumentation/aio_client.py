@@ -140,9 +140,12 @@ class _AioMultiCallable:
                  wait_for_ready=None, compression=None):  # fmt: skip
         channel = self._channel
         factory = getattr(channel._channel, self._call_type)
+        if timeout is None:
+            timeout = channel._recorder.timing_deadline_s
         record, outgoing = start_client_call(
-            channel._recorder, channel._target, self._method, self._call_type, metadata, compression
-        )
+            channel._recorder, channel._target, self._method, self._call_type, metadata,
+            compression, timeout,
+        )  # fmt: skip
         if record is None:
             if self._plain is None:
                 self._plain = factory(self._method, self._serializer, self._deserializer,

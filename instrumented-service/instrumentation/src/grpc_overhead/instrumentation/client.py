@@ -130,12 +130,15 @@ class _MultiCallable:
     def _factory(self) -> Callable[..., Any]:
         return getattr(self._channel._channel, self._call_type)
 
-    def _start(self, metadata: Any, compression: Any) -> tuple[CallRecord | None, Any, Any]:
+    def _start(
+        self, metadata: Any, compression: Any, timeout: float | None
+    ) -> tuple[CallRecord | None, Any, Any]:
         """(record, outgoing metadata, the multicallable to use for this call)."""
         channel = self._channel
         record, outgoing = start_client_call(
-            channel._recorder, channel._target, self._method, self._call_type, metadata, compression
-        )
+            channel._recorder, channel._target, self._method, self._call_type, metadata,
+            compression, timeout,
+        )  # fmt: skip
         if record is None:
             return None, outgoing, self._plain
         serialize, deserialize = bind_serializers(record, self._serializer, self._deserializer)
@@ -153,7 +156,9 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
     __slots__ = ()
 
     def _invoke(self, request, timeout, metadata, credentials, wait_for_ready, compression):
-        record, outgoing, bound = self._start(metadata, compression)
+        if timeout is None:
+            timeout = self._channel._recorder.timing_deadline_s
+        record, outgoing, bound = self._start(metadata, compression, timeout)
         if record is None:
             return bound.with_call(request, timeout, outgoing, credentials, wait_for_ready,
                                    compression)  # fmt: skip
@@ -181,7 +186,9 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
 
     def future(self, request, timeout=None, metadata=None, credentials=None,
                wait_for_ready=None, compression=None):  # fmt: skip
-        record, outgoing, bound = self._start(metadata, compression)
+        if timeout is None:
+            timeout = self._channel._recorder.timing_deadline_s
+        record, outgoing, bound = self._start(metadata, compression, timeout)
         future = bound.future(request, timeout, outgoing, credentials, wait_for_ready,
                               compression)  # fmt: skip
         if record is not None:
@@ -197,7 +204,9 @@ class _StreamResponse(_MultiCallable, grpc.UnaryStreamMultiCallable,
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None,
                  wait_for_ready=None, compression=None):  # fmt: skip
-        record, outgoing, bound = self._start(metadata, compression)
+        if timeout is None:
+            timeout = self._channel._recorder.timing_deadline_s
+        record, outgoing, bound = self._start(metadata, compression, timeout)
         call = bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
         if record is None:
             return call

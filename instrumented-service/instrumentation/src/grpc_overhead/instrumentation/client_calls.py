@@ -33,6 +33,8 @@ from grpc_overhead.instrumentation.vocabulary import (
 _get_current_span = trace.get_current_span
 _get_value = otel_context.get_value
 Metadata = tuple[tuple[str, str | bytes], ...]
+#: gRPC core caps deadlines at 27,000 hours; longer timeouts are sent as that.
+_LONGEST_TIMEOUT_S = 27_000 * 3600
 
 
 def start_client_call(
@@ -42,8 +44,13 @@ def start_client_call(
     call_type: str,
     metadata: Any,
     compression: grpc.Compression | None,
+    timeout: float | None = None,
 ) -> tuple[CallRecord | None, Metadata]:
-    """The call's record (None when not sampled) and its metadata with trace context added."""
+    """The call's record (None when not sampled) and its metadata with trace context added.
+
+    ``timeout`` (seconds, as given to grpcio) becomes the record's deadline: with the
+    server's, it times the server's dispatch wait (spans.deadline_budget).
+    """
     started = now()
     if _get_value(_SUPPRESS_INSTRUMENTATION_KEY):  # an exporter's own calls
         return None, metadata
@@ -71,6 +78,8 @@ def start_client_call(
     )
     record.event(REQUEST_CREATED, started)
     record.peer = target
+    if timeout is not None and 0 < timeout < _LONGEST_TIMEOUT_S:
+        record.deadline = started + int(timeout * 1_000_000_000)
     if attributes:
         record.attributes = dict(attributes)
         record.run_id = str(run_id) if run_id else None

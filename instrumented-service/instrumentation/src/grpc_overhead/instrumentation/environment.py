@@ -27,6 +27,7 @@ RUN_ID = "GRPC_OVERHEAD_RUN_ID"
 COMPRESSED_SIZE_EVERY = "GRPC_OVERHEAD_COMPRESSED_SIZE_EVERY"
 RESIDENCE_TRAILER = "GRPC_OVERHEAD_RESIDENCE_TRAILER"
 JAEGER_URL = "GRPC_OVERHEAD_JAEGER_URL"
+TIMING_DEADLINE_S = "GRPC_OVERHEAD_TIMING_DEADLINE_S"
 # Read by the collector driver (grpc_overhead.collector) and its YAML configs.
 COLLECTOR_BIN = "GRPC_OVERHEAD_COLLECTOR_BIN"
 COLLECTOR_OTLP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_PORT"
@@ -61,6 +62,13 @@ DOCUMENTED: tuple[Variable, ...] = (
         RESIDENCE_TRAILER,
         "true",
         "server returns its residence time in trailing metadata (x-server-residence-ns)",
+    ),
+    Variable(
+        TIMING_DEADLINE_S,
+        "(unset)",
+        "seconds: a deadline the client instrumentation gives calls that have none, so the "
+        "server's dispatch wait is timed per call (server_dispatch); e.g. 86400000 "
+        "(1000 days). Servers then see a deadline where there was none",
     ),
     Variable(
         JAEGER_URL,

@@ -11,7 +11,11 @@ import random
 
 import grpc
 
-from grpc_overhead.instrumentation.environment import COMPRESSED_SIZE_EVERY, RESIDENCE_TRAILER
+from grpc_overhead.instrumentation.environment import (
+    COMPRESSED_SIZE_EVERY,
+    RESIDENCE_TRAILER,
+    TIMING_DEADLINE_S,
+)
 from grpc_overhead.instrumentation.pipeline import SpanPipeline, default_pipeline
 from grpc_overhead.instrumentation.sampling import Sampler, Sampling
 
@@ -47,6 +51,16 @@ def _environment_int(name: str, default: int) -> int:
         return default
 
 
+def _timing_deadline() -> float | None:
+    """The deadline given to client calls that have none (opt-in; see environment.py)."""
+    raw = os.environ.get(TIMING_DEADLINE_S, "").strip()
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 class Recorder:
     __slots__ = (
         "_compressed_size_counter",
@@ -55,6 +69,7 @@ class Recorder:
         "pipeline",
         "residence_trailer",
         "sampler",
+        "timing_deadline_s",
     )
 
     def __init__(
@@ -69,6 +84,7 @@ class Recorder:
         self.residence_trailer = _environment_flag(RESIDENCE_TRAILER, True)
         self.compressed_size_every = max(0, _environment_int(COMPRESSED_SIZE_EVERY, 16))
         self._compressed_size_counter = 0
+        self.timing_deadline_s = _timing_deadline()
 
     def keep_for_compressed_size(self) -> bool:
         """True for every Nth compressed message: its exact compressed size is measured

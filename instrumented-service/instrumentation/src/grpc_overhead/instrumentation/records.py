@@ -68,6 +68,7 @@ class CallRecord:
         "client",
         "compression",
         "context",
+        "deadline",
         "end",
         "events",
         "exception",
@@ -122,6 +123,9 @@ class CallRecord:
         self.residence_ns = -1
         self.run_id: str | None = None
         self.context: Any = None  # server: the ServicerContext, only until the trailer is set
+        # The call's deadline on the monotonic clock (0 = none): the client's from its
+        # timeout, the server's from gRPC core (see server_calls.read_deadline).
+        self.deadline = 0
 
     def event(self, name: str, timestamp: int) -> None:
         self.events.append((name, timestamp, 0, -1, None))

@@ -47,6 +47,8 @@ _CALL_TYPES = {
     (True, True): "stream_stream",
 }
 _PLAIN, _COROUTINE, _ASYNC_GENERATOR = 0, 1, 2
+#: gRPC core's longest deadline (27,000 hours); beyond it means "no deadline".
+_LONGEST_DEADLINE_S = 27_000 * 3600 + 1
 _behavior_kinds: dict[Any, int] = {}
 
 
@@ -149,6 +151,23 @@ def _set_residence_trailer(record: CallRecord, sent: int) -> None:
         context.set_trailing_metadata(tuple(existing) + trailer if existing else trailer)
     except Exception:
         _LOGGER.debug("could not set the residence trailer", exc_info=True)
+
+
+def read_deadline(record: CallRecord, context: Any) -> None:
+    """Keep the call's deadline as gRPC core set it, on the monotonic clock.
+
+    The server's core computes the deadline from the grpc-timeout header when it
+    parses the headers, on its own threads, before any Python (and so any GIL or
+    event-loop wait) is involved. With the client's deadline that times the wait
+    between the core seeing the call and serverCallStarted (spans.deadline_budget).
+    Calls without a deadline (or past it: grpcio reports 0) keep none.
+    """
+    try:
+        remaining = context.time_remaining()
+    except Exception:  # a context without a deadline API (tests, odd servers)
+        return
+    if remaining is not None and 0 < remaining < _LONGEST_DEADLINE_S:
+        record.deadline = now() + int(remaining * 1_000_000_000)
 
 
 def _behavior_kind(behavior: Any) -> int:
@@ -291,6 +310,7 @@ def _wrap_sync_behavior(
             call_token = CURRENT_SERVER_CALL.set(record)
         record.context = context
         record.peer = _peer(context)
+        read_deadline(record, context)
         token = _activate(record)
         try:
             result = behavior(request, context)
@@ -339,6 +359,7 @@ def _wrap_aio_behavior(
             record.event(CALL_SCHEDULED, now())
             record.context = context
             record.peer = _peer(context)
+            read_deadline(record, context)
             CURRENT_SERVER_CALL.set(record)
             token = _activate(record)
             try:
@@ -357,6 +378,7 @@ def _wrap_aio_behavior(
         record.event(CALL_SCHEDULED, now())
         record.context = context
         record.peer = _peer(context)
+        read_deadline(record, context)
         CURRENT_SERVER_CALL.set(record)
         token = _activate(record)
         try:

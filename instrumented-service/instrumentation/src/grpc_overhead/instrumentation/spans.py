@@ -22,6 +22,7 @@ from grpc_overhead.instrumentation.vocabulary import (
     CALL_TYPE,
     CLIENT_RECEIVED_RESPONSE,
     COMPRESSION,
+    DEADLINE_BUDGET_NS,
     EXCEPTION,
     INBOUND_MESSAGE,
     INBOUND_MESSAGE_READ,
@@ -143,6 +144,9 @@ class SpanDescription:
             attributes[SERVER_RESIDENCE_NS] = record.residence_ns
         if record.run_id:
             attributes[RUN_ID] = record.run_id
+        budget = deadline_budget(record)
+        if budget is not None:
+            attributes[DEADLINE_BUDGET_NS] = budget
         if record.attributes:
             attributes.update(record.attributes)
         self.attributes = attributes
@@ -184,6 +188,27 @@ class SpanDescription:
     @property
     def end_time(self) -> int:
         return max(self.record.end, self.record.start) + clock.wall_offset_ns()
+
+
+def deadline_budget(record: CallRecord) -> int | None:
+    """Time left before the deadline when the request left the client (its first
+    outboundMessageSent) or when the server saw the call (serverCallStarted).
+
+    Both are durations on one clock each, so their difference needs no clock
+    agreement: gRPC core carries the deadline as a duration (grpc-timeout) and
+    the server's core starts counting it when it parses the headers, so
+    client budget - server budget = the time the call waited on the server
+    before gRPC Python saw it (plus core's millisecond rounding; see the
+    analyzer's server_dispatch phase).
+    """
+    if not record.deadline:
+        return None
+    if not record.client:
+        return record.deadline - record.start
+    for event in record.events:
+        if event[0] == OUTBOUND_MESSAGE_SENT:
+            return record.deadline - event[1]
+    return None
 
 
 def _message_attributes(event: tuple, record: CallRecord) -> dict[str, Any] | None:

@@ -41,6 +41,11 @@ RUN_ID = "grpc_overhead.run_id"
 SERVER_RESIDENCE_NS = "grpc_overhead.server_residence_ns"
 CALL_SCHEDULED_DELAY_NS = "grpc_overhead.pool_wait_ns"
 ABANDONED = "grpc_overhead.abandoned"
+# Time left before the call's deadline: on the client when its first message was handed
+# to gRPC, on the server when gRPC Python saw the call (serverCallStarted). The server's
+# deadline is set by gRPC core when it parses the grpc-timeout header, outside the GIL,
+# so the pair times the server's dispatch wait per call (analyzer: server_dispatch).
+DEADLINE_BUDGET_NS = "grpc_overhead.deadline_budget_ns"
 
 # Metadata keys (lowercase; the grpc- prefix is reserved by gRPC itself)
 TRACEPARENT_HEADER = "traceparent"

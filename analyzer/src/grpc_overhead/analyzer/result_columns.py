@@ -1,0 +1,57 @@
+"""What per-call and aggregate answers are made of: the call columns and the quantile function.
+
+Data only, shared by ``phases`` (which re-exports every name), the rollups and
+the insights.
+"""
+
+from __future__ import annotations
+
+#: Who called what: the columns that identify a call's method, run and both parties
+#: (``calls()`` and the explorer's call summary both lead with them).
+CALL_IDENTITY: tuple[str, ...] = (
+    "service",
+    "method",
+    "call_type",
+    "run_id",
+    "client_service",
+    "client_host",
+    "client_instance",
+    "server_service",
+    "server_host",
+    "server_instance",
+)
+
+#: Columns ``calls()`` returns besides the phases.
+CALL_COLUMNS: tuple[str, ...] = (
+    "TraceId",
+    "ClientSpanId",
+    "ServerSpanId",
+    *CALL_IDENTITY,
+    "server_address",
+    "client_address",
+    "compression",
+    "payload_codec",
+    "request_messages",
+    "request_uncompressed_bytes",
+    "request_compressed_bytes",
+    "response_messages",
+    "response_uncompressed_bytes",
+    "response_compressed_bytes",
+    "client_events",
+    "server_events",
+    "client_domain",
+    "server_domain",
+)
+
+#: ``quantilesTDigest``, chosen for accuracy per cost: against exact quantiles
+#: (pandas) over every method and phase of the benchmark its largest relative
+#: error was 0.1 % at p50 and p99 (bench/results/analysis.md), and its states
+#: merge (rollups). ``quantilesBFloat16`` was about a third cheaper to feed
+#: but rounds every value to 8 significant bits (up to 0.4 %); ``quantiles``
+#: samples 8192 values per group, so its p99 moves between runs;
+#: ``quantilesExact`` keeps every value in memory.
+QUANTILE_FUNCTION = "quantilesTDigest"
+QUANTILE_LEVELS = "0.5, 0.9, 0.99"
+QUANTILES = f"{QUANTILE_FUNCTION}({QUANTILE_LEVELS})"
+#: The type of a phase's quantile state (rollup columns).
+QUANTILE_STATE_TYPE = f"AggregateFunction({QUANTILE_FUNCTION}If({QUANTILE_LEVELS}), Float64, UInt8)"
