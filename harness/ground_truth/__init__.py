@@ -21,6 +21,10 @@ server_queue               1 worker, fixed model cost, 4 (8) closed-loop clients
 serialization              payloads ~2.6 KB .. ~4 MB: (de)serialize phases vs protobuf
 bandwidth                  5 MB/s toxic per direction, growing payloads: size / rate
 compression                none vs gRPC gzip vs app-level zstd on a 5 MB/s request path
+server_saturation          CPU-bound model, 2-4x more callers than workers, sync and aio:
+                           network phases stay the idle run's, the server absorbs the wait
+client_saturation          threads burning CPU in the client: request side exact, the
+                           client's GIL wait in response_network a documented limit
 ========================== =====================================================
 """
 
@@ -33,6 +37,7 @@ from harness.ground_truth.bandwidth import bandwidth, compression
 from harness.ground_truth.checks import ScenarioResult
 from harness.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
 from harness.ground_truth.profile import Profile
+from harness.ground_truth.saturation import client_saturation, server_saturation
 from harness.ground_truth.server import serialization, server_queue
 from harness.ground_truth.skew import clock_skew
 
@@ -47,4 +52,6 @@ SCENARIOS: dict[str, Scenario] = {
     "serialization": serialization,
     "bandwidth": bandwidth,
     "compression": compression,
+    "server_saturation": server_saturation,
+    "client_saturation": client_saturation,
 }

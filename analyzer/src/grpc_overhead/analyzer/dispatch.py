@@ -15,7 +15,7 @@ with no clock agreement needed (both are durations on one clock each). The
 instrumentation records both budgets (``grpc_overhead.deadline_budget_ns``);
 this module turns them into the wait. Its precision is gRPC core's: deadlines
 are kept in whole milliseconds, see ``dispatch_estimate_sql``. Measured against
-ground truth in bench/ground_truth/saturation.py.
+ground truth in harness/ground_truth/saturation.py.
 """
 
 from __future__ import annotations

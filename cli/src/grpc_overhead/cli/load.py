@@ -8,11 +8,14 @@ summary), 2 for bad arguments or an unreachable target, 130 when interrupted
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from grpc_overhead.instrumentation.environment import RUN_ID as RUN_ID_VARIABLE
@@ -107,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=1.0,
         help="open loop: a call starting this much after its scheduled time counts as late",
+    )
+    shape.add_argument(
+        "--busy-threads",
+        type=_non_negative_int,
+        default=0,
+        help="threads burning CPU in this process while the run lasts, standing in for a "
+        "client busy with its own work (feature computation): what a saturated client does "
+        "to the phases (default 0)",
     )
     payload = parser.add_argument_group("payload")
     payload.add_argument("--entities", type=_non_negative_int, default=200)
@@ -284,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             return _error(str(error))
         except (OSError, ValueError) as error:
             return _error(str(error))
-        interrupted = _drive(run, config, show_progress=not args.quiet and sys.stderr.isatty())
+        with busy_threads(args.busy_threads):
+            interrupted = _drive(run, config, show_progress=not args.quiet and sys.stderr.isatty())
         summary = run.summary(interrupted=interrupted)
         if args.json:
             print(json.dumps(summary, indent=2), flush=True)
@@ -295,6 +307,28 @@ def main(argv: list[str] | None = None) -> int:
         if run is not None:
             run.close()
         close_pipeline(pipeline, label="grpc-overhead load")
+
+
+@contextlib.contextmanager
+def busy_threads(count: int) -> Iterator[None]:
+    """``count`` threads burning CPU in pure Python (holding the GIL) until the block ends."""
+    stop = threading.Event()
+
+    def burn() -> None:
+        total = 0
+        while not stop.is_set():
+            for number in range(2_000):
+                total += number
+
+    threads = [threading.Thread(target=burn, name=f"busy-{i}", daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(5)
 
 
 def _drive(run, config, show_progress: bool) -> bool:
