@@ -290,3 +290,7 @@ def test_the_instrumentation_distribution_stays_light() -> None:
     full = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert f"{light['project']['name']}=={light['project']['version']}" in full["dependencies"]
     assert (ROOT / "instrumented-service/instrumentation" / light["project"]["readme"]).is_file()
+    # One version for both, the one spans carry as their instrumentation scope's.
+    from grpc_overhead.instrumentation.version import __version__
+
+    assert light["project"]["version"] == full["version"] == __version__
