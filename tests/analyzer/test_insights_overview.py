@@ -8,7 +8,7 @@ import pytest
 
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import BadInput
-from grpc_overhead.analyzer.insights import overview
+from grpc_overhead.analyzer.insights import overview, rows
 from grpc_overhead.analyzer.insights.rows import ALGORITHM, STACKED_PHASES, bucket_seconds
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
@@ -133,3 +133,24 @@ def test_algorithm_label(store):
         )
         labels.append(found["algorithm"].iloc[0])
     assert labels == ["none", "gzip", "zstd", "gzip+lz4", "none"]
+
+
+def test_pages_show_the_best_estimate_across_hosts(store):
+    # A server clock 37 ms ahead on another host, symmetric 400 µs paths: the pages'
+    # one-way phases are the clock-corrected ones, as report's are, not the raw ones.
+    skew, one_way = 37 * MS, 400 * US
+    pairs = seed.calls_across_hosts(
+        5, server_offset=skew, request_network=one_way, response_network=one_way
+    )
+    seed.insert_spans(store, [span for pair in pairs for span in pair])
+    frame = overview.phases_by_method(overview.overview(store)).set_index("phase")
+    assert frame.loc["request_network", "value_us"] == pytest.approx(one_way / 1000)
+    assert frame.loc["response_network", "value_us"] == pytest.approx(one_way / 1000)
+
+
+def test_calls_on_one_host_skip_the_clock_estimate(store):
+    seed_calls(store)
+    assert not rows.needs_clock(store, None)
+    pairs = seed.calls_across_hosts(2, server_offset=MS, request_network=MS, response_network=MS)
+    seed.insert_spans(store, [span for pair in pairs for span in pair])
+    assert rows.needs_clock(store, None)

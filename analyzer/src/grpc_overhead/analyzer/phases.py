@@ -225,8 +225,9 @@ def per_call_sql(
     """The one per-call query: a row per call, each phase as ``{name}_value`` and
     ``{name}_defined`` (ns), after ``columns``.
 
-    ``clock=True`` estimates clock offsets (a second pass over every call) and
-    adds the offset applied (``clock_offset_ns``, ``clock_defined``);
+    ``clock=True`` estimates clock offsets (a second pass over every call) and,
+    with the default ``columns``, adds the offset applied (``clock_offset_ns``,
+    ``clock_defined``);
     ``clock=False`` skips the estimate, about three times cheaper: phases then
     use offset 0 (``unclocked_calls``: exact where both halves share a clock,
     raw otherwise), and a phase that exists only with an estimate
@@ -242,12 +243,14 @@ def per_call_sql(
                 f"{phase.value} AS {phase.name}_value",
                 f"{phase.defined} AS {phase.name}_defined",
             ]
+    default = columns is None
     if columns is None:
         columns = (*CALL_COLUMNS, "call_start_ns", *_status_columns())
     ctes = [merged_cte(options or CallsOptions())]
     if clock:
         ctes += [OFFSET_CTES, CLOCK_TABLE]
-        columns = (*columns, *(column.split(" AS ")[-1] for column in CALL_OFFSET_COLUMNS))
+        if default:  # given columns may select them already (``*``)
+            columns = (*columns, *(column.split(" AS ")[-1] for column in CALL_OFFSET_COLUMNS))
         with_clock = f"SELECT *, {', '.join(CALL_OFFSET_COLUMNS)} FROM merged WHERE {CALL_FILTER}"
         source = with_dispatch(with_clock)
     else:

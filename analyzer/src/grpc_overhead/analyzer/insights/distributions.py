@@ -32,7 +32,7 @@ from grpc_overhead.analyzer.insights.rows import (
     CLOCKLESS_PHASE_NAMES,
     STACKED_PHASES,
     parameters,
-    rows_sql,
+    rows_for,
 )
 from grpc_overhead.analyzer.phases import DESIGN_PHASES, QUANTILE_FUNCTION
 from grpc_overhead.analyzer.store.base import Store
@@ -71,7 +71,7 @@ def phase_quantiles(
             f"countIf({defined}) AS {name}_calls",
             f"avgIf({value}, {defined}) AS {name}_mean",
         ]
-    sql = "SELECT\n    " + ",\n    ".join(columns) + f"\nFROM ({rows_sql(options)})"
+    sql = "SELECT\n    " + ",\n    ".join(columns) + f"\nFROM ({rows_for(store, filters, options)})"
     row = store.query(sql, parameters(filters), readonly=True).iloc[0]
     records = []
     for name in SHOWN_PHASES:
@@ -134,7 +134,7 @@ def phase_histogram(
         " / log({high:Float64} / {low:Float64}) * {bins:UInt32}), 0.), {bins:UInt32} - 1.))"
     )
     sql = (
-        f"SELECT {index} AS bin, count() AS calls\nFROM ({rows_sql(options)})\n"
+        f"SELECT {index} AS bin, count() AS calls\nFROM ({rows_for(store, filters, options)})\n"
         f"WHERE {phase}_defined\nGROUP BY bin ORDER BY bin"
     )
     found = store.query(
@@ -214,7 +214,8 @@ def tail(
         " total_value >= thresholds[1] AND total_value <= thresholds[2], 'median', '')"
         " AS band,\n    count() AS calls, any(thresholds[3]) / 1000 AS slowest_from_us,\n    "
         + ",\n    ".join(means)
-        + f"\nFROM ({rows_sql(options)})\nWHERE unattributed_defined AND band != ''\nGROUP BY band"
+        + f"\nFROM ({rows_for(store, filters, options)})\n"
+        "WHERE unattributed_defined AND band != ''\nGROUP BY band"
     )
     low, high = MEDIAN_BAND
     found = store.query(

@@ -28,7 +28,7 @@ from grpc_overhead.analyzer.insights.rows import (
     STACKED_PHASES,
     bucket_seconds,
     parameters,
-    rows_sql,
+    rows_for,
     time_span,
 )
 from grpc_overhead.analyzer.phases import QUANTILE_FUNCTION
@@ -102,7 +102,7 @@ def overview(
         "    countIf(network_overhead_defined) AS overhead_calls,\n"
         f"    avgIf({overhead}, network_overhead_defined) AS overhead_mean_us\n"
         "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
-        f" AS bucket_ns FROM ({rows_sql(options)}))\n"
+        f" AS bucket_ns FROM ({rows_for(store, filters, options)}))\n"
         "GROUP BY GROUPING SETS ((), (service, method), (bucket_ns))\n"
         "ORDER BY level, calls DESC, service, method, bucket_ns"
     )

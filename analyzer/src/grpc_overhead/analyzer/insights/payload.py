@@ -28,7 +28,12 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.errors import BadInput
-from grpc_overhead.analyzer.insights.rows import STACKED_PHASES, halves, parameters, rows_sql
+from grpc_overhead.analyzer.insights.rows import (
+    STACKED_PHASES,
+    halves,
+    parameters,
+    rows_for,
+)
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, QUANTILE_FUNCTION
 from grpc_overhead.analyzer.store.base import Store
 
@@ -115,7 +120,9 @@ def by_algorithm(
     ]
     sql = (
         "SELECT if(grouping(algorithm) = 1, {all:String}, algorithm) AS label,"
-        " count() AS calls,\n    " + ",\n    ".join(columns) + f"\nFROM ({rows_sql(options)})\n"
+        " count() AS calls,\n    "
+        + ",\n    ".join(columns)
+        + f"\nFROM ({rows_for(store, filters, options)})\n"
         "GROUP BY GROUPING SETS ((), (algorithm))\n"
         "ORDER BY grouping(algorithm) DESC, calls DESC, label"
     )
@@ -195,7 +202,7 @@ def payload_sample(
         "SELECT service, method, algorithm,\n"
         f"    {REQUEST_BYTES} AS request_bytes, {RESPONSE_BYTES} AS response_bytes,\n    "
         + ",\n    ".join(phases)
-        + f"\nFROM ({rows_sql(options)})\n"
+        + f"\nFROM ({rows_for(store, filters, options)})\n"
         "WHERE cityHash64(TraceId, ClientSpanId) % {modulo:UInt64} = 0\n"
         "ORDER BY cityHash64(TraceId, ClientSpanId)\nLIMIT {limit:UInt32}"
     )
