@@ -67,7 +67,7 @@ class Phase:
     #: The phase exists only with a clock-offset estimate: a query without it
     #: (``per_call_sql(clock=False)``) leaves the phase out. None does today: the
     #: one-way phases fall back to offset 0 (``unclocked_calls``).
-    needs_clock: bool = False
+    only_with_clock: bool = False
 
 
 def _between(name: str, later: str, earlier: str) -> Phase:
@@ -78,7 +78,7 @@ def _between(name: str, later: str, earlier: str) -> Phase:
 def _derived(name: str, value: str, *needs: str) -> Phase:
     """From earlier phases (``needs``); ``clock`` among them means the clock offset."""
     defined = " AND ".join(f"{need}_defined" for need in needs)
-    return Phase(name, value, defined, needs_clock="clock" in needs)
+    return Phase(name, value, defined, only_with_clock="clock" in needs)
 
 
 #: The design's phase table, in its order (a contract: names never change).
@@ -231,14 +231,14 @@ def per_call_sql(
     ``clock=False`` skips the estimate, about three times cheaper: phases then
     use offset 0 (``unclocked_calls``: exact where both halves share a clock,
     raw otherwise), and a phase that exists only with an estimate
-    (``Phase.needs_clock``) is left out. ``columns`` default: ``CALL_COLUMNS``,
+    (``Phase.only_with_clock``) is left out. ``columns`` default: ``CALL_COLUMNS``,
     ``call_start_ns`` and the status columns.
 
     Parameters: ``CallFilters.parameters()`` + ``ClockOptions.parameters()``.
     """
     phases = []
     for phase in PHASES:
-        if clock or not phase.needs_clock:
+        if clock or not phase.only_with_clock:
             phases += [
                 f"{phase.value} AS {phase.name}_value",
                 f"{phase.defined} AS {phase.name}_defined",

@@ -21,8 +21,8 @@ from grpc_overhead.analyzer.clock_offsets import query_parameters
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES, per_call_sql
 from grpc_overhead.analyzer.store.base import Store
 
-#: Phases computable without an offset estimate (``Phase.needs_clock``; today all).
-CLOCKLESS_PHASES = tuple(phase for phase in PHASES if not phase.needs_clock)
+#: Phases computable without an offset estimate (``Phase.only_with_clock``; today all).
+CLOCKLESS_PHASES = tuple(phase for phase in PHASES if not phase.only_with_clock)
 CLOCKLESS_PHASE_NAMES = tuple(phase.name for phase in CLOCKLESS_PHASES)
 
 #: What a stacked bar shows: the eight consecutive phases and the rest, which add up to total.
