@@ -16,10 +16,10 @@ Refused means not stored. A request whose caller stops waiting (the
 receiver's wait timed out) is ``withdraw``-n: if no worker has started
 storing it, it never will be (a worker ``claim``-s its batch's requests right
 before the statement that stores them, under the same lock). One that was
-already being stored is stored, and the receiver answers as usual; if its
-caller had gone by then, the request's digest is remembered for
-``LATE_WINDOW_S`` so that the caller's retry of the same bytes is answered
-"stored" without storing it twice (``late``).
+already being stored is stored; its digest is remembered (``remember``) for
+``LATE_WINDOW_S``, so that the caller's retry of the same bytes, should the
+caller give up first, waits for that same outcome instead of storing the
+spans twice.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class BatchProcessor:
         self._pending_bytes = 0  # queued + in the batch being exported
         self._condition = threading.Condition()
         self._stopping = False
-        self._late: OrderedDict[bytes, tuple[float, int, RequestOutcome]] = OrderedDict()
+        self._late: OrderedDict[bytes, tuple[float, int, Pending]] = OrderedDict()
         self._late_lengths: Counter[int] = Counter()
         self._workers = [
             threading.Thread(
@@ -125,11 +125,9 @@ class BatchProcessor:
     def submit(self, data: bytes) -> Pending:
         pending = Pending(data)
         with self._condition:
-            stored = self._stored_late(data)
-            if stored is not None:  # a retry of a request stored after its caller left
-                pending.outcome, pending.state = stored, State.DONE
-                pending.done.set()
-                return pending
+            earlier = self._remembered(data)
+            if earlier is not None:  # a retry of a request stored (or being stored) already
+                return earlier
             if self._stopping:
                 raise Refused("intake is shutting down")
             if self._pending_bytes + len(data) > self.max_pending_bytes:
@@ -156,23 +154,22 @@ class BatchProcessor:
                 return True
             return pending.state is State.WITHDRAWN
 
-    def late(self, pending: Pending) -> None:
-        """``pending`` was stored but its caller had gone: remember it, so a retry of the
-        same bytes is answered as stored and not stored again."""
-        if pending.outcome is None:
-            return
+    def remember(self, pending: Pending) -> None:
+        """``pending`` is (being) stored, but its caller may be gone before it hears so:
+        remember it, so a retry of the same bytes waits for this outcome (or gets it)
+        instead of storing the spans a second time."""
         with self._condition:
             digest = _digest(pending.data)
             if digest not in self._late:
                 self._late_lengths[len(pending.data)] += 1
             expiry = time.monotonic() + LATE_WINDOW_S
-            self._late[digest] = (expiry, len(pending.data), pending.outcome)
+            self._late[digest] = (expiry, len(pending.data), pending)
             self._late.move_to_end(digest)
             while len(self._late) > LATE_MAX_ENTRIES:
                 self._forget_oldest()
 
-    def _stored_late(self, data: bytes) -> RequestOutcome | None:
-        """The remembered outcome when ``data`` was stored after its caller left (lock held).
+    def _remembered(self, data: bytes) -> Pending | None:
+        """The remembered request with these bytes, unless it failed (lock held).
 
         Only requests of a remembered length are hashed, so the common case costs nothing.
         """
@@ -181,11 +178,22 @@ class BatchProcessor:
             self._forget_oldest()
         if not self._late_lengths.get(len(data)):
             return None
-        found = self._late.get(_digest(data))
-        return found[2] if found else None
+        digest = _digest(data)
+        found = self._late.get(digest)
+        if found is None:
+            return None
+        pending = found[2]
+        if pending.done.is_set() and pending.outcome is None:  # it failed: store anew
+            del self._late[digest]
+            self._drop_length(found[1])
+            return None
+        return pending
 
     def _forget_oldest(self) -> None:
         _, (_, length, _) = self._late.popitem(last=False)
+        self._drop_length(length)
+
+    def _drop_length(self, length: int) -> None:
         self._late_lengths[length] -= 1
         if self._late_lengths[length] <= 0:
             del self._late_lengths[length]

@@ -133,25 +133,28 @@ class TraceReceiver:
         The wait ends ``DEADLINE_MARGIN`` before the caller's deadline (and after
         ``wait_timeout`` at most): a request still waiting then is withdrawn and
         refused, so it is never stored later. One already being stored is waited
-        for; if its caller is gone by then, the processor remembers it (``late``).
+        for and remembered, so the caller's retry cannot store it twice.
         """
         timeout = self.wait_timeout
         remaining = context.time_remaining()
         if remaining is not None:
             timeout = max(0.0, min(timeout, remaining - deadline_margin(remaining)))
         try:
-            return pending.wait(timeout)
+            outcome = pending.wait(timeout)
         except TimeoutError:
             if self.processor.withdraw(pending):
                 raise Refused(
                     f"timed out after {timeout:.1f} s waiting for the store; not stored, retry"
                 ) from None
-        try:  # being stored right now: the statement decides
-            outcome = pending.wait(STORING_WAIT_S)
-        except TimeoutError:
-            raise Refused("the store is not answering") from None
-        if not context.is_active():
-            self.processor.late(pending)
+            # Being stored right now: the caller may leave before it hears the outcome.
+            self.processor.remember(pending)
+            try:
+                outcome = pending.wait(STORING_WAIT_S)
+            except TimeoutError:
+                raise Refused("the store is not answering") from None
+        else:
+            if not context.is_active():
+                self.processor.remember(pending)
         return outcome
 
 

@@ -176,8 +176,12 @@ class _SlowCommitExporter(ProtobufSqlExporter):
         return super().export(requests, slow_claim)
 
 
-def test_a_request_stored_after_its_caller_left_is_not_stored_twice(tmp_path: Path) -> None:
-    """The retry of a request stored after its caller's deadline is answered, not stored again."""
+@pytest.mark.parametrize("pause_s", [0.0, 1.5], ids=["retry-while-storing", "retry-after"])
+def test_a_request_stored_after_its_caller_left_is_not_stored_twice(
+    tmp_path: Path, pause_s: float
+) -> None:
+    """The retry of a request stored after its caller's deadline is answered, not stored
+    again, whether it arrives while the first copy is still being stored or after."""
     payload = request(span(1), span(2))
     with open_store(tmp_path / "store") as store:
         slow = _SlowCommitExporter(store)
@@ -186,8 +190,7 @@ def test_a_request_stored_after_its_caller_left_is_not_stored_twice(tmp_path: Pa
             with pytest.raises(grpc.RpcError) as raised:
                 export(payload, timeout=1.0)
             assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            deadline = threading.Event()
-            deadline.wait(1.5)  # the statement finishes: stored after the caller left
+            threading.Event().wait(pause_s)
             response = export(payload, timeout=10)  # the caller's retry
             assert response.partial_success.rejected_spans == 0
             channel.close()
