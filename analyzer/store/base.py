@@ -96,6 +96,7 @@ USER_STATEMENTS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "EXI
 Abandoned = Callable[[], bool]
 
 _SCOPE_SUFFIX = re.compile(r"\s*:?\s*In scope SELECT formatQuery\(.*$", re.DOTALL)
+_OUTFILE = re.compile(r"\sINTO\s+OUTFILE\s", re.IGNORECASE)
 _FORMAT_CLAUSE = re.compile(r"\sFORMAT\s+(\w+)\s*$")
 
 
@@ -143,7 +144,8 @@ class Store(abc.ABC):
 
         The engine parses it (one statement, no multi-statements); ``readonly=1``
         refuses writes, but not ``KILL QUERY``, which would cancel the intake's
-        inserts: only the kinds in ``USER_STATEMENTS`` pass.
+        inserts, nor ``INTO OUTFILE``: only the kinds in ``USER_STATEMENTS``
+        pass, without an output file.
         """
         try:
             found = self.query(
@@ -160,6 +162,13 @@ class Store(abc.ABC):
             raise QueryError(
                 f"{kind or 'this'} statements are refused: only "
                 f"{', '.join(USER_STATEMENTS)} run here (read-only)",
+                sql=sql,
+                code=READONLY_ERROR_CODE,
+            )
+        if _OUTFILE.search(formatted):  # the engine writes it even under readonly=1
+            raise QueryError(
+                "INTO OUTFILE is refused: a read-only query writes no files "
+                "(redirect the output instead)",
                 sql=sql,
                 code=READONLY_ERROR_CODE,
             )

@@ -51,6 +51,16 @@ def test_kill_system_writes_and_settings_are_refused(store: Store, statement: st
     assert store.query("SELECT count() AS n FROM t")["n"][0] == 3
 
 
+def test_output_files_are_refused(store: Store, tmp_path: Path) -> None:
+    """chDB writes INTO OUTFILE even under readonly=1: refused before it runs."""
+    target = tmp_path / "written.txt"
+    for statement in (f"SELECT 1 INTO OUTFILE '{target}'", f"SHOW TABLES INTO OUTFILE '{target}'"):
+        with pytest.raises(QueryError) as refused:
+            store.check_user_statement(statement)
+        assert refused.value.is_readonly_refusal and "OUTFILE" in refused.value.message
+    assert not target.exists()
+
+
 def test_limits_are_enforced_by_the_engine(store: Store) -> None:
     with pytest.raises(QueryError, match=r"TIMEOUT_EXCEEDED|Timeout exceeded"):
         store.user_query(ENDLESS, QueryLimits().lowered(max_execution_time_s=0.5))
