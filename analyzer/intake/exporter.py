@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from grpc_overhead.analyzer.errors import QueryError, brief
 from grpc_overhead.analyzer.intake import protobuf_sql
 from grpc_overhead.analyzer.intake.rows import COLUMNS, Rows, request_rows
+from grpc_overhead.analyzer.intake.salvage import salvage
 from grpc_overhead.analyzer.intake.values import MAX_NESTING_DEPTH
 from grpc_overhead.analyzer.schema import SchemaOptions, create_schema
 from grpc_overhead.analyzer.store.base import Store
@@ -209,7 +210,7 @@ class RowsExporter:
         converted: list[Rows | None] = []
         for data in requests:
             try:
-                request = ExportTraceServiceRequest.FromString(data)
+                request, dropped = _decoded(data)
             except DecodeError as error:
                 outcomes.append(
                     RequestOutcome(malformed=True, error=f"cannot decode request: {brief(error)}")
@@ -217,6 +218,7 @@ class RowsExporter:
                 converted.append(None)
                 continue
             rows = request_rows(request)
+            rows.rejected += dropped
             outcome = RequestOutcome(spans=len(rows) + rows.rejected, rejected=rows.rejected)
             if rows.rejected:
                 outcome.error = REJECTED_SPAN_MESSAGE.format(rejected=rows.rejected)
@@ -234,3 +236,14 @@ class RowsExporter:
         if len(batch):
             self.store.insert(self._table, COLUMNS, batch.columns)
         return outcomes
+
+
+def _decoded(data: bytes) -> tuple[ExportTraceServiceRequest, int]:
+    """The request, and how many spans had to be left out to decode it (``salvage``)."""
+    try:
+        return ExportTraceServiceRequest.FromString(data), 0
+    except DecodeError:
+        salvaged = salvage(data)
+        if salvaged is None:
+            raise
+        return ExportTraceServiceRequest.FromString(salvaged[0]), salvaged[1]

@@ -132,10 +132,12 @@ class InvalidValue(ValueError):
 
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
+LEN_WIRE_TYPE = _LEN
 
 
-def _fields(data: bytes) -> list[tuple[int, int, Any]]:
-    """(field number, wire type, value) triples; LEN values are bytes."""
+def wire_fields(data: bytes) -> list[tuple[int, int, Any]]:
+    """(field number, wire type, value) triples; LEN values are bytes. ValueError when
+    the bytes are not a message."""
     out = []
     index, end = 0, len(data)
     while index < end:
@@ -182,7 +184,7 @@ def any_value_raw(data: bytes, depth: int = 1) -> Any:
     the value is refused (``InvalidValue``) instead of recursing further.
     """
     raw: Any = None
-    for number, wire_type, value in _fields(data):
+    for number, wire_type, value in wire_fields(data):
         # proto3 oneof: the last member on the wire wins.
         if number == 1 and wire_type == _LEN:
             raw = _text(value)
@@ -208,17 +210,17 @@ def _nest(depth: int) -> None:
 
 def array_value_raw(data: bytes, depth: int = 1) -> list[Any]:
     _nest(depth)
-    return [any_value_raw(value, depth) for number, _, value in _fields(data) if number == 1]
+    return [any_value_raw(value, depth) for number, _, value in wire_fields(data) if number == 1]
 
 
 def kvlist_value_raw(data: bytes, depth: int = 1) -> dict[str, Any]:
     _nest(depth)
     out: dict[str, Any] = {}
-    for number, _, entry in _fields(data):
+    for number, _, entry in wire_fields(data):
         if number != 1:
             continue
         key, value = "", None
-        for field, _, item in _fields(entry):
+        for field, _, item in wire_fields(entry):
             if field == 1:
                 key = _text(item)
             elif field == 2:

@@ -66,46 +66,35 @@ def test_too_deep_value_rejects_its_span_only(intake: tuple[Store, int]) -> None
             ),
             timeout=30,
         )
-        try:  # thousands of levels: the Python decoder (upb, 100 levels) refuses the request
-            deepest = export(
-                raw_request(raw_span(1, key_value(b"deep", nested_array(5000))), raw_span(4)),
-                timeout=30,
-            ).partial_success.rejected_spans
-        except grpc.RpcError as error:
-            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert len(error.details()) < MESSAGE_LIMIT
-            deepest = None
+        # Thousands of levels: past the Python decoder's own limit too (salvaged there).
+        deepest = export(
+            raw_request(raw_span(1, key_value(b"deep", nested_array(5000))), raw_span(4)),
+            timeout=30,
+        )
     assert response.partial_success.rejected_spans == 1
     message = response.partial_success.error_message
     assert str(MAX_NESTING_DEPTH) in message and len(message) < MESSAGE_LIMIT
-    assert deepest in (1, None)
-    assert _span_ids(store) == ([2, 4] if deepest else [2])
+    assert deepest.partial_success.rejected_spans == 1
+    assert _span_ids(store) == [2, 4]
 
 
 def test_malformed_value_rejects_its_span_only(intake: tuple[Store, int]) -> None:
     store, port = intake
     channel, export = stub(port)
     with channel:
-        try:
-            response = export(
-                raw_request(raw_span(1, key_value(b"broken", broken_array())), raw_span(2)),
-                timeout=30,
-            )
-        except grpc.RpcError as error:  # the generated classes refuse the whole request
-            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert len(error.details()) < MESSAGE_LIMIT and "/" not in error.details()
-            assert _span_ids(store) == []
-            return
+        response = export(
+            raw_request(raw_span(1, key_value(b"broken", broken_array())), raw_span(2)),
+            timeout=30,
+        )
     assert response.partial_success.rejected_spans == 1
+    assert len(response.partial_success.error_message) < MESSAGE_LIMIT
     assert _span_ids(store) == [2]
 
 
 def test_bad_resource_value_rejects_that_resources_spans(intake: tuple[Store, int]) -> None:
     store, port = intake
     channel, export = stub(port)
-    poisoned = raw_request(
-        raw_span(1), raw_span(2), resource=(key_value(b"r", nested_array(MAX_NESTING_DEPTH + 5)),)
-    )
+    poisoned = raw_request(raw_span(1), raw_span(2), resource=(key_value(b"r", nested_array(999)),))
     with channel:
         response = export(poisoned, timeout=30)
         export(raw_request(raw_span(3)), timeout=30)
