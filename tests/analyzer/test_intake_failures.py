@@ -52,9 +52,9 @@ class _HeldExporter(ProtobufSqlExporter):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.release = threading.Event()
 
-    def export(self, requests: list[bytes]):  # type: ignore[override]
+    def export(self, requests: list[bytes], claim=None):  # type: ignore[override]
         self.release.wait(10)
-        return super().export(requests)
+        return super().export(requests, claim)
 
 
 def test_full_buffer_answers_unavailable_then_recovers(tmp_path: Path) -> None:
@@ -110,9 +110,9 @@ class _MeetingExporter(ProtobufSqlExporter):
         super().__init__(store)  # type: ignore[arg-type]
         self.meeting = meeting
 
-    def export(self, requests: list[bytes]):  # type: ignore[override]
+    def export(self, requests: list[bytes], claim=None):  # type: ignore[override]
         self.meeting.wait()  # BrokenBarrierError (a failed batch) unless both run at once
-        return super().export(requests)
+        return super().export(requests, claim)
 
 
 def test_two_workers_store_two_batches_at_once(tmp_path: Path) -> None:
@@ -142,3 +142,71 @@ def test_two_workers_store_two_batches_at_once(tmp_path: Path) -> None:
         assert [outcome.spans for outcome in outcomes] == [2, 1]
         assert processor.stats.batches == 2 and processor.stats.failed_batches == 0
         assert int(store.query("SELECT count() AS n FROM otel_traces")["n"][0]) == 3
+
+
+def test_a_request_refused_after_waiting_is_never_stored_later(tmp_path: Path) -> None:
+    """The caller's deadline passes while the store is busy: refused, and not stored after."""
+    with open_store(tmp_path / "store") as store:
+        held = _HeldExporter(store)
+        with Intake(store, IntakeConfig(port=0, flush_interval=0.01), exporter=held) as intake:
+            channel, export = stub(intake.port)
+            blocker = export.future(request(span(1)), timeout=30)  # holds the only worker
+            with pytest.raises(grpc.RpcError) as raised:
+                export(request(span(2)), timeout=1.0)
+            # Answered before the caller's deadline, so the caller knows it was not stored.
+            assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "not stored" in raised.value.details()
+            held.release.set()
+            blocker.result()
+            export(request(span(3)), timeout=10)
+            channel.close()
+        ids = store.query("SELECT TraceId FROM otel_traces ORDER BY TraceId")["TraceId"]
+        assert [int(value, 16) for value in ids] == [1, 3]
+
+
+class _SlowCommitExporter(ProtobufSqlExporter):
+    """The real exporter, whose storing statement starts, then takes longer than callers wait."""
+
+    def export(self, requests: list[bytes], claim=None):  # type: ignore[override]
+        def slow_claim():
+            claimed = claim() if claim else range(len(requests))
+            threading.Event().wait(1.5)
+            return claimed
+
+        return super().export(requests, slow_claim)
+
+
+@pytest.mark.parametrize("pause_s", [0.0, 1.5], ids=["retry-while-storing", "retry-after"])
+def test_a_request_stored_after_its_caller_left_is_not_stored_twice(
+    tmp_path: Path, pause_s: float
+) -> None:
+    """The retry of a request stored after its caller's deadline is answered, not stored
+    again, whether it arrives while the first copy is still being stored or after."""
+    payload = request(span(1), span(2))
+    with open_store(tmp_path / "store") as store:
+        slow = _SlowCommitExporter(store)
+        with Intake(store, IntakeConfig(port=0, flush_interval=0.01), exporter=slow) as intake:
+            channel, export = stub(intake.port)
+            with pytest.raises(grpc.RpcError) as raised:
+                export(payload, timeout=1.0)
+            assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            threading.Event().wait(pause_s)
+            response = export(payload, timeout=10)  # the caller's retry
+            assert response.partial_success.rejected_spans == 0
+            channel.close()
+        count = store.query("SELECT count() AS n, uniqExact(SpanId) AS u FROM otel_traces")
+        assert count.values.tolist() == [[2, 2]]
+        assert intake.stats().spans_inserted == 2
+
+
+def test_the_intake_answers_before_the_collectors_exporter_gives_up() -> None:
+    """The shipped collector config waits longer for the intake than the intake waits."""
+    import re
+
+    from grpc_overhead.collector.runner import config_path
+
+    text = config_path("embedded").read_text(encoding="utf-8")
+    exporter = text[text.index("otlp_grpc/intake:") :]
+    timeout = re.search(r"^\s+timeout: (\d+)s$", exporter, re.MULTILINE)
+    assert timeout is not None
+    assert IntakeConfig().wait_timeout < int(timeout.group(1))

@@ -14,6 +14,7 @@ the edge into the most specific class below, chaining the original with
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,3 +78,24 @@ class BadInput(AnalyzerError):
 
 SYNTAX_ERROR_CODE = 62
 READONLY_ERROR_CODE = 164
+
+
+#: Longest text ``brief`` returns: a gRPC status detail travels in a header, and a
+#: sender logs it, so it says what is wrong in one line and nothing more.
+BRIEF_LIMIT = 300
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+-]+){2,}/?")
+_STACK = re.compile(r"(?:Stack trace|Traceback \(most recent call last\)).*", re.DOTALL)
+
+
+def brief(error: object, limit: int = BRIEF_LIMIT) -> str:
+    """One short line for a client: no traceback, no file paths, at most ``limit`` characters.
+
+    Engine and driver errors can carry a Python traceback (a failing UDF) or a
+    server-side path; neither helps the sender and both leak details.
+    """
+    text = _STACK.sub("", str(error))
+    text = _PATH.sub("<path>", text)
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 3].rstrip() + "..."
+    return text

@@ -106,7 +106,32 @@ def _call(module: str, name: str, args: tuple, kwargs: tuple) -> pd.DataFrame:
     function = importlib.import_module(module)
     for part in name.split("."):
         function = getattr(function, part)
-    return function(served.store, *args, options=served.options, **dict(kwargs))
+    keywords = dict(kwargs)
+    if OWNER in keywords:  # a user's query: killed once the session that asked is gone
+        keywords["abandoned"] = _session_gone(keywords.pop(OWNER))
+    return function(served.store, *args, options=served.options, **keywords)
+
+
+#: ``load`` keyword naming the browser session a user's query runs for (``session_id``).
+OWNER = "owner_session"
+
+
+def session_id() -> str:
+    """This browser session's id (part of a user query's cache key, see ``OWNER``)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    context = get_script_run_ctx()
+    return context.session_id if context is not None else ""
+
+
+def _session_gone(owner: str) -> Callable[[], bool]:
+    """True once the browser session ``owner`` disconnected (tab closed, page left)."""
+    from streamlit.runtime import Runtime
+
+    def gone() -> bool:
+        return bool(owner) and Runtime.exists() and not Runtime.instance().is_active_session(owner)
+
+    return gone
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=512)

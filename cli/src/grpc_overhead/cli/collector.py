@@ -8,12 +8,20 @@
 
 User errors (no Go, unknown config, port in use, rejected config) print one
 clear message and return a non-zero code; they never show a traceback.
+
+``run`` is safe under an init system or a pipe: SIGTERM, SIGINT and SIGHUP
+(hangup: the session is over) stop the collector the graceful way (it drains
+its queues and exits) and ``run`` returns once it did, with 0; if ``run``
+itself is killed (SIGKILL), the collector is told to stop by the kernel. The
+collector's own config reload is ``kill -HUP <collector pid>`` (printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from types import FrameType
 
 from grpc_overhead.collector.runner import (
     CONFIG_NAMES,
@@ -110,21 +118,49 @@ def _run(args: argparse.Namespace) -> int:
         health_port=args.health_port,
         startup_timeout=args.startup_timeout,
         echo=True,
+        die_with_parent=True,
     )
+    stopped_by: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        if not stopped_by:
+            _say(f"\n{PROG}: {signal.Signals(signum).name}: stopping the collector (draining)")
+        stopped_by.append(signum)
+        collector.signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
         with collector:
             target = f" -> intake {collector.intake}" if config.name == "embedded.yaml" else ""
-            print(
-                f"collector ready (config {config}): OTLP/gRPC on port "
-                f"{collector.otlp_port}{target}, health {collector.health_url}. Ctrl-C to stop.",
-                flush=True,
+            _say(
+                f"collector ready (config {config}, pid {collector.pid}): OTLP/gRPC on port "
+                f"{collector.otlp_port}{target}, health {collector.health_url}. Ctrl-C to stop."
             )
             code = collector.wait()
-    except KeyboardInterrupt:
-        print("\nstopping the collector", file=sys.stderr)
+    except CollectorError:
+        if stopped_by:  # stopped while it was starting
+            return 0
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopped_by:
+        _say(f"{PROG}: the collector stopped (exit code {code})")
         return 0
     print(f"{PROG}: the collector exited with code {code}", file=sys.stderr)
     return code or 1
+
+
+#: Signals ``run`` turns into a graceful stop of the collector.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _say(text: str) -> None:
+    """Print a status line; a closed or broken stdout (a pipe whose reader left) is no error."""
+    try:
+        print(text, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def main(argv: list[str]) -> int:

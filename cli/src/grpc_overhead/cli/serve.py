@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             intake.stop()
             stats = intake.stats()
             print(
-                f"intake stopped: {stats.spans_accepted} spans stored, "
+                f"intake stopped: {stats.spans_inserted} spans stored, "
                 f"{stats.spans_rejected} rejected, {stats.requests_refused} requests refused",
                 flush=True,
             )

@@ -6,21 +6,29 @@
 
 Read-only is enforced by the engine (the ``readonly=1`` setting, on chDB a
 read-only connection), not by inspecting the text, so no statement can slip
-through.
+through; ``KILL`` (which ``readonly=1`` allows) is refused after the engine
+parsed the statement. Without ``--write`` the query runs under ``QueryLimits``
+(time, memory, result rows; lower them with ``--max-seconds``,
+``--max-memory``, ``--max-rows``), and Ctrl-C or SIGTERM kills it in the
+engine. A statement's own ``FORMAT`` clause (``FORMAT Vertical``) is honoured:
+the engine's text is printed as it is.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
 
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
-from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, open_store
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
+from grpc_overhead.analyzer.store.base import QueryLimits, output_format
 
 EXIT_QUERY = 1
 EXIT_USAGE = 2
@@ -41,6 +49,26 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument(
         "--write", action="store_true", help="allow statements that change data or schema"
     )
+    ceiling = QueryLimits()
+    result.add_argument(
+        "--max-seconds",
+        type=float,
+        metavar="S",
+        help="stop the query after S seconds "
+        f"(default and ceiling {ceiling.max_execution_time_s:g})",
+    )
+    result.add_argument(
+        "--max-memory",
+        type=int,
+        metavar="BYTES",
+        help=f"memory for the query (default and ceiling {ceiling.max_memory_bytes})",
+    )
+    result.add_argument(
+        "--max-rows",
+        type=int,
+        metavar="N",
+        help=f"most result rows, more is an error (default and ceiling {ceiling.max_result_rows})",
+    )
     return result
 
 
@@ -59,21 +87,79 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     with store:
         try:
-            frame = store.query(sql, readonly=not args.write)
+            if args.write:
+                result: Any = store.query(sql)
+            else:
+                limits = QueryLimits().lowered(
+                    max_execution_time_s=args.max_seconds,
+                    max_memory_bytes=args.max_memory,
+                    max_result_rows=args.max_rows,
+                )
+                result = _until_stopped(lambda stop: _read(store, sql, limits, stop))
         except QueryError as error:
             print(explain(error), file=sys.stderr)
             return EXIT_QUERY
         except AnalyzerError as error:
             print(f"grpc-overhead sql: {error}", file=sys.stderr)
             return EXIT_USAGE
-    sys.stdout.write(render(frame, args.format))
+        except KeyboardInterrupt:
+            print("grpc-overhead sql: stopped; the query was killed", file=sys.stderr)
+            return 130
+    if isinstance(result, bytes):
+        sys.stdout.buffer.write(result)
+        sys.stdout.flush()
+    else:
+        sys.stdout.write(render(result, args.format))
     return 0
 
 
+def _read(store: Store, sql: str, limits: QueryLimits, stop: threading.Event) -> Any:
+    formatted = store.check_user_statement(sql)
+    return store.user_query(sql, limits, abandoned=stop.is_set, output=output_format(formatted))
+
+
+def _until_stopped(work: Callable[[threading.Event], Any]) -> Any:
+    """Run ``work`` in a thread; SIGINT/SIGTERM (main thread only) stop it and raise
+    KeyboardInterrupt once it returned. The engine cannot be interrupted from the
+    thread it runs in, so the query is killed from beside it (``abandoned``)."""
+    stop = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work(stop)
+        except BaseException as error:  # handed to the caller below
+            outcome["error"] = error
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    worker = threading.Thread(target=run, name="sql-query", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if stop.is_set():
+        raise KeyboardInterrupt
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def explain(error: QueryError) -> str:
-    if error.is_readonly_refusal:
+    if error.is_readonly_refusal and "setting" in error.message:
         headline = (
-            "refused: the store is opened read-only for `grpc-overhead sql`; "
+            "refused: a query cannot change settings (the engine runs it read-only); "
+            "lower its limits with --max-seconds, --max-memory or --max-rows"
+        )
+    elif error.is_readonly_refusal:
+        headline = (
+            f"refused: the store is opened read-only for `grpc-overhead sql` "
+            f"({error.message.rstrip('.')}); "
             "pass --write to run statements that change data or schema"
         )
     else:

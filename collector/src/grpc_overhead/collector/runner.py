@@ -11,8 +11,10 @@ behaviour through the environment of the child process and never rewrites YAML.
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -238,8 +240,10 @@ class CollectorProcess:
         startup_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         echo: bool = False,
+        die_with_parent: bool = False,
     ) -> None:
         self.config = resolve_config(config)
+        self.die_with_parent = die_with_parent
         self.binary = binary
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
@@ -282,11 +286,20 @@ class CollectorProcess:
         return "".join(self._lines)
 
     def _drain(self, stream: Iterable[str]) -> None:
+        """Keep reading the collector's output to the end, whatever happens to ours.
+
+        If the collector's pipe filled up it would block at its next log line,
+        so a closed or broken stderr (the reader of ``collector run | ...``
+        went away) only stops the echo, never the reading.
+        """
         for line in stream:
             self._lines.append(line)
             if self.echo:
-                sys.stderr.write(line)
-                sys.stderr.flush()
+                try:
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    self.echo = False
 
     def start(self) -> CollectorProcess:
         """Start the collector and wait until it reports healthy."""
@@ -311,6 +324,7 @@ class CollectorProcess:
             # Own session: Ctrl-C reaches only Python, which then stops the
             # collector in order (SIGTERM, flush, exit).
             start_new_session=True,
+            preexec_fn=_terminate_with_parent if self.die_with_parent else None,
         )
         assert self._process.stdout is not None
         self._reader = threading.Thread(
@@ -349,6 +363,15 @@ class CollectorProcess:
                 )
             time.sleep(0.1)
 
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the collector if it runs (safe from a signal handler)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            try:
+                os.kill(process.pid, signum)
+            except ProcessLookupError:
+                pass
+
     def wait(self, timeout: float | None = None) -> int:
         """Block until the collector exits; return its exit code."""
         if self._process is None:
@@ -381,3 +404,20 @@ class CollectorProcess:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminate_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the process that started it dies.
+
+    Linux only (``prctl``); elsewhere a no-op. Covers the one case a parent
+    cannot handle itself, its own SIGKILL: the collector then shuts down
+    instead of living on as an orphan that holds the OTLP and health ports.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

@@ -19,7 +19,10 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import BadInput, QueryError
-from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.base import Abandoned, QueryLimits, Store
+
+#: The page's limits: a console query answers within half a minute or is stopped.
+PAGE_LIMITS = QueryLimits().lowered(max_execution_time_s=30.0)
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 100_000
@@ -41,10 +44,13 @@ def run(
     *,
     limit: int = DEFAULT_LIMIT,
     options: CallsOptions | None = None,
+    limits: QueryLimits = PAGE_LIMITS,
+    abandoned: Abandoned | None = None,
 ) -> pd.DataFrame:
-    """Run ``sql`` read-only; at most ``limit`` rows (``frame.attrs[TRUNCATED]`` says if
-    there were more). ``options`` is accepted for the app's uniform call convention:
-    the user's SQL names its tables itself."""
+    """Run ``sql`` read-only under ``limits``; at most ``limit`` rows
+    (``frame.attrs[TRUNCATED]`` says if there were more); killed once ``abandoned()``.
+    ``options`` is accepted for the app's uniform call convention: the user's SQL
+    names its tables itself."""
     del options
     if not 1 <= limit <= MAX_LIMIT:
         raise BadInput(f"row limit must be between 1 and {MAX_LIMIT}, not {limit}")
@@ -54,10 +60,11 @@ def run(
     formatted = _parse(store, text)
     if formatted.startswith(("SELECT", "WITH")):
         try:
-            frame = store.query(
+            frame = store.user_query(
                 f"SELECT * FROM (\n{text}\n) LIMIT {{row_limit:UInt64}}",
-                {"row_limit": limit + 1},
-                readonly=True,
+                limits,
+                parameters={"row_limit": limit + 1},
+                abandoned=abandoned,
             )
         except QueryError as error:
             if error.is_syntax_error:  # parsed alone, not as a subquery
@@ -69,7 +76,7 @@ def run(
             raise _explained(error) from error
     else:
         try:
-            frame = store.query(text, readonly=True)
+            frame = store.user_query(text, limits, abandoned=abandoned)
         except QueryError as error:
             raise _explained(error) from error
     truncated = len(frame) > limit
@@ -81,18 +88,21 @@ def run(
 def _parse(store: Store, text: str) -> str:
     """The statement as ClickHouse formats it, or BadInput with its syntax error."""
     try:
-        found = store.query(
-            "SELECT formatQuery({statement:String}) AS formatted",
-            {"statement": text},
-            readonly=True,
-        )
+        formatted = store.check_user_statement(text)
     except QueryError as error:
+        if error.is_readonly_refusal:
+            raise BadInput(READ_ONLY_REFUSAL) from error
         message = _SCOPE_SUFFIX.sub("", error.message).rstrip(". ")
         raise BadInput(f"{message}. Fix the SQL and run it again") from error
-    return str(found["formatted"].iloc[0]).lstrip("(").lstrip()
+    return formatted.lstrip("(").lstrip()
 
 
 def _explained(error: QueryError) -> BadInput:
+    if error.is_readonly_refusal and "setting" in error.message:
+        return BadInput(
+            "refused: a query cannot change settings here (the engine runs it read-only, "
+            f"with {PAGE_LIMITS.describe()}); lower the row limit above instead"
+        )
     if error.is_readonly_refusal:
         return BadInput(READ_ONLY_REFUSAL)
     return BadInput(f"{error.message.rstrip('. ')}. Fix the SQL and run it again")

@@ -28,7 +28,12 @@ import grpc
 
 from grpc_overhead.analyzer.intake.exporter import Exporter, exporter_for
 from grpc_overhead.analyzer.intake.processor import BatchProcessor
-from grpc_overhead.analyzer.intake.receiver import IntakeStats, TraceReceiver, serve_receiver
+from grpc_overhead.analyzer.intake.receiver import (
+    DEFAULT_WAIT_TIMEOUT_S,
+    IntakeStats,
+    TraceReceiver,
+    serve_receiver,
+)
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store.base import Store
 
@@ -47,6 +52,9 @@ class IntakeConfig:
     (UNAVAILABLE) until the store catches up. ``max_message_bytes``: largest
     accepted request (the collector's default batches stay far below).
     ``workers``: gRPC handler threads (each waits for its request's batch).
+    ``wait_timeout``: longest wait for the store before a request is refused
+    (never stored later); keep it below the sender's timeout (the shipped
+    collector config waits 10 s).
     ``export_workers``: batches written at the same time, each through its own
     store session (two keep both cores of a small machine busy; see
     ``processor``).
@@ -60,7 +68,7 @@ class IntakeConfig:
     max_message_bytes: int = 64 << 20
     workers: int = 32
     export_workers: int = 2
-    wait_timeout: float = 30.0
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT_S
     schema: SchemaOptions | None = None  # None: SchemaOptions.for_store(store)
 
 

@@ -17,22 +17,35 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from grpc_overhead.analyzer.errors import QueryError
+from grpc_overhead.analyzer.errors import QueryError, brief
 from grpc_overhead.analyzer.intake import protobuf_sql
 from grpc_overhead.analyzer.intake.rows import COLUMNS, Rows, request_rows
+from grpc_overhead.analyzer.intake.salvage import salvage
+from grpc_overhead.analyzer.intake.values import MAX_NESTING_DEPTH
 from grpc_overhead.analyzer.schema import SchemaOptions, create_schema
 from grpc_overhead.analyzer.store.base import Store
 
 REJECTED_SPAN_MESSAGE = (
     "{rejected} span(s) rejected: trace_id must be 0 or 16 bytes, span_id and "
-    "parent_span_id 0 or 8 bytes (also in links)"
+    "parent_span_id 0 or 8 bytes (also in links), and array/map attribute values "
+    f"well-formed and nested at most {MAX_NESTING_DEPTH} levels deep"
 )
+
+#: Which requests of a batch may still be stored: called once, right before the
+#: statement that stores them; returns their indexes (the others timed out and were
+#: answered "not stored"). ``None``: all of them.
+Claim = Callable[[], Sequence[int]]
+
+
+def _claim_all(count: int) -> Claim:
+    return lambda: range(count)
 
 
 @dataclass
@@ -41,6 +54,8 @@ class RequestOutcome:
     rejected: int = 0
     error: str = ""
     malformed: bool = False
+    #: Not stored because its caller stopped waiting before the batch was committed.
+    withdrawn: bool = False
 
     @property
     def accepted(self) -> int:
@@ -50,7 +65,7 @@ class RequestOutcome:
 class Exporter(Protocol):
     def start(self) -> None: ...
 
-    def export(self, requests: list[bytes]) -> list[RequestOutcome]: ...
+    def export(self, requests: list[bytes], claim: Claim | None = None) -> list[RequestOutcome]: ...
 
     def shutdown(self) -> None: ...
 
@@ -88,47 +103,90 @@ class ProtobufSqlExporter:
             shutil.rmtree(self._schema_dir, ignore_errors=True)
             self._schema_dir = ""
 
-    def export(self, requests: list[bytes]) -> list[RequestOutcome]:
+    def export(self, requests: list[bytes], claim: Claim | None = None) -> list[RequestOutcome]:
+        claim = claim or _claim_all(len(requests))
         outcomes = [RequestOutcome() for _ in requests]
         try:
-            staged = self._stage(requests, range(len(requests)), outcomes)
-            if not staged:
-                return outcomes
-            counts = self.store.query(protobuf_sql.REQUEST_COUNTS)
-            for seq, spans, rejected in zip(
-                counts["intake_seq"], counts["spans"], counts["rejected"], strict=True
-            ):
-                outcome = outcomes[int(seq)]
-                outcome.spans, outcome.rejected = int(spans), int(rejected)
-                if rejected:
-                    outcome.error = REJECTED_SPAN_MESSAGE.format(rejected=int(rejected))
-            self.store.command(self._transform)
+            self._export(requests, range(len(requests)), outcomes, claim)
+        except QueryError as batch_error:
+            if len(requests) == 1:
+                raise
+            # A request the engine cannot store must not take the others down:
+            # store each alone; only those that still fail are refused.
+            self._truncate()
+            outcomes = [RequestOutcome() for _ in requests]
+            kept = set(claim())
+            for index in sorted(kept):
+                try:
+                    self._export(requests, range(index, index + 1), outcomes, lambda i=index: [i])
+                except QueryError as error:
+                    self._truncate()
+                    outcomes[index] = RequestOutcome(
+                        malformed=True, error=f"cannot store request: {brief(error.message)}"
+                    )
+            if kept and all(outcomes[index].malformed for index in kept):
+                raise batch_error from None  # every request fails alone: the store is at fault
         finally:
-            with contextlib.suppress(Exception):
-                self.store.command(protobuf_sql.TRUNCATE_STAGING)
+            self._truncate()
         return outcomes
 
-    def _stage(self, requests: list[bytes], indexes: range, outcomes: list[RequestOutcome]) -> int:
+    def _truncate(self) -> None:
+        with contextlib.suppress(Exception):
+            self.store.command(protobuf_sql.TRUNCATE_STAGING)
+
+    def _export(
+        self, requests: list[bytes], indexes: range, outcomes: list[RequestOutcome], claim: Claim
+    ) -> None:
+        staged = self._stage(requests, indexes, outcomes)
+        if not staged:
+            return
+        counts = self.store.query(protobuf_sql.REQUEST_COUNTS)
+        seen = set()
+        for seq, spans, rejected in zip(
+            counts["intake_seq"], counts["spans"], counts["rejected"], strict=True
+        ):
+            outcome = outcomes[int(seq)]
+            seen.add(int(seq))
+            outcome.spans, outcome.rejected = int(spans), int(rejected)
+            if rejected:
+                outcome.error = REJECTED_SPAN_MESSAGE.format(rejected=int(rejected))
+        missing = [i for i in staged if i not in seen]
+        if missing:  # e.g. the staging insert was cancelled: never acknowledge it
+            raise QueryError(
+                f"{len(missing)} staged request(s) missing from the staging table "
+                "(insert cancelled?)",
+                sql=protobuf_sql.REQUEST_COUNTS,
+            )
+        kept = [i for i in claim() if i in seen]
+        if kept:
+            self.store.command(self._transform, {"kept": kept})
+        for index in set(indexes) - set(kept):
+            if not outcomes[index].malformed:
+                outcomes[index].withdrawn = True
+
+    def _stage(
+        self, requests: list[bytes], indexes: range, outcomes: list[RequestOutcome]
+    ) -> list[int]:
         """Insert the requests into staging; isolate malformed ones if the batch fails."""
         chunks = [chunk for i in indexes for chunk in protobuf_sql.framed(requests[i], i)]
         try:
             self.store.insert_encoded(self._statement, "Protobuf", chunks, self._settings)
-            return len(indexes)
+            return list(indexes)
         except QueryError as batch_error:
             self.store.command(protobuf_sql.TRUNCATE_STAGING)
             if len(indexes) == 1:
                 outcomes[indexes[0]].malformed = True
-                outcomes[indexes[0]].error = f"cannot decode request: {batch_error.message}"
-                return 0
-        staged = 0
+                outcomes[indexes[0]].error = f"cannot decode request: {brief(batch_error.message)}"
+                return []
+        staged = []
         for index in indexes:  # rare: find the culprit(s), keep the others
             message = protobuf_sql.framed(requests[index], index)
             try:
                 self.store.insert_encoded(self._statement, "Protobuf", message, self._settings)
-                staged += 1
+                staged.append(index)
             except QueryError as error:
                 outcomes[index].malformed = True
-                outcomes[index].error = f"cannot decode request: {error.message}"
+                outcomes[index].error = f"cannot decode request: {brief(error.message)}"
         return staged
 
 
@@ -146,23 +204,46 @@ class RowsExporter:
     def shutdown(self) -> None:
         pass
 
-    def export(self, requests: list[bytes]) -> list[RequestOutcome]:
+    def export(self, requests: list[bytes], claim: Claim | None = None) -> list[RequestOutcome]:
+        claim = claim or _claim_all(len(requests))
         outcomes = []
-        batch = Rows()
+        converted: list[Rows | None] = []
         for data in requests:
             try:
-                request = ExportTraceServiceRequest.FromString(data)
+                request, dropped = _decoded(data)
             except DecodeError as error:
                 outcomes.append(
-                    RequestOutcome(malformed=True, error=f"cannot decode request: {error}")
+                    RequestOutcome(malformed=True, error=f"cannot decode request: {brief(error)}")
                 )
+                converted.append(None)
                 continue
             rows = request_rows(request)
+            rows.rejected += dropped
             outcome = RequestOutcome(spans=len(rows) + rows.rejected, rejected=rows.rejected)
             if rows.rejected:
                 outcome.error = REJECTED_SPAN_MESSAGE.format(rejected=rows.rejected)
             outcomes.append(outcome)
-            batch.extend(rows)
+            converted.append(rows)
+        batch = Rows()
+        kept = set(claim())
+        for index, rows in enumerate(converted):
+            if rows is None:
+                continue
+            if index in kept:
+                batch.extend(rows)
+            else:
+                outcomes[index].withdrawn = True
         if len(batch):
             self.store.insert(self._table, COLUMNS, batch.columns)
         return outcomes
+
+
+def _decoded(data: bytes) -> tuple[ExportTraceServiceRequest, int]:
+    """The request, and how many spans had to be left out to decode it (``salvage``)."""
+    try:
+        return ExportTraceServiceRequest.FromString(data), 0
+    except DecodeError:
+        salvaged = salvage(data)
+        if salvaged is None:
+            raise
+        return ExportTraceServiceRequest.FromString(salvaged[0]), salvaged[1]

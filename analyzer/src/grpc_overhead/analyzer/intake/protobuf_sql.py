@@ -26,7 +26,10 @@ unsigned (wrapping) difference of the timestamps.
 
 from __future__ import annotations
 
-from grpc_overhead.analyzer.intake.values import complex_value_json
+import functools
+
+from grpc_overhead.analyzer.intake.rows import SPAN_KINDS, STATUS_CODES
+from grpc_overhead.analyzer.intake.values import INVALID_VALUE_MARK, checked_complex_value_json
 
 UDF_NAME = "grpc_overhead_otlp_complex_value"
 SEQ_FIELD_NUMBER = (1 << 29) - 1
@@ -135,11 +138,27 @@ def _value(v: str) -> str:
         f"multiIf(isNaN({double}), 'NaN', {double} > 0, 'Infinity', '-Infinity')), "
         f"{v}.value = 'bool_value', if({v}.bool_value, 'true', 'false'), "
         f"{v}.value = 'bytes_value', base64Encode({v}.bytes_value), "
-        # oneof: exactly one of the two is set, so their concatenation is it.
-        f"{v}.value IN ('array_value', 'kvlist_value'), "
-        f"{UDF_NAME}(if({v}.value = 'array_value', 'array', 'kvlist'), "
-        f"hex(concat({v}.array_value, {v}.kvlist_value))), "
+        f"{v}.value IN ('array_value', 'kvlist_value'), {_complex(v)}, "
         "'')"
+    )
+
+
+def _complex(v: str) -> str:
+    """The UDF's AsString of an array or kvlist member (oneof: exactly one is set, so
+    their concatenation is it)."""
+    return (
+        f"{UDF_NAME}(if({v}.value = 'array_value', 'array', 'kvlist'), "
+        f"hex(concat({v}.array_value, {v}.kvlist_value)))"
+    )
+
+
+def _storable(a: str) -> str:
+    """True when no value of the KeyValue array ``a`` is an array or map the UDF refused
+    (malformed, or nested too deep). Short-circuit evaluation calls the UDF for those
+    two kinds only."""
+    return (
+        f"arrayAll(kv -> kv.value.value NOT IN ('array_value', 'kvlist_value') "
+        f"OR NOT startsWith({_complex('kv.value')}, '\\0'), {a})"
     )
 
 
@@ -160,11 +179,15 @@ def _hex_id(expression: str, size: int) -> str:
 
 
 def _valid(span: str) -> str:
+    """Storable span: ids of legal lengths, every array/map attribute value decodable."""
     return (
         f"(length({span}.trace_id) IN (0, 16) AND length({span}.span_id) IN (0, 8) "
         f"AND length({span}.parent_span_id) IN (0, 8) "
         f"AND arrayAll(l -> length(l.trace_id) IN (0, 16) AND length(l.span_id) IN (0, 8), "
-        f"{span}.links))"
+        f"{span}.links) "
+        f"AND {_storable(f'{span}.attributes')} "
+        f"AND arrayAll(e -> {_storable('e.attributes')}, {span}.events) "
+        f"AND arrayAll(l -> {_storable('l.attributes')}, {span}.links))"
     )
 
 
@@ -172,13 +195,29 @@ _ALL_SPANS = (
     "arrayFlatten(arrayMap(rs -> arrayMap(ss -> ss.spans, rs.scope_spans), resource_spans))"
 )
 
+_RESOURCE_SPANS = "arraySum(ss -> length(ss.spans), rs.scope_spans)"
+_RESOURCE_REJECTED = (
+    f"arraySum(ss -> arrayCount(sp -> NOT {_valid('sp')}, ss.spans), rs.scope_spans)"
+)
+
+#: Spans and rejected spans per staged request (a resource whose own attributes
+#: cannot be stored takes all its spans with it).
 REQUEST_COUNTS = (
     f"SELECT intake_seq, length({_ALL_SPANS}) AS spans, "
-    f"arrayCount(sp -> NOT {_valid('sp')}, {_ALL_SPANS}) AS rejected "
+    f"arraySum(rs -> if({_storable('rs.resource.attributes')}, {_RESOURCE_REJECTED}, "
+    f"{_RESOURCE_SPANS}), resource_spans) AS rejected "
     f"FROM {STAGING_TABLE}"
 )
 
 _TIMESTAMP = "fromUnixTimestamp64Nano(toInt64({}))"
+
+
+def _enum_name(expression: str, names: tuple[str, ...]) -> str:
+    """pdata's String() of an enum: its name, '' outside the enum (negative values too:
+    a ClickHouse array index below 0 counts from the end, so it is never used bare)."""
+    listed = ", ".join(f"'{name}'" for name in names)
+    inside = f"{expression} >= 0 AND {expression} < {len(names)}"
+    return f"if({inside}, [{listed}][{expression} + 1], '')"
 
 
 def transform_insert(qualified_table: str) -> str:
@@ -197,14 +236,14 @@ SELECT
     {_hex_id(f"{s}.parent_span_id", 8)},
     {s}.trace_state,
     {s}.name,
-    ['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer'][{s}.kind + 1],
+    {_enum_name(f"{s}.kind", SPAN_KINDS)},
     resource_maps[item.1]['service.name'],
     resource_maps[item.1],
     item.2,
     item.3,
     {_attributes(f"{s}.attributes")},
     toUInt64(toInt64({s}.end_time_unix_nano) - toInt64({s}.start_time_unix_nano)),
-    ['Unset', 'Ok', 'Error'][{s}.status.code + 1],
+    {_enum_name(f"{s}.status.code", STATUS_CODES)},
     {s}.status.message,
     arrayMap(e -> {_TIMESTAMP.format("e.time_unix_nano")}, {s}.events),
     arrayMap(e -> e.name, {s}.events),
@@ -216,22 +255,32 @@ SELECT
 FROM (
     SELECT
         arrayMap(rs -> {_attributes("rs.resource.attributes")}, resource_spans) AS resource_maps,
+        arrayMap(rs -> {_storable("rs.resource.attributes")}, resource_spans) AS resource_ok,
         arrayFlatten(arrayMap((rs, r) -> arrayMap(ss -> arrayMap(
             sp -> (r, ss.scope.name, ss.scope.version, sp), ss.spans), rs.scope_spans),
             resource_spans, arrayEnumerate(resource_spans))) AS spans
     FROM {STAGING_TABLE}
+    WHERE has({{kept:Array(UInt64)}}, intake_seq)
 )
 ARRAY JOIN spans AS item
-WHERE {_valid(s)}
+WHERE resource_ok[item.1] AND {_valid(s)}
 """
 
 
 def register_complex_value_function() -> None:
-    """Make ``complex_value_json`` callable from SQL (chDB in-process UDF; idempotent)."""
+    """Make ``checked_complex_value_json`` callable from SQL (chDB in-process UDF; idempotent).
+
+    Results are cached: validity checks and the mapping ask for the same value.
+    """
     import chdb
 
+    @functools.lru_cache(maxsize=4096)
     def otlp_complex_value(kind: str, encoded_hex: str) -> str:
-        return complex_value_json(kind, bytes.fromhex(encoded_hex))
+        try:
+            data = bytes.fromhex(encoded_hex)
+        except ValueError:
+            return INVALID_VALUE_MARK + "malformed attribute value"
+        return checked_complex_value_json(kind, data)
 
     try:
         chdb.drop_function(UDF_NAME)

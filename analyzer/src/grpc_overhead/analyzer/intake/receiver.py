@@ -25,12 +25,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from grpc_overhead.analyzer.intake.processor import BatchProcessor, Refused
+from grpc_overhead.analyzer.errors import brief
+from grpc_overhead.analyzer.intake.exporter import RequestOutcome
+from grpc_overhead.analyzer.intake.processor import BatchProcessor, Pending, Refused
 
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 EMPTY_RESPONSE = ExportTraceServiceResponse().SerializeToString()
+#: The intake's longest wait for the store before it refuses a request (UNAVAILABLE,
+#: not stored). Shorter than the collector's exporter timeout (``timeout: 10s`` in
+#: collector/embedded.yaml), so the collector hears the answer instead of giving up
+#: on a request that might still be stored.
+DEFAULT_WAIT_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -56,7 +63,7 @@ class TraceReceiver:
         self,
         processor: BatchProcessor,
         *,
-        wait_timeout: float = 30.0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT_S,
     ) -> None:
         self.processor = processor
         self.wait_timeout = wait_timeout
@@ -98,19 +105,15 @@ class TraceReceiver:
             return EMPTY_RESPONSE
         try:
             pending = self.processor.submit(request)
-            timeout = self.wait_timeout
-            remaining = context.time_remaining()
-            if remaining is not None:
-                timeout = max(0.0, min(timeout, remaining))
-            outcome = pending.wait(timeout)
+            outcome = self._wait(pending, context)
         except Refused as refusal:
             self._count(requests_refused=1)
             with self._lock:
-                self._stats.last_error = str(refusal)
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"grpc-overhead intake: {refusal}")
+                self._stats.last_error = brief(refusal)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"grpc-overhead intake: {brief(refusal)}")
         if outcome.malformed:
             self._count(requests_rejected=1)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, outcome.error)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, brief(outcome.error))
         self._count(
             spans_received=outcome.spans,
             spans_accepted=outcome.accepted,
@@ -120,9 +123,48 @@ class TraceReceiver:
             return EMPTY_RESPONSE
         return ExportTraceServiceResponse(
             partial_success=ExportTracePartialSuccess(
-                rejected_spans=outcome.rejected, error_message=outcome.error
+                rejected_spans=outcome.rejected, error_message=brief(outcome.error)
             )
         ).SerializeToString()
+
+    def _wait(self, pending: Pending, context: grpc.ServicerContext) -> RequestOutcome:
+        """Wait for ``pending``'s outcome, answering before the caller's own deadline.
+
+        The wait ends ``DEADLINE_MARGIN`` before the caller's deadline (and after
+        ``wait_timeout`` at most): a request still waiting then is withdrawn and
+        refused, so it is never stored later. One already being stored is waited
+        for and remembered, so the caller's retry cannot store it twice.
+        """
+        timeout = self.wait_timeout
+        remaining = context.time_remaining()
+        if remaining is not None:
+            timeout = max(0.0, min(timeout, remaining - deadline_margin(remaining)))
+        try:
+            outcome = pending.wait(timeout)
+        except TimeoutError:
+            if self.processor.withdraw(pending):
+                raise Refused(
+                    f"timed out after {timeout:.1f} s waiting for the store; not stored, retry"
+                ) from None
+            # Being stored right now: the caller may leave before it hears the outcome.
+            self.processor.remember(pending)
+            try:
+                outcome = pending.wait(STORING_WAIT_S)
+            except TimeoutError:
+                raise Refused("the store is not answering") from None
+        else:
+            if not context.is_active():
+                self.processor.remember(pending)
+        return outcome
+
+
+#: Longest wait for a request whose batch is already being written.
+STORING_WAIT_S = 120.0
+
+
+def deadline_margin(remaining: float) -> float:
+    """Time kept back from a caller's deadline to answer in: a fifth of it, 2 s at most."""
+    return min(2.0, remaining / 5)
 
 
 def serve_receiver(

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpc_overhead.analyzer.intake.values import any_value_string
+from grpc_overhead.analyzer.intake.values import InvalidValue, any_value_string
 
 COLUMNS = (
     "Timestamp",
@@ -129,7 +129,13 @@ def request_rows(request: Any) -> Rows:
         link_maps,
     ) = rows.columns
     for resource_spans in request.resource_spans:
-        resource = attributes_map(resource_spans.resource.attributes)
+        try:
+            resource = attributes_map(resource_spans.resource.attributes)
+        except InvalidValue as error:  # no span of this resource can be stored
+            count = sum(len(scope_spans.spans) for scope_spans in resource_spans.scope_spans)
+            rows.rejected += count
+            _note(rows, f"resource attributes: {error}")
+            continue
         service = next(
             (
                 any_value_string(kv.value)
@@ -142,10 +148,16 @@ def request_rows(request: Any) -> Rows:
             scope_name, scope_version = scope_spans.scope.name, scope_spans.scope.version
             for span in scope_spans.spans:
                 problem = span_problem(span)
+                if problem is None:
+                    try:
+                        span_map = attributes_map(span.attributes)
+                        event_map = [attributes_map(event.attributes) for event in span.events]
+                        link_map = [attributes_map(link.attributes) for link in span.links]
+                    except InvalidValue as error:
+                        problem = f"span {span.name!r}: {error}"
                 if problem:
                     rows.rejected += 1
-                    if len(rows.errors) < 5:
-                        rows.errors.append(problem)
+                    _note(rows, problem)
                     continue
                 start = span.start_time_unix_nano
                 timestamps.append(timestamp_ns(start))
@@ -159,7 +171,7 @@ def request_rows(request: Any) -> Rows:
                 resource_maps.append(resource)
                 scope_names.append(scope_name)
                 scope_versions.append(scope_version)
-                span_maps.append(attributes_map(span.attributes))
+                span_maps.append(span_map)
                 durations.append((span.end_time_unix_nano - start) & _UINT64)
                 code = span.status.code
                 status_codes.append(STATUS_CODES[code] if 0 <= code < 3 else "")
@@ -167,10 +179,15 @@ def request_rows(request: Any) -> Rows:
                 events = span.events
                 event_times.append([timestamp_ns(event.time_unix_nano) for event in events])
                 event_names.append([event.name for event in events])
-                event_maps.append([attributes_map(event.attributes) for event in events])
+                event_maps.append(event_map)
                 links = span.links
                 link_trace_ids.append([hex_id(link.trace_id) for link in links])
                 link_span_ids.append([hex_id(link.span_id) for link in links])
                 link_states.append([link.trace_state for link in links])
-                link_maps.append([attributes_map(link.attributes) for link in links])
+                link_maps.append(link_map)
     return rows
+
+
+def _note(rows: Rows, problem: str) -> None:
+    if len(rows.errors) < 5:
+        rows.errors.append(problem)

@@ -121,11 +121,23 @@ def go_json(raw: Any) -> str:
 
 # -- protobuf wire decoding of AnyValue and friends ---------------------------
 
+#: Arrays and maps inside an attribute value may nest this deep (a span with a
+#: deeper value is rejected alone, with OTLP partial success). pdata has no such
+#: limit below protobuf's own; 32 levels is far beyond any real attribute.
+MAX_NESTING_DEPTH = 32
+
+
+class InvalidValue(ValueError):
+    """An array or map value that cannot be stored: malformed bytes or nested too deep."""
+
+
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
+LEN_WIRE_TYPE = _LEN
 
 
-def _fields(data: bytes) -> list[tuple[int, int, Any]]:
-    """(field number, wire type, value) triples; LEN values are bytes."""
+def wire_fields(data: bytes) -> list[tuple[int, int, Any]]:
+    """(field number, wire type, value) triples; LEN values are bytes. ValueError when
+    the bytes are not a message."""
     out = []
     index, end = 0, len(data)
     while index < end:
@@ -165,10 +177,14 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
-def any_value_raw(data: bytes) -> Any:
-    """An encoded ``AnyValue`` as pdata's ``AsRaw()`` sees it (None when empty)."""
+def any_value_raw(data: bytes, depth: int = 1) -> Any:
+    """An encoded ``AnyValue`` as pdata's ``AsRaw()`` sees it (None when empty).
+
+    ``depth`` counts the arrays and maps around it; past ``MAX_NESTING_DEPTH``
+    the value is refused (``InvalidValue``) instead of recursing further.
+    """
     raw: Any = None
-    for number, wire_type, value in _fields(data):
+    for number, wire_type, value in wire_fields(data):
         # proto3 oneof: the last member on the wire wins.
         if number == 1 and wire_type == _LEN:
             raw = _text(value)
@@ -179,37 +195,70 @@ def any_value_raw(data: bytes) -> Any:
         elif number == 4 and wire_type == _FIXED64:
             raw = struct.unpack("<d", value)[0]
         elif number == 5 and wire_type == _LEN:
-            raw = array_value_raw(value)
+            raw = array_value_raw(value, depth + 1)
         elif number == 6 and wire_type == _LEN:
-            raw = kvlist_value_raw(value)
+            raw = kvlist_value_raw(value, depth + 1)
         elif number == 7 and wire_type == _LEN:
             raw = bytes(value)
     return raw
 
 
-def array_value_raw(data: bytes) -> list[Any]:
-    return [any_value_raw(value) for number, _, value in _fields(data) if number == 1]
+def _nest(depth: int) -> None:
+    if depth > MAX_NESTING_DEPTH:
+        raise InvalidValue(f"attribute value nested deeper than {MAX_NESTING_DEPTH} levels")
 
 
-def kvlist_value_raw(data: bytes) -> dict[str, Any]:
+def array_value_raw(data: bytes, depth: int = 1) -> list[Any]:
+    _nest(depth)
+    return [any_value_raw(value, depth) for number, _, value in wire_fields(data) if number == 1]
+
+
+def kvlist_value_raw(data: bytes, depth: int = 1) -> dict[str, Any]:
+    _nest(depth)
     out: dict[str, Any] = {}
-    for number, _, entry in _fields(data):
+    for number, _, entry in wire_fields(data):
         if number != 1:
             continue
         key, value = "", None
-        for field, _, item in _fields(entry):
+        for field, _, item in wire_fields(entry):
             if field == 1:
                 key = _text(item)
             elif field == 2:
-                value = any_value_raw(item)
+                value = any_value_raw(item, depth)
         out[key] = value
     return out
 
 
 def complex_value_json(kind: str, data: bytes) -> str:
-    """AsString of an array (``kind='array'``) or kvlist value from its encoded bytes."""
-    raw = array_value_raw(data) if kind == "array" else kvlist_value_raw(data)
-    return go_json(raw)
+    """AsString of an array (``kind='array'``) or kvlist value from its encoded bytes.
+
+    Raises ``InvalidValue`` when the bytes are not a well-formed value or nest
+    deeper than ``MAX_NESTING_DEPTH``; ``checked_complex_value_json`` never raises.
+    """
+    try:
+        raw = array_value_raw(data) if kind == "array" else kvlist_value_raw(data)
+        return go_json(raw)
+    except InvalidValue:
+        raise
+    except (ValueError, TypeError, IndexError, struct.error, RecursionError) as error:
+        raise InvalidValue(f"malformed attribute value ({error})") from None
+
+
+#: Marks a value the engine must not store (see ``protobuf_sql``): no AsString result
+#: starts with a NUL byte (JSON starts with ``[``, ``{`` or is empty).
+INVALID_VALUE_MARK = "\0"
+
+
+def checked_complex_value_json(kind: str, data: bytes) -> str:
+    """``complex_value_json``, or ``INVALID_VALUE_MARK`` + the reason: never raises.
+
+    It runs inside the engine (a chDB UDF): an exception there would fail the
+    whole batch of requests the value was written with, innocent ones too.
+    """
+    try:
+        return complex_value_json(kind, data)
+    except InvalidValue as error:
+        return INVALID_VALUE_MARK + str(error)
 
 
 # -- generated protobuf classes (the Python conversion path) -------------------

@@ -9,6 +9,8 @@ formatted into the text.
 
     Store
     ├── query(sql, parameters, *, readonly)   rows, as a DataFrame
+    ├── user_query(sql, limits, ...)          a user's statement under QueryLimits,
+    │                                         engine-enforced, killed when abandoned
     ├── command(sql, parameters)              effect only (DDL, INSERT ... SELECT)
     ├── insert(table, columns, data)          column-oriented rows
     ├── insert_encoded(statement, format, payload)   bytes in an input format
@@ -20,9 +22,10 @@ formatted into the text.
         └── encoded_inserts                   insert_encoded works (else use insert)
 
 Callers read ``backend`` instead of checking classes, and ``open_store`` is
-the only code that names a backend. Per-call options are keyword-only, so a
-new one (per-query limits) joins ``query`` and ``command`` without moving
-anything. ``table_exists`` is the one way to ask whether a table is there.
+the only code that names a backend. Per-query limits are part of the contract
+(``QueryLimits``, taken by ``user_query``); per-call options are keyword-only,
+so the next one joins without moving anything. ``table_exists`` is the one way
+to ask whether a table is there.
 
 Value conventions for ``insert`` (column-oriented): ``DateTime64`` values are
 integer nanoseconds since the Unix epoch (UTC), ``Map`` values are dicts,
@@ -35,12 +38,14 @@ from __future__ import annotations
 import abc
 import contextlib
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from types import TracebackType
 from typing import Any, Self
 
 import pandas as pd
+
+from grpc_overhead.analyzer.errors import READONLY_ERROR_CODE, BadInput, QueryError
 
 Parameters = Mapping[str, Any]
 Columns = Sequence[Sequence[Any]]
@@ -80,6 +85,63 @@ class Backend:
     encoded_inserts: bool
 
 
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one user query (``sql``, the SQL page) may take; the engine enforces each.
+
+    The defaults are the ceiling: ``lowered`` makes a stricter copy and refuses
+    to raise any of them. The query also runs with ``readonly=1``, under which
+    ClickHouse refuses every write, every ``SET``/``SETTINGS`` change (so no
+    query can raise a limit itself) and ``SYSTEM``; ``KILL`` is refused before
+    the query runs (``check_user_statement``).
+    """
+
+    #: Wall-clock seconds (ClickHouse ``max_execution_time``).
+    max_execution_time_s: float = 60.0
+    #: Bytes of memory for the query (``max_memory_usage``).
+    max_memory_bytes: int = 4 << 30
+    #: Rows in the result (``max_result_rows``, overflow is an error, not a silent cut).
+    max_result_rows: int = 1_000_000
+
+    def lowered(self, **limits: float | int | None) -> QueryLimits:
+        """A copy with the given limits (None: unchanged); BadInput if one would rise."""
+        changes = {name: value for name, value in limits.items() if value is not None}
+        for name, value in changes.items():
+            ceiling = getattr(self, name)  # AttributeError for an unknown name: a bug
+            if not 0 < value <= ceiling:
+                raise BadInput(f"{name} must be above 0 and at most {ceiling:g}, not {value:g}")
+        return replace(self, **changes)
+
+    def settings(self) -> dict[str, Any]:
+        """ClickHouse settings, ``readonly`` last (once it is 1, no setting can change)."""
+        return {
+            "max_execution_time": self.max_execution_time_s,
+            "max_memory_usage": int(self.max_memory_bytes),
+            "max_result_rows": int(self.max_result_rows),
+            "result_overflow_mode": "throw",
+            "readonly": 1,
+        }
+
+    def describe(self) -> str:
+        return ", ".join(f"{field.name}={getattr(self, field.name):g}" for field in fields(self))
+
+
+#: Statement kinds a user query may be (the first word of the engine's formatting).
+USER_STATEMENTS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "EXISTS")
+#: Polled while a user query runs: True when its caller went away (the query is killed).
+Abandoned = Callable[[], bool]
+
+_SCOPE_SUFFIX = re.compile(r"\s*:?\s*In scope SELECT formatQuery\(.*$", re.DOTALL)
+_OUTFILE = re.compile(r"\sINTO\s+OUTFILE\s", re.IGNORECASE)
+_FORMAT_CLAUSE = re.compile(r"\sFORMAT\s+(\w+)\s*$")
+
+
+def output_format(formatted: str) -> str | None:
+    """The statement's own ``FORMAT`` clause (from ``check_user_statement``), if any."""
+    match = _FORMAT_CLAUSE.search(formatted)
+    return match.group(1) if match else None
+
+
 class Store(abc.ABC):
     """One ClickHouse-speaking store. Thread-safe; use as a context manager."""
 
@@ -93,6 +155,60 @@ class Store(abc.ABC):
         self, sql: str, parameters: Parameters | None = None, *, readonly: bool = False
     ) -> pd.DataFrame:
         """Run a statement that returns rows. ``readonly=True`` refuses writes and DDL."""
+
+    @abc.abstractmethod
+    def user_query(
+        self,
+        sql: str,
+        limits: QueryLimits,
+        *,
+        parameters: Parameters | None = None,
+        abandoned: Abandoned | None = None,
+        output: str | None = None,
+    ) -> pd.DataFrame | bytes:
+        """Run a user's statement read-only under ``limits``, beside the store's own work.
+
+        It never waits for (or holds up) the intake, the pages' queries or
+        rollups, and it is killed once ``abandoned()`` turns True. ``output``:
+        the engine renders the result in that ClickHouse format and the bytes
+        are returned (a statement's own ``FORMAT`` clause); None: a DataFrame.
+        Call ``check_user_statement`` first.
+        """
+
+    def check_user_statement(self, sql: str) -> str:
+        """The statement as the engine formats it; QueryError unless it only reads.
+
+        The engine parses it (one statement, no multi-statements); ``readonly=1``
+        refuses writes, but not ``KILL QUERY``, which would cancel the intake's
+        inserts, nor ``INTO OUTFILE``: only the kinds in ``USER_STATEMENTS``
+        pass, without an output file.
+        """
+        try:
+            found = self.query(
+                "SELECT formatQuery({statement:String}) AS formatted",
+                {"statement": sql},
+                readonly=True,
+            )
+        except QueryError as error:  # about the user's text, not our wrapper around it
+            message = _SCOPE_SUFFIX.sub("", error.message).rstrip()
+            raise QueryError(message, sql=sql, code=error.code) from error
+        formatted = str(found["formatted"].iloc[0])
+        kind = formatted.lstrip("( \n").split(None, 1)[0].upper() if formatted.strip() else ""
+        if kind not in USER_STATEMENTS:
+            raise QueryError(
+                f"{kind or 'this'} statements are refused: only "
+                f"{', '.join(USER_STATEMENTS)} run here (read-only)",
+                sql=sql,
+                code=READONLY_ERROR_CODE,
+            )
+        if _OUTFILE.search(formatted):  # the engine writes it even under readonly=1
+            raise QueryError(
+                "INTO OUTFILE is refused: a read-only query writes no files "
+                "(redirect the output instead)",
+                sql=sql,
+                code=READONLY_ERROR_CODE,
+            )
+        return formatted
 
     @abc.abstractmethod
     def command(self, sql: str, parameters: Parameters | None = None) -> None:

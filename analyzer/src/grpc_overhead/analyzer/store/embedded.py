@@ -25,6 +25,12 @@ Read-only queries go through a second connection to the same engine opened
 with ``readonly=1`` (a per-connection setting in chDB), so user SQL cannot
 write even with its own SETTINGS clause: ClickHouse refuses to change
 ``readonly`` once it is 1.
+
+A user's query (``user_query``) gets a connection of its own (opening one
+costs about a millisecond), with its ``QueryLimits`` and ``readonly=1`` as
+connection settings and a ``log_comment`` tag; it takes no lock, so it runs
+beside the intake and the pages, and a watcher kills it by that tag
+(``KILL QUERY``, from yet another connection) once its caller has gone.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ import contextlib
 import os
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
-from datetime import date, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -48,14 +54,19 @@ from grpc_overhead.analyzer.errors import (
     StoreUnavailable,
 )
 from grpc_overhead.analyzer.store.base import (
+    Abandoned,
     Backend,
     Columns,
     Parameters,
+    QueryLimits,
     Store,
     quote_identifier,
     split_clickhouse_error,
 )
+from grpc_overhead.analyzer.store.chdb_values import arrow_type, bind_parameters
 from grpc_overhead.analyzer.store.lock import check_free, lock_holder, locked_message
+from grpc_overhead.analyzer.store.text import readable_table
+from grpc_overhead.analyzer.store.watch import watch
 
 CHDB = Backend("chdb", owns_data=True, encoded_inserts=True)
 
@@ -157,18 +168,47 @@ class ChdbStore(Store):
             if readonly:
                 conn = self._readonly()
             try:
-                table = conn.query(sql, "ArrowTable", params=_bind(parameters))
+                table = conn.query(sql, "ArrowTable", params=bind_parameters(parameters))
             except Exception as exc:
                 raise self._query_error(exc, sql, parameters) from exc
-        # Not chDB's own "DataFrame" output: in 4.4 it crashes the process on
-        # Array(Map(...)) columns spanning several rows (Events.Attributes).
-        return table.to_pandas(maps_as_pydicts="lossy")
+        return _frame(table)
+
+    def user_query(
+        self,
+        sql: str,
+        limits: QueryLimits,
+        *,
+        parameters: Parameters | None = None,
+        abandoned: Abandoned | None = None,
+        output: str | None = None,
+    ) -> pd.DataFrame | bytes:
+        tag = f"grpc-overhead-user-query-{uuid.uuid4().hex}"
+        with self._lock:
+            self._open_connection()
+            database = self.database
+        settings: dict[str, Any] = {"log_comment": tag, **limits.settings()}
+        if database != "default":
+            settings = {"database": database, **settings}
+        conn = self._connect(f"{self.directory}?{urlencode(settings)}")
+        try:
+            with watch(abandoned, lambda: self._kill(tag)):
+                if output is not None:
+                    return bytes(
+                        conn.query(sql, output, params=bind_parameters(parameters)).bytes()
+                    )
+                table = conn.query(sql, "ArrowTable", params=bind_parameters(parameters))
+        except Exception as exc:
+            raise self._query_error(exc, sql, parameters) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
+        return _frame(table)
 
     def command(self, sql: str, parameters: Parameters | None = None) -> None:
         with self._lock:
             conn = self._open_connection()
             try:
-                conn.query(sql, "TSV", params=_bind(parameters))
+                conn.query(sql, "TSV", params=bind_parameters(parameters))
             except Exception as exc:
                 raise self._query_error(exc, sql, parameters) from exc
 
@@ -218,6 +258,18 @@ class ChdbStore(Store):
                 raise self._query_error(exc, sql, None) from exc
             return int(result.rows_written)
 
+    def _kill(self, tag: str) -> None:
+        """KILL the user query tagged ``tag``, from a connection of its own (no lock)."""
+        killer = self._connect(self.directory)
+        try:
+            killer.query(
+                "KILL QUERY WHERE Settings['log_comment'] = {tag:String} ASYNC",
+                "CSV",
+                params={"tag": tag},
+            )
+        finally:
+            killer.close()
+
     def close(self) -> None:
         with self._lock:
             # Sessions and the read-only connection share the engine: close them first.
@@ -251,6 +303,13 @@ class ChdbStore(Store):
             text = text.removeprefix(prefix)
         code, message = split_clickhouse_error(text)
         return QueryError(message, sql=sql, parameters=parameters, code=code)
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    """A result as a DataFrame; text that is not UTF-8 made readable (see ``text``)."""
+    # Not chDB's own "DataFrame" output: in 4.4 it crashes the process on
+    # Array(Map(...)) columns spanning several rows (Events.Attributes).
+    return readable_table(table).to_pandas(maps_as_pydicts="lossy")
 
 
 class ChdbSession(ChdbStore):
@@ -296,116 +355,3 @@ class _Captured:
             return ""
         self._sink.seek(0)
         return self._sink.read().decode("utf-8", "replace")
-
-
-# -- parameters and types ---------------------------------------------------
-
-_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0", "\b": "\\b"}
-_ESCAPES["\f"] = "\\f"
-
-
-def _escape_text(text: str) -> str:
-    """ClickHouse parses query parameter values as escaped text (TSV rules)."""
-    return "".join(_ESCAPES.get(char, char) for char in text)
-
-
-def _literal(value: Any) -> str:
-    """A value as a ClickHouse literal, for elements inside arrays and tuples."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, datetime | date):
-        return "'" + _datetime_text(value) + "'"
-    if isinstance(value, list | tuple):
-        inner = ", ".join(_literal(item) for item in value)
-        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
-    text = _escape_text(str(value)).replace("'", "\\'")
-    return f"'{text}'"
-
-
-def _datetime_text(value: date) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ")
-    return value.isoformat()
-
-
-def _bind(parameters: Parameters | None) -> dict[str, Any]:
-    bound: dict[str, Any] = {}
-    for name, value in (parameters or {}).items():
-        if value is None or isinstance(value, bool | int | float):
-            bound[name] = value
-        elif isinstance(value, datetime | date):
-            bound[name] = _datetime_text(value)
-        elif isinstance(value, list | tuple):
-            bound[name] = _literal(value)
-        else:
-            bound[name] = _escape_text(str(value))
-    return bound
-
-
-def _strip(type_name: str, wrapper: str) -> str:
-    if type_name.startswith(wrapper + "(") and type_name.endswith(")"):
-        return type_name[len(wrapper) + 1 : -1]
-    return type_name
-
-
-def _split_arguments(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for index, char in enumerate(text):
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:index].strip())
-            start = index + 1
-    parts.append(text[start:].strip())
-    return parts
-
-
-_SCALARS = {
-    "String": pa.string(),
-    "UUID": pa.string(),
-    "Bool": pa.bool_(),
-    "UInt8": pa.uint8(),
-    "UInt16": pa.uint16(),
-    "UInt32": pa.uint32(),
-    "UInt64": pa.uint64(),
-    "Int8": pa.int8(),
-    "Int16": pa.int16(),
-    "Int32": pa.int32(),
-    "Int64": pa.int64(),
-    "Float32": pa.float32(),
-    "Float64": pa.float64(),
-    "Date": pa.date32(),
-    "DateTime": pa.timestamp("s", tz="UTC"),
-}
-_UNITS = {0: "s", 3: "ms", 6: "us", 9: "ns"}
-
-
-def arrow_type(type_name: str) -> pa.DataType | None:
-    """The Arrow type that carries values of a ClickHouse column (None: infer)."""
-    type_name = _strip(_strip(type_name.strip(), "LowCardinality"), "Nullable")
-    type_name = _strip(type_name, "LowCardinality")
-    if type_name in _SCALARS:
-        return _SCALARS[type_name]
-    if type_name.startswith(("FixedString(", "Enum8(", "Enum16(")):
-        return pa.string()
-    if type_name.startswith("DateTime64("):
-        precision = int(_split_arguments(type_name[len("DateTime64(") : -1])[0])
-        return pa.timestamp(_UNITS.get(precision, "ns"), tz="UTC")
-    if type_name.startswith("DateTime("):
-        return pa.timestamp("s", tz="UTC")
-    if type_name.startswith("Array("):
-        element = arrow_type(type_name[len("Array(") : -1])
-        return pa.list_(element) if element is not None else None
-    if type_name.startswith("Map("):
-        key, value = _split_arguments(type_name[len("Map(") : -1])
-        key_type, value_type = arrow_type(key), arrow_type(value)
-        if key_type is None or value_type is None:
-            return None
-        return pa.map_(key_type, value_type)
-    return None

@@ -3,13 +3,20 @@
 clickhouse-driver with ``server_side_params`` so ``{name:Type}`` placeholders
 are bound by the server exactly as chDB binds them; inserts go column-wise
 (``INSERT INTO t (cols) VALUES`` + ``columnar=True``). Read-only queries carry
-the ``readonly=1`` setting, which the server enforces.
+the ``readonly=1`` setting, which the server enforces. Strings are decoded
+leniently (``text.LENIENT_UTF8``): the collector's exporter stores bytes as
+sent, and one span that is not UTF-8 must not break every reader.
+
+A user's query (``user_query``) runs on a client of its own (no lock: the
+store's other work goes on), with its ``QueryLimits`` as settings and a
+``query_id`` by which a second client kills it when its caller goes away.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,13 +25,17 @@ import pandas as pd
 
 from grpc_overhead.analyzer.errors import BadInput, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.store.base import (
+    Abandoned,
     Backend,
     Columns,
     Parameters,
+    QueryLimits,
     Store,
     quote_identifier,
     split_clickhouse_error,
 )
+from grpc_overhead.analyzer.store.text import LENIENT_UTF8
+from grpc_overhead.analyzer.store.watch import watch
 
 _SCHEMES = ("clickhouse", "clickhouses", "tcp")
 CLICKHOUSE = Backend("clickhouse", owns_data=False, encoded_inserts=False)
@@ -49,8 +60,6 @@ class ClickHouseServerStore(Store):
     backend = CLICKHOUSE
 
     def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
-        from clickhouse_driver import Client
-
         parts = urlsplit(url)
         if parts.scheme not in _SCHEMES or not parts.hostname:
             raise BadInput(
@@ -62,15 +71,23 @@ class ClickHouseServerStore(Store):
         self.url = url
         self.description = f"ClickHouse {_redacted(url)}"
         self._lock = threading.RLock()
-        try:
-            self._client = Client.from_url(url)
-        except (ValueError, TypeError) as exc:
-            raise BadInput(f"bad ClickHouse URL {_redacted(url)!r}: {exc}") from exc
-        self._client.connection.connect_timeout = connect_timeout
-        # Bind {name:Type} placeholders on the server, exactly as chDB does.
-        self._client.client_settings["server_side_params"] = True
+        self._connect_timeout = connect_timeout
+        self._client = self._new_client()
         # Fail now, with a clear message, rather than at the first query.
         self._execute("SELECT 1", None, settings=None)
+
+    def _new_client(self) -> Any:
+        from clickhouse_driver import Client
+
+        try:
+            client = Client.from_url(self.url)
+        except (ValueError, TypeError) as exc:
+            raise BadInput(f"bad ClickHouse URL {_redacted(self.url)!r}: {exc}") from exc
+        client.connection.connect_timeout = self._connect_timeout
+        # Bind {name:Type} placeholders on the server, exactly as chDB does.
+        client.client_settings["server_side_params"] = True
+        client.client_settings["strings_encoding"] = LENIENT_UTF8
+        return client
 
     def query(
         self, sql: str, parameters: Parameters | None = None, *, readonly: bool = False
@@ -79,15 +96,46 @@ class ClickHouseServerStore(Store):
         rows, column_types = self._execute(
             sql, parameters, settings=settings, with_column_types=True, columnar=True
         )
-        names = [name for name, _ in column_types]
-        values = rows if rows else [[] for _ in names]
-        frame = pd.DataFrame(
-            {name: list(column) for name, column in zip(names, values, strict=True)}
-        )
-        for name, type_name in column_types:
-            if type_name.startswith(("DateTime", "Nullable(DateTime")) and len(frame):
-                frame[name] = pd.to_datetime(frame[name], utc=True)
-        return frame
+        return _frame(rows, column_types)
+
+    def user_query(
+        self,
+        sql: str,
+        limits: QueryLimits,
+        *,
+        parameters: Parameters | None = None,
+        abandoned: Abandoned | None = None,
+        output: str | None = None,
+    ) -> pd.DataFrame | bytes:
+        if output is not None:
+            raise BadInput(
+                f"FORMAT {output}: over the native protocol the server sends blocks, not "
+                "formatted text; drop the FORMAT clause and use --format"
+            )
+        query_id = f"grpc-overhead-user-query-{uuid.uuid4().hex}"
+        client = self._new_client()
+        try:
+            with watch(abandoned, lambda: self._kill(query_id)):
+                rows, column_types = client.execute(
+                    sql,
+                    dict(parameters or {}),
+                    settings=limits.settings(),
+                    query_id=query_id,
+                    with_column_types=True,
+                    columnar=True,
+                )
+        except Exception as exc:
+            raise self._translate(exc, sql, parameters) from exc
+        finally:
+            client.disconnect()
+        return _frame(rows, column_types)
+
+    def _kill(self, query_id: str) -> None:
+        killer = self._new_client()
+        try:
+            killer.execute("KILL QUERY WHERE query_id = {id:String} ASYNC", {"id": query_id})
+        finally:
+            killer.disconnect()
 
     def command(self, sql: str, parameters: Parameters | None = None) -> None:
         self._execute(sql, parameters, settings=None)
@@ -133,3 +181,13 @@ class ClickHouseServerStore(Store):
         if isinstance(exc, errors.Error | TypeError | ValueError):
             return QueryError(str(exc), sql=sql, parameters=parameters)
         return exc
+
+
+def _frame(rows: Any, column_types: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    names = [name for name, _ in column_types]
+    values = rows if rows else [[] for _ in names]
+    frame = pd.DataFrame({name: list(column) for name, column in zip(names, values, strict=True)})
+    for name, type_name in column_types:
+        if type_name.startswith(("DateTime", "Nullable(DateTime")) and len(frame):
+            frame[name] = pd.to_datetime(frame[name], utc=True)
+    return frame

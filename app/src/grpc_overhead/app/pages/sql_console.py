@@ -26,8 +26,9 @@ def use_example() -> None:
 
 st.caption(
     "ClickHouse SQL over `otel_traces` (spans as the collector's exporter writes them) and "
-    "`grpc_calls` (one row per call; read it with `FINAL`). Read-only: statements that "
-    "change data or schema are refused."
+    "`grpc_calls` (one row per call; read it with `FINAL`). Read-only, enforced by the "
+    f"engine, with limits ({console.PAGE_LIMITS.describe()}): statements that change data, "
+    "settings or other queries are refused, and a query stops when you leave the page."
 )
 st.selectbox("Examples", [CHOOSE, *examples], key="sql_example", on_change=use_example)
 st.session_state.setdefault("sql_text", next(iter(examples.values())))
@@ -45,7 +46,7 @@ if ran is None:
     st.info("Write a query or pick an example, then Run.")
     st.stop()
 statement, row_limit = ran
-result = shared.load(console.run, statement, limit=row_limit)
+result = shared.load(console.run, statement, limit=row_limit, **{shared.OWNER: shared.session_id()})
 rows = formatting.count(len(result))
 if result.attrs.get(console.TRUNCATED):
     st.warning(f"Showing the first {rows} rows: the query returned more. Raise the row limit.")

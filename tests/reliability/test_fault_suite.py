@@ -1,0 +1,45 @@
+"""The fault-injection suite (harness/fault_suite.py), reduced; make bench runs it in full.
+
+A flood with short deadlines, poison and KILL attempts against a real intake,
+then ``serve`` and ``collector run`` as processes, each killed with SIGKILL
+and restarted under load. Checked: acknowledged ⊆ stored, refused ∩ stored =
+∅, poison never stored, no duplicates where the intake can prevent them, and
+``report``/``sql`` still read the store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.fault_suite import QUICK, run_suite
+
+pytestmark = pytest.mark.e2e
+
+
+def test_faults_lose_nothing_acknowledged_and_store_nothing_refused(
+    tmp_path: Path, collector_bin: Path
+) -> None:
+    figures = run_suite(QUICK, str(tmp_path))
+    flood, crash = figures["flood"], figures["crash"]
+
+    numbers = flood["invariants"]
+    assert numbers["spans_acknowledged"] > 0 and numbers["poison_spans"] > 0
+    assert flood["requests"].get("refused", 0) > 0, "the flood never made the intake refuse"
+    assert (numbers["lost"], numbers["refused_but_stored"]) == (0, 0), flood
+    assert (numbers["poison_stored"], numbers["duplicates"]) == (0, 0), flood
+    assert flood["intake_spans_stored_counter"] == flood["stored_rows"]
+    assert flood["kill_attempts"]["tried"] == flood["kill_attempts"]["refused"] > 0
+    assert flood["reports_readable"]
+
+    assert crash["faults"] == {"serve_killed": QUICK.kills, "collector_killed": QUICK.kills}
+    direct, through = crash["direct"], crash["through_collector"]
+    assert direct["spans_acknowledged"] > 0 and through["spans_acknowledged"] > 0
+    assert (direct["lost"], direct["refused_but_stored"], direct["poison_stored"]) == (0, 0, 0)
+    assert (through["refused_but_stored"], through["poison_stored"]) == (0, 0)
+    # A kill -9 between a commit and its answer can store a retried request twice (see the
+    # README's Reliability section): bounded by what was in flight, never a flood of copies.
+    duplicates = direct["duplicates"] + through["duplicates"]
+    assert duplicates <= 0.05 * (direct["spans_acknowledged"] + through["spans_acknowledged"])
+    assert crash["reports_readable"]
