@@ -39,7 +39,7 @@ import abc
 import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Self
 
@@ -92,8 +92,8 @@ class QueryLimits:
     The defaults are the ceiling: ``lowered`` makes a stricter copy and refuses
     to raise any of them. The query also runs with ``readonly=1``, under which
     ClickHouse refuses every write, every ``SET``/``SETTINGS`` change (so no
-    query can raise a limit itself) and ``SYSTEM``; ``KILL`` is refused before
-    the query runs (``check_user_statement``).
+    query can raise a limit itself) and ``SYSTEM``; ``KILL`` and ``INTO OUTFILE``
+    are refused before the query runs (``check_user_statement``).
     """
 
     #: Wall-clock seconds (ClickHouse ``max_execution_time``).
@@ -123,7 +123,10 @@ class QueryLimits:
         }
 
     def describe(self) -> str:
-        return ", ".join(f"{field.name}={getattr(self, field.name):g}" for field in fields(self))
+        """'60 s, 4 GiB, 1,000,000 rows': the limits as a page caption shows them."""
+        memory = self.max_memory_bytes / (1 << 30)
+        memory_text = f"{memory:g} GiB" if memory >= 1 else f"{self.max_memory_bytes >> 20} MiB"
+        return f"{self.max_execution_time_s:g} s, {memory_text}, {self.max_result_rows:,} rows"
 
 
 #: Statement kinds a user query may be (the first word of the engine's formatting).
