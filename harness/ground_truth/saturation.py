@@ -64,10 +64,14 @@ class Case:
 
 def cases(profile: Profile) -> list[Case]:
     if not profile.full:
+        # One worker: the model keeps one core busy and the GIL contended, leaving the
+        # other core to the load generator and serve. With two workers on two cores the
+        # machine itself is oversubscribed, and the OS's scheduling delays (which no method
+        # tells from the wire) blur the check on a machine the suite keeps busy.
         return [
-            Case(False, 2, 4, 3.0, "small"),
-            Case(True, 2, 4, 3.0, "small"),
-            Case(False, 2, 4, 3.0, "large"),
+            Case(False, 1, 2, 3.0, "small"),
+            Case(True, 1, 2, 3.0, "small"),
+            Case(False, 1, 2, 3.0, "large"),
         ]
     found = [Case(False, 2, 2 * 2, cost, "small") for cost in (1.0, 3.0, 10.0)]
     found += [Case(False, 2, 4 * 2, cost, "small") for cost in (1.0, 3.0, 10.0)]
