@@ -93,6 +93,13 @@ DOCUMENTED: tuple[Variable, ...] = (
     ),
     Variable("GRPC_OVERHEAD_COLLECTOR_METRICS_PORT", "8888", "port of those metrics when enabled"),
     Variable(
+        "GRPC_OVERHEAD_COLLECTOR_STORAGE_DIR",
+        "~/.local/state/grpc-overhead/collector-CONFIG-PORT (collector run), "
+        "/var/lib/otelcol/grpc-overhead (the binary run directly)",
+        "directory of the collector's on-disk sending queue (file_storage): what it "
+        "acknowledged survives a kill -9 and is sent on its next start; created if missing",
+    ),
+    Variable(
         "GRPC_OVERHEAD_INTAKE_ENDPOINT",
         "127.0.0.1:4327",
         "where the embedded collector config sends spans (the analyzer intake)",
