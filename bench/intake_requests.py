@@ -14,6 +14,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
 EVENTS = (
     "requestCreated",
@@ -97,6 +99,22 @@ def realistic_request(spans: int, seed: int) -> bytes:
 # -- the sender process ---------------------------------------------------------------------
 
 
+def unique(payload: bytes, index: int) -> bytes:
+    """``payload`` plus a span-less ResourceSpans naming ``index``: distinct bytes, same rows.
+
+    The intake answers a copy of a request it already stored from its digest
+    (a retry), so every request sent must differ; protobuf concatenation
+    merges the extra ResourceSpans into the request.
+    """
+    resource = Resource(attributes=[_kv("bench.request", index)])
+    return (
+        payload
+        + ExportTraceServiceRequest(
+            resource_spans=[ResourceSpans(resource=resource)]
+        ).SerializeToString()
+    )
+
+
 def send(port: int, spans_per_request: int, requests: int, senders: int) -> tuple[int, float]:
     """Send the requests from this process: (UNAVAILABLE answers retried, seconds taken)."""
     variants = [realistic_request(spans_per_request, seed) for seed in range(4)]
@@ -123,7 +141,7 @@ def send(port: int, spans_per_request: int, requests: int, senders: int) -> tupl
                 return
             while True:
                 try:
-                    export(variants[index % len(variants)], timeout=120)
+                    export(unique(variants[index % len(variants)], index), timeout=120)
                     break
                 except grpc.RpcError as error:
                     if error.code() != grpc.StatusCode.UNAVAILABLE:

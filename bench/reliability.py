@@ -50,7 +50,7 @@ def summary(figures: dict[str, Any]) -> str:
         ("crash / collector", crash_["through_collector"], crash_["reports_readable"]),
     ]
     for name, numbers, readable in rows:
-        lost = numbers.get("lost", numbers.get("lost_in_collector_queue"))
+        lost = numbers["lost"]
         lines.append(
             f"| {name} | {numbers['spans_acknowledged']} | {numbers['spans_refused']} | "
             f"{numbers['spans_unknown']} | {numbers['poison_spans']} | {lost} | "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -10,6 +11,23 @@ from concurrent import futures
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _collector_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Collectors started by tests keep their on-disk queues in a temporary state dir.
+
+    Their default is one folder per config and OTLP port under the user's state
+    dir: a test must neither leave queues there nor resend a queue an earlier
+    run left behind on the same port.
+    """
+    previous = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if previous is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = previous
 
 
 class OtlpSink(trace_service_pb2_grpc.TraceServiceServicer):

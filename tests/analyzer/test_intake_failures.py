@@ -58,7 +58,9 @@ class _HeldExporter(ProtobufSqlExporter):
 
 
 def test_full_buffer_answers_unavailable_then_recovers(tmp_path: Path) -> None:
-    payload = request(span(1), span(2))
+    # Distinct requests of one size: copies of the same bytes would be one request.
+    payloads = [request(span(first), span(first + 1)) for first in (1, 3, 5, 7)]
+    payload = payloads[0]
     with open_store(tmp_path / "store") as store:
         held = _HeldExporter(store)
         config = IntakeConfig(
@@ -69,17 +71,17 @@ def test_full_buffer_answers_unavailable_then_recovers(tmp_path: Path) -> None:
         )
         with Intake(store, config, exporter=held) as intake:
             channel, export = stub(intake.port)
-            waiting = [export.future(payload, timeout=10) for _ in range(2)]
+            waiting = [export.future(payloads[index], timeout=10) for index in range(2)]
             while intake.stats().pending_bytes < len(payload) * 2:
                 threading.Event().wait(0.01)
             with pytest.raises(grpc.RpcError) as raised:
-                export(payload, timeout=10)
+                export(payloads[2], timeout=10)
             assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
             assert "not keeping up" in raised.value.details()
             held.release.set()
             for future in waiting:
                 future.result()
-            export(payload, timeout=10)  # room again: accepted
+            export(payloads[3], timeout=10)  # room again: accepted
             channel.close()
             assert intake.stats().requests_refused == 1
         assert int(store.query("SELECT count() AS n FROM otel_traces")["n"][0]) == 6
@@ -210,3 +212,28 @@ def test_the_intake_answers_before_the_collectors_exporter_gives_up() -> None:
     timeout = re.search(r"^\s+timeout: (\d+)s$", exporter, re.MULTILINE)
     assert timeout is not None
     assert IntakeConfig().wait_timeout < int(timeout.group(1))
+
+
+@pytest.mark.parametrize("exporter_class", [_SlowCommitExporter, RowsExporter])
+def test_a_retry_after_a_restart_is_not_stored_twice(tmp_path: Path, exporter_class) -> None:
+    """Stored, but its caller never heard so (here: its deadline passed; in the fault suite:
+    serve was killed before answering). The retry reaches the next intake process, which
+    knows the request from the store's journal: answered, not stored again."""
+    payload = request(span(1), span(2))
+    with open_store(tmp_path / "store") as store:
+        config = IntakeConfig(port=0, flush_interval=0.01)
+        with Intake(store, config, exporter=_SlowCommitExporter(store)) as first:
+            channel, export = stub(first.port)
+            with pytest.raises(grpc.RpcError):
+                export(payload, timeout=1.0)
+            channel.close()
+            while first.stats().spans_inserted < 2:
+                threading.Event().wait(0.05)
+        with Intake(store, config, exporter=exporter_class(store)) as second:  # a new process
+            channel, export = stub(second.port)
+            response = export(payload, timeout=10)
+            assert response.partial_success.rejected_spans == 0
+            export(request(span(3)), timeout=10)  # anything new is stored as ever
+            channel.close()
+        count = store.query("SELECT count() AS n, uniqExact(SpanId) AS u FROM otel_traces")
+        assert count.values.tolist() == [[3, 3]]

@@ -134,7 +134,8 @@ def _run(args: argparse.Namespace) -> int:
             target = f" -> intake {collector.intake}" if config.name == "embedded.yaml" else ""
             _say(
                 f"collector ready (config {config}, pid {collector.pid}): OTLP/gRPC on port "
-                f"{collector.otlp_port}{target}, health {collector.health_url}. Ctrl-C to stop."
+                f"{collector.otlp_port}{target}, health {collector.health_url}, "
+                f"queue on disk in {collector.storage_dir}. Ctrl-C to stop."
             )
             code = collector.wait()
     except CollectorError:

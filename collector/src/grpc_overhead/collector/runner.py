@@ -34,6 +34,7 @@ ENV_BIN = environment.COLLECTOR_BIN
 ENV_OTLP_PORT = environment.COLLECTOR_OTLP_PORT
 ENV_INTAKE = environment.INTAKE_ENDPOINT
 ENV_HEALTH_PORT = environment.COLLECTOR_HEALTH_PORT
+ENV_STORAGE = environment.COLLECTOR_STORAGE_DIR
 
 DIST_NAME = "otelcol-grpc-overhead"
 CONFIG_NAMES: tuple[str, ...] = ("embedded", "clickhouse")
@@ -203,6 +204,18 @@ def validate_config(
         raise CollectorConfigError(f"collector rejected {config}:\n{message}")
 
 
+def default_storage_dir(config: Path, otlp_port: int) -> Path:
+    """Where a collector run from here keeps its on-disk sending queue by default.
+
+    One folder per config and OTLP port, in the user's state dir: a collector
+    restarted on the same port (after a kill -9) finds and resends what it had
+    acknowledged, and two collectors side by side (which need distinct ports
+    anyway) never contend for one queue file (file_storage locks it).
+    """
+    state = os.environ.get("XDG_STATE_HOME", "").strip() or Path.home() / ".local" / "state"
+    return Path(state) / "grpc-overhead" / f"collector-{config.stem}-{otlp_port}"
+
+
 def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         # Like the collector (Go sets SO_REUSEADDR): a port left in TIME_WAIT
@@ -260,6 +273,9 @@ class CollectorProcess:
         self.otlp_port = int(merged.get(ENV_OTLP_PORT) or DEFAULT_OTLP_PORT)
         self.health_port = int(merged.get(ENV_HEALTH_PORT) or DEFAULT_HEALTH_PORT)
         self.intake = merged.get(ENV_INTAKE) or DEFAULT_INTAKE
+        storage = merged.get(ENV_STORAGE) or default_storage_dir(self.config, self.otlp_port)
+        self.storage_dir = Path(storage).expanduser()
+        overrides[ENV_STORAGE] = str(self.storage_dir)
         self._process: subprocess.Popen[str] | None = None
         self._lines: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL_LINES)
         self._reader: threading.Thread | None = None
@@ -313,6 +329,13 @@ class CollectorProcess:
                 f"health port {self.health_port} is already in use (another collector?): "
                 "choose another with --health-port / health_port"
             )
+        try:
+            self.storage_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise CollectorStartError(
+                f"cannot create the collector's queue directory {self.storage_dir} "
+                f"({error.strerror}): set {ENV_STORAGE} to a writable directory"
+            ) from None
         self._process = subprocess.Popen(
             [str(exe), "--config", str(self.config)],
             stdin=subprocess.DEVNULL,

@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from grpc_overhead.analyzer.errors import QueryError, brief
-from grpc_overhead.analyzer.intake import protobuf_sql
+from grpc_overhead.analyzer.intake import journal, protobuf_sql
 from grpc_overhead.analyzer.intake.rows import COLUMNS, Rows, request_rows
 from grpc_overhead.analyzer.intake.salvage import salvage
 from grpc_overhead.analyzer.intake.values import MAX_NESTING_DEPTH
@@ -63,6 +63,10 @@ class RequestOutcome:
 
 
 class Exporter(Protocol):
+    #: Where it stores (the processor journals stored requests there too, ``journal``).
+    store: Store
+    schema: SchemaOptions
+
     def start(self) -> None: ...
 
     def export(self, requests: list[bytes], claim: Claim | None = None) -> list[RequestOutcome]: ...
@@ -89,6 +93,7 @@ class ProtobufSqlExporter:
 
     def start(self) -> None:
         create_schema(self.store, self.schema)
+        journal.create(self.store, self.schema)
         self._schema_dir = tempfile.mkdtemp(prefix="grpc-overhead-intake-")
         schema_path = os.path.join(self._schema_dir, "otlp_intake.proto")
         with open(schema_path, "w", encoding="utf-8") as handle:
@@ -200,6 +205,7 @@ class RowsExporter:
 
     def start(self) -> None:
         create_schema(self.store, self.schema)
+        journal.create(self.store, self.schema)
 
     def shutdown(self) -> None:
         pass

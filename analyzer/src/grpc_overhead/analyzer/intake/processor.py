@@ -16,10 +16,12 @@ Refused means not stored. A request whose caller stops waiting (the
 receiver's wait timed out) is ``withdraw``-n: if no worker has started
 storing it, it never will be (a worker ``claim``-s its batch's requests right
 before the statement that stores them, under the same lock). One that was
-already being stored is stored; its digest is remembered (``remember``) for
-``LATE_WINDOW_S``, so that the caller's retry of the same bytes, should the
-caller give up first, waits for that same outcome instead of storing the
-spans twice.
+already being stored is stored. Every request is known by its digest while
+it waits and for ``LATE_WINDOW_S`` after it was stored, so a retry of the
+same bytes (its caller gave up, or never heard the answer) waits for, or
+gets, that same outcome instead of storing the spans twice; the digests of
+what was stored are also written to the store (``journal``) before anyone is
+answered and loaded again on start, so this holds across a restart too.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ import hashlib
 import logging
 import threading
 import time
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from grpc_overhead.analyzer.errors import AnalyzerError, brief
-from grpc_overhead.analyzer.intake.exporter import Exporter, RequestOutcome
+from grpc_overhead.analyzer.intake import journal
+from grpc_overhead.analyzer.intake.exporter import REJECTED_SPAN_MESSAGE, Exporter, RequestOutcome
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +54,15 @@ class State(enum.Enum):
     WITHDRAWN = "withdrawn"  # its caller stopped waiting first: never stored
 
 
-#: How long a request stored after its caller gave up is remembered (its digest).
-LATE_WINDOW_S = 600.0
+#: How long a stored request is remembered (its digest).
+LATE_WINDOW_S = float(journal.WINDOW_S)
 LATE_MAX_ENTRIES = 100_000
 
 
 @dataclass
 class Pending:
     data: bytes
+    digest: bytes = b""
     done: threading.Event = field(default_factory=threading.Event)
     outcome: RequestOutcome | None = None
     failure: str = ""
@@ -105,8 +109,8 @@ class BatchProcessor:
         self._pending_bytes = 0  # queued + in the batch being exported
         self._condition = threading.Condition()
         self._stopping = False
-        self._late: OrderedDict[bytes, tuple[float, int, Pending]] = OrderedDict()
-        self._late_lengths: Counter[int] = Counter()
+        #: Every request by digest: waiting, being stored, or stored (for LATE_WINDOW_S).
+        self._known: OrderedDict[bytes, tuple[float, Pending]] = OrderedDict()
         self._workers = [
             threading.Thread(
                 target=self._run, args=(exporter,), name=f"intake-batch-{index}", daemon=True
@@ -115,6 +119,15 @@ class BatchProcessor:
         ]
 
     def start(self) -> None:
+        """Load what an earlier process stored (``journal``), then start the workers."""
+        first = self.exporters[0]
+        now = time.monotonic()
+        for digest, spans, rejected in journal.load(first.store, first.schema):
+            error = REJECTED_SPAN_MESSAGE.format(rejected=rejected) if rejected else ""
+            stored = Pending(b"", digest, outcome=RequestOutcome(spans, rejected, error))
+            stored.state = State.DONE
+            stored.done.set()
+            self._known[digest] = (now + LATE_WINDOW_S, stored)
         for worker in self._workers:
             worker.start()
 
@@ -123,9 +136,9 @@ class BatchProcessor:
         return self._pending_bytes
 
     def submit(self, data: bytes) -> Pending:
-        pending = Pending(data)
+        pending = Pending(data, _digest(data))  # hashlib releases the GIL for large data
         with self._condition:
-            earlier = self._remembered(data)
+            earlier = self._remembered(pending.digest)
             if earlier is not None:  # a retry of a request stored (or being stored) already
                 return earlier
             if self._stopping:
@@ -136,6 +149,9 @@ class BatchProcessor:
                     "the store is not keeping up"
                 )
             self._queue.append((time.monotonic(), pending))
+            self._known[pending.digest] = (time.monotonic() + LATE_WINDOW_S, pending)
+            while len(self._known) > LATE_MAX_ENTRIES:
+                self._known.popitem(last=False)
             self._pending_bytes += len(data)
             self._condition.notify()
         return pending
@@ -151,52 +167,39 @@ class BatchProcessor:
                         break
             if pending.state in (State.QUEUED, State.TAKEN):
                 pending.state = State.WITHDRAWN
+                self._forget(pending)
                 return True
             return pending.state is State.WITHDRAWN
 
     def remember(self, pending: Pending) -> None:
         """``pending`` is (being) stored, but its caller may be gone before it hears so:
-        remember it, so a retry of the same bytes waits for this outcome (or gets it)
-        instead of storing the spans a second time."""
+        keep it known for a full ``LATE_WINDOW_S`` from now, so a retry of the same bytes
+        waits for this outcome (or gets it) instead of storing the spans a second time."""
         with self._condition:
-            digest = _digest(pending.data)
-            if digest not in self._late:
-                self._late_lengths[len(pending.data)] += 1
-            expiry = time.monotonic() + LATE_WINDOW_S
-            self._late[digest] = (expiry, len(pending.data), pending)
-            self._late.move_to_end(digest)
-            while len(self._late) > LATE_MAX_ENTRIES:
-                self._forget_oldest()
+            if pending.digest:
+                self._known[pending.digest] = (time.monotonic() + LATE_WINDOW_S, pending)
+                self._known.move_to_end(pending.digest)
 
-    def _remembered(self, data: bytes) -> Pending | None:
-        """The remembered request with these bytes, unless it failed (lock held).
-
-        Only requests of a remembered length are hashed, so the common case costs nothing.
-        """
+    def _remembered(self, digest: bytes) -> Pending | None:
+        """The known request with this digest, unless it failed or was withdrawn (lock held)."""
         now = time.monotonic()
-        while self._late and next(iter(self._late.values()))[0] < now:
-            self._forget_oldest()
-        if not self._late_lengths.get(len(data)):
-            return None
-        digest = _digest(data)
-        found = self._late.get(digest)
+        while self._known and next(iter(self._known.values()))[0] < now:
+            self._known.popitem(last=False)
+        found = self._known.get(digest)
         if found is None:
             return None
-        pending = found[2]
-        if pending.done.is_set() and pending.outcome is None:  # it failed: store anew
-            del self._late[digest]
-            self._drop_length(found[1])
+        pending = found[1]
+        failed = pending.done.is_set() and pending.outcome is None
+        if failed or pending.state is State.WITHDRAWN:  # never stored: store anew
+            del self._known[digest]
             return None
         return pending
 
-    def _forget_oldest(self) -> None:
-        _, (_, length, _) = self._late.popitem(last=False)
-        self._drop_length(length)
-
-    def _drop_length(self, length: int) -> None:
-        self._late_lengths[length] -= 1
-        if self._late_lengths[length] <= 0:
-            del self._late_lengths[length]
+    def _forget(self, pending: Pending) -> None:
+        """Drop a request that was not stored from the known ones (lock held)."""
+        found = self._known.get(pending.digest)
+        if found is not None and found[1] is pending:
+            del self._known[pending.digest]
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Flush what is queued, then stop the worker."""
@@ -253,10 +256,20 @@ class BatchProcessor:
 
     def _export(self, exporter: Exporter, batch: list[Pending]) -> None:
         started = time.perf_counter()
+        size = sum(len(pending.data) for pending in batch)
         try:
             outcomes = exporter.export(
                 [pending.data for pending in batch], lambda: self._claim(batch)
             )
+            stored = [
+                (pending.digest, outcome.spans, outcome.rejected)
+                for pending, outcome in zip(batch, outcomes, strict=True)
+                if not outcome.malformed and not outcome.withdrawn
+            ]
+            try:  # before anyone is answered: a restart must know what was stored
+                journal.record(exporter.store, exporter.schema, stored)
+            except (AnalyzerError, OSError) as error:  # stored all the same: answer so
+                log.warning("intake: stored requests not journaled: %s", brief(error))
         except (AnalyzerError, OSError) as error:
             self._fail(batch, brief(error))
         except Exception as error:  # a bug must not kill the worker
@@ -273,7 +286,10 @@ class BatchProcessor:
                 for pending, outcome in zip(batch, outcomes, strict=True):
                     if pending.state is not State.WITHDRAWN:
                         pending.state = State.DONE
+                    if outcome.withdrawn:
+                        self._forget(pending)
                     pending.outcome = outcome
+                    pending.data = b""  # known by digest from now on
             for pending in batch:
                 pending.done.set()
         finally:
@@ -281,7 +297,7 @@ class BatchProcessor:
             with self._condition:
                 self.stats.last_flush_seconds = elapsed
                 self.stats.export_seconds += elapsed
-                self._pending_bytes -= sum(len(pending.data) for pending in batch)
+                self._pending_bytes -= size
 
     def _fail(self, batch: list[Pending], message: str) -> None:
         with self._condition:
@@ -290,6 +306,7 @@ class BatchProcessor:
             for pending in batch:
                 if pending.state is not State.WITHDRAWN:
                     pending.state = State.DONE
+                self._forget(pending)
         log.warning("intake: batch of %d requests not stored: %s", len(batch), message)
         for pending in batch:
             pending.failure = message

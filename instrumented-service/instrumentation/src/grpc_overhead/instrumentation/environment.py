@@ -33,6 +33,7 @@ COLLECTOR_BIN = "GRPC_OVERHEAD_COLLECTOR_BIN"
 COLLECTOR_OTLP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_PORT"
 COLLECTOR_HEALTH_PORT = "GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT"
 INTAKE_ENDPOINT = "GRPC_OVERHEAD_INTAKE_ENDPOINT"
+COLLECTOR_STORAGE_DIR = "GRPC_OVERHEAD_COLLECTOR_STORAGE_DIR"
 
 DOCUMENTED: tuple[Variable, ...] = (
     Variable(
@@ -97,6 +98,13 @@ DOCUMENTED: tuple[Variable, ...] = (
         "the collector's own metrics (none: nothing listens, so collectors never clash)",
     ),
     Variable("GRPC_OVERHEAD_COLLECTOR_METRICS_PORT", "8888", "port of those metrics when enabled"),
+    Variable(
+        COLLECTOR_STORAGE_DIR,
+        "~/.local/state/grpc-overhead/collector-CONFIG-PORT (collector run), "
+        "/var/lib/otelcol/grpc-overhead (the binary run directly)",
+        "directory of the collector's on-disk sending queue (file_storage): what it "
+        "acknowledged survives a kill -9 and is sent on its next start; created if missing",
+    ),
     Variable(
         INTAKE_ENDPOINT,
         "127.0.0.1:4327",
