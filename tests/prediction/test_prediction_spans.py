@@ -66,3 +66,22 @@ def test_every_call_has_both_halves_with_every_event(otlp_sink, mode, calls):
         assert span.parent_span_id in client_ids
         assert attributes(span.attributes)["grpc_overhead.run_id"] == f"spans-{mode}"
         assert attributes(span.attributes)["grpc_overhead.payload.codec"] == "zstd"
+
+
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "aio"])
+def test_the_off_switch_leaves_service_and_load_untraced(otlp_sink, aio):
+    # GRPC_OVERHEAD_DISABLED is documented as leaving gRPC untouched: the service and the
+    # load generator still work, and nothing reaches the OTLP endpoint from either.
+    sink, port = otlp_sink
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+    off = {"GRPC_OVERHEAD_DISABLED": "true", **endpoint}
+    flags = ["--workers", "2", *(["--aio"] if aio else [])]
+    with ServiceProcess(flags, env=offline_env(OTEL_SERVICE_NAME="predictor", **off)) as service:
+        result = run_load(
+            "--target", service.target, "--calls", "8", "--concurrency", "2", "--json",
+            env=offline_env(OTEL_SERVICE_NAME="loadgen", **off),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["ok"] == 8
+    # Both processes have exited (and flushed whatever they had): nothing was sent.
+    assert sink.wait_for_spans(1, timeout_s=2.0) == []

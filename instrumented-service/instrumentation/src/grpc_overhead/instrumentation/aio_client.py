@@ -20,6 +20,7 @@ from grpc_overhead.instrumentation.client_calls import (
     finish_client_call,
     start_client_call,
 )
+from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
 from grpc_overhead.instrumentation.records import STATUS_CANCELLED, CallRecord
@@ -220,6 +221,6 @@ def instrument_aio_channel(
     compression: grpc.Compression | None = None,
     pipeline: SpanPipeline | None = None,
 ) -> grpc.aio.Channel:
-    if isinstance(channel, InstrumentedAioChannel):
+    if isinstance(channel, InstrumentedAioChannel) or instrumentation_disabled():
         return channel
     return InstrumentedAioChannel(channel, Recorder(pipeline, compression), target)

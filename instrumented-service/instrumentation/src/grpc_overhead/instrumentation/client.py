@@ -17,6 +17,7 @@ from grpc_overhead.instrumentation.client_calls import (
     finish_from_call,
     start_client_call,
 )
+from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
 from grpc_overhead.instrumentation.records import CallRecord
@@ -260,6 +261,6 @@ def instrument_channel(
 ) -> grpc.Channel:
     """Wrap a channel so every call through it is timed; ``target`` names the server on
     the span (``server.address``); ``compression`` is the channel's default, if set."""
-    if isinstance(channel, InstrumentedChannel):
+    if isinstance(channel, InstrumentedChannel) or instrumentation_disabled():
         return channel
     return InstrumentedChannel(channel, Recorder(pipeline, compression), target)

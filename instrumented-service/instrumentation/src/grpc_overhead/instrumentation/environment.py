@@ -9,6 +9,7 @@ there fails the suite.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -125,3 +126,9 @@ DOCUMENTED: tuple[Variable, ...] = (
         "optional second OTLP exporter to Jaeger (commented out in clickhouse.yaml)",
     ),
 )
+
+
+def instrumentation_disabled() -> bool:
+    """``GRPC_OVERHEAD_DISABLED`` set: the instrumentor and the explicit factories
+    (instrumented servers, channel wrappers) leave gRPC untouched."""
+    return os.environ.get(INSTRUMENTATION_DISABLED, "").strip().lower() in ("1", "true", "yes")

@@ -16,7 +16,6 @@ trace ids. Use one or the other in production; see the README.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -25,7 +24,7 @@ import grpc.aio
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
-from grpc_overhead.instrumentation.environment import INSTRUMENTATION_DISABLED
+from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.originals import ORIGINALS
 
 _PATCHES = {
@@ -36,10 +35,6 @@ _PATCHES = {
     "grpc.aio.insecure_channel": (grpc.aio, "insecure_channel"),
     "grpc.aio.secure_channel": (grpc.aio, "secure_channel"),
 }
-
-
-def instrumentation_disabled() -> bool:
-    return os.environ.get(INSTRUMENTATION_DISABLED, "").strip().lower() in ("1", "true", "yes")
 
 
 class GrpcOverheadInstrumentor(BaseInstrumentor):

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from grpc_overhead.instrumentation.clock import now
+from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.executor import timed_executor
 from grpc_overhead.instrumentation.originals import ORIGINALS
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
@@ -93,12 +94,14 @@ def instrumented_server(
     pipeline: SpanPipeline | None = None,
     **kwargs: Any,
 ) -> grpc.Server:
-    """``grpc.server(...)`` with our interceptor first and the pool's pickups timed."""
-    ours = server_interceptor(pipeline, compression)
+    """``grpc.server(...)`` with our interceptor first and the pool's pickups timed
+    (plain ``grpc.server`` when ``GRPC_OVERHEAD_DISABLED`` is set)."""
+    disabled = instrumentation_disabled()
+    ours = [] if disabled else [server_interceptor(pipeline, compression)]
     return _original_grpc_server()(
-        timed_executor(thread_pool),
+        thread_pool if disabled else timed_executor(thread_pool),
         handlers=handlers,
-        interceptors=[ours, *interceptors],
+        interceptors=[*ours, *interceptors],
         options=options,
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
         compression=compression,
@@ -117,12 +120,12 @@ def instrumented_aio_server(
     pipeline: SpanPipeline | None = None,
     **kwargs: Any,
 ) -> grpc.aio.Server:
-    """``grpc.aio.server(...)`` with our interceptor first."""
-    ours = aio_server_interceptor(pipeline, compression)
+    """``grpc.aio.server(...)`` with our interceptor first (plain when disabled)."""
+    ours = [] if instrumentation_disabled() else [aio_server_interceptor(pipeline, compression)]
     return _original_aio_server()(
         migration_thread_pool=migration_thread_pool,
         handlers=handlers,
-        interceptors=[ours, *interceptors],
+        interceptors=[*ours, *interceptors],
         options=options,
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
         compression=compression,
