@@ -5,10 +5,11 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COLLECTOR := collector/dist/otelcol-grpc-overhead
 TOXIPROXY := tools/bin/toxiproxy-server
+GRPC_GO_PEER := tools/bin/grpc-go-peer
 PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
 INSTRUMENTATION := instrumented-service/instrumentation
 
-.PHONY: setup system-packages collector toxiproxy protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy grpc-go-peer protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -34,19 +35,25 @@ toxiproxy: $(TOXIPROXY)
 $(TOXIPROXY): scripts/build-toxiproxy.sh
 	bash scripts/build-toxiproxy.sh
 
+grpc-go-peer: $(GRPC_GO_PEER)
+
+# A real grpc-go client/server with gRPC's own OpenTelemetry tracing (gRFC A72) or otelgrpc.
+$(GRPC_GO_PEER): scripts/build-grpc-go-peer.sh $(wildcard peers/grpc-go/*.go) peers/grpc-go/go.mod peers/grpc-go/go.sum
+	bash scripts/build-grpc-go-peer.sh
+
 protos: setup
 	$(PYTHON) -m grpc_overhead.prediction.protos.generate
 
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector toxiproxy
+test: setup system-packages collector toxiproxy grpc-go-peer
 	$(VENV)/bin/pytest
 
 test-fast: setup
 	$(VENV)/bin/pytest -m unit
 
-bench: setup system-packages collector toxiproxy
+bench: setup system-packages collector toxiproxy grpc-go-peer
 	$(PYTHON) -m bench.run
 
 lint: setup
