@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.cli.processes import ServiceProcess
+from grpc_overhead.cli.processes import ServiceProcess, offline_env
 from grpc_overhead.prediction.protos import prediction_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,4 +99,16 @@ def run_client(
     )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"grpc-go-peer client failed ({done.returncode}): {done.stderr}")
+    return json.loads(done.stdout)
+
+
+def read_calls(store: Path) -> list[dict[str, Any]]:
+    """Every call of a stopped store (``harness.read_calls``), read in a subprocess."""
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.read_calls", str(store)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        env=offline_env(), cwd=ROOT,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"reading calls failed: {done.stderr.strip()}")
     return json.loads(done.stdout)
