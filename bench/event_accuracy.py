@@ -25,7 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
-from harness import grpc_go
+from harness import peers
 from harness.ground_truth.calibration import EchoServer, probe
 from harness.ground_truth.pipeline import ServeProcess
 from harness.ground_truth.toxiproxy import Toxiproxy
@@ -68,7 +68,7 @@ def _server(stack: ExitStack, source: str, case: str, response: Path, endpoint: 
     if source == "ours":
         return stack.enter_context(ServiceProcess(["--workers", "2"], env=env))
     delay = f"{MARSHAL_MS}ms" if case == "marshal" else "0s"
-    return stack.enter_context(grpc_go.GoServer(
+    return stack.enter_context(peers.GoServer(
         response, tracing=SOURCES[source], extra=["-marshal-delay", delay], env=env
     ))  # fmt: skip
 
@@ -82,13 +82,13 @@ def _client(source: str, case: str, target: str, request: Path, calls: int, endp
             raise RuntimeError(done.stderr)
         return
     delay = f"{MARSHAL_MS}ms" if case == "marshal" else "0s"
-    grpc_go.run_client(target, request, calls=calls, tracing=SOURCES[source], env=env,
+    peers.run_client(target, request, calls=calls, tracing=SOURCES[source], env=env,
                        extra=["-marshal-delay", delay])  # fmt: skip
 
 
 def measure(calls: int, rounds: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix="event-accuracy-"))
-    request, response = grpc_go.write_messages(work)
+    request, response = peers.write_messages(work)
     store, intake_port = work / "store", free_port()
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{intake_port}"}
     probes: dict[str, list] = {"baseline": [], "delay": []}
@@ -123,7 +123,7 @@ def measure(calls: int, rounds: int) -> dict:
     finally:
         serve.stop()
     found: dict[str, list[dict]] = {}
-    for call in grpc_go.read_calls(store):
+    for call in peers.read_calls(store):
         found.setdefault(call["client_service"], []).append(call)
 
     def shift(direction: str) -> float:

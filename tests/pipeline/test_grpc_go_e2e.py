@@ -12,7 +12,7 @@ import pytest
 
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
-from harness import grpc_go
+from harness import peers
 from harness.ground_truth.pipeline import ServeProcess
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +34,7 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
     """Every scenario's calls, by client service name, after the pipeline stopped."""
     tmp = tmp_path_factory.mktemp("grpc-go")
     store = tmp / "store"
-    request, response = grpc_go.write_messages(tmp)
+    request, response = peers.write_messages(tmp)
     intake_port, collector_port = free_port(), free_port()
     serve = ServeProcess(store, intake_port)
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
@@ -48,29 +48,27 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
             health_port=free_port(),
         ):  # fmt: skip
             # A72 both sides; every first attempt refused, so each call is retried once.
-            with grpc_go.GoServer(
+            with peers.GoServer(
                 response, env=env("go-server"), extra=["-fail-first-attempt"]
             ) as server:
-                summary = grpc_go.run_client(
+                summary = peers.run_client(
                     server.target, request, calls=CALLS["go-retry"], env=env("go-retry"),
                     extra=["-retry"],
                 )  # fmt: skip
                 assert summary["errors"] == 0, summary
             with ServiceProcess(["--workers", "2"], env=env("python-server")) as service:
-                summary = grpc_go.run_client(
+                summary = peers.run_client(
                     service.target, request, calls=CALLS["go-to-python"], env=env("go-to-python")
                 )
                 assert summary["errors"] == 0, summary
-            with grpc_go.GoServer(response, env=env("go-server-for-python")) as server:
+            with peers.GoServer(response, env=env("go-server-for-python")) as server:
                 done = run_load(
                     "--target", server.target, "--calls", str(CALLS["python-to-go"]),
                     "--entities", "20", "--features", "8", "--json", env=env("python-to-go"),
                 )  # fmt: skip
                 assert done.returncode == 0 and done.summary["errors"] == 0, done.stderr
-            with grpc_go.GoServer(
-                response, tracing="otelgrpc", env=env("otelgrpc-server")
-            ) as server:
-                summary = grpc_go.run_client(
+            with peers.GoServer(response, tracing="otelgrpc", env=env("otelgrpc-server")) as server:
+                summary = peers.run_client(
                     server.target, request, calls=CALLS["otelgrpc"], env=env("otelgrpc"),
                     tracing="otelgrpc",
                 )  # fmt: skip
@@ -78,7 +76,7 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
     finally:
         serve.stop()
     by_client: dict[str, list[dict]] = {}
-    for call in grpc_go.read_calls(store):
+    for call in peers.read_calls(store):
         by_client.setdefault(call["client_service"], []).append(call)
     return by_client
 
@@ -103,7 +101,7 @@ def test_retries_are_attempts_of_one_call(stored_calls):
         assert call["client_attempts"] == 2
         assert call["client_source"] == call["server_source"] == "grpc A72"
         assert call["client_language"] == call["server_language"] == "go"
-        assert call["client_scope"] == call["server_scope"] == grpc_go.A72_SCOPE
+        assert call["client_scope"] == call["server_scope"] == peers.A72_SCOPE
         assert _defined(call, EVENT_PHASES) == list(EVENT_PHASES)
         assert _defined(call, OUR_CLIENT_PHASES + OUR_SERVER_PHASES) == []
         assert call["total_us"] > call["server_duration_us"] > 0
@@ -138,6 +136,6 @@ def test_our_python_client_with_a_go_server(stored_calls):
 def test_otelgrpc_message_events(stored_calls):
     for call in stored_calls["otelgrpc"]:
         assert call["client_source"] == call["server_source"] == "semconv message events"
-        assert call["client_scope"] == grpc_go.OTELGRPC_SCOPE
+        assert call["client_scope"] == peers.OTELGRPC_SCOPE
         assert _defined(call, EVENT_PHASES) == list(EVENT_PHASES)
         assert _defined(call, OUR_CLIENT_PHASES + OUR_SERVER_PHASES) == []

@@ -172,8 +172,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("server_status_code", "Int16", server=_STATUS, absent="toInt16(-1)"),
     Column("client_error", "UInt8", client=_ERROR),
     Column("server_error", "UInt8", server=_ERROR),
-    Column("client_start_ns", "Int64", client="span_start_ns"),
-    Column("client_end_ns", "Int64", client="span_end_ns"),
+    # An A72 attempt is not the call: its span times are client_attempt_start_ns.
+    Column("client_start_ns", "Int64", client="if(a72_role = 'attempt', 0, span_start_ns)"),
+    Column("client_end_ns", "Int64", client="if(a72_role = 'attempt', 0, span_end_ns)"),
     Column("server_start_ns", "Int64", server="span_start_ns"),
     Column("server_end_ns", "Int64", server="span_end_ns"),
     Column("client_events", "UInt8", client="has_our_events"),
@@ -192,27 +193,43 @@ COLUMNS: tuple[Column, ...] = (
         "Int64",
         client=src.outbound_last("outboundMessageSent"),
     ),
-    Column("client_received_response_ns", "Int64", client=src.first("clientReceivedResponse")),
-    Column("client_received_response_last_ns", "Int64", client=src.last("clientReceivedResponse")),
     Column(
-        "client_inbound_message_read_ns", "Int64", client=src.inbound_first("inboundMessageRead")
+        "client_received_response_ns",
+        "Int64",
+        client=src.inbound_first("clientReceivedResponse", deserialized=False),
+    ),
+    Column(
+        "client_received_response_last_ns",
+        "Int64",
+        client=src.inbound_last("clientReceivedResponse", deserialized=False),
+    ),
+    Column(
+        "client_inbound_message_read_ns",
+        "Int64",
+        client=src.inbound_first("inboundMessageRead", deserialized=True),
     ),
     Column(
         "client_inbound_message_read_last_ns",
         "Int64",
-        client=src.inbound_last("inboundMessageRead"),
+        client=src.inbound_last("inboundMessageRead", deserialized=True),
     ),
     # Server events.
     Column("server_call_started_ns", "Int64", server=src.SERVER_CALL_STARTED),
     Column("call_scheduled_ns", "Int64", server=src.first("callScheduled")),
-    Column("server_inbound_message_ns", "Int64", server=src.first("inboundMessage")),
     Column(
-        "server_inbound_message_read_ns", "Int64", server=src.inbound_first("inboundMessageRead")
+        "server_inbound_message_ns",
+        "Int64",
+        server=src.inbound_first("inboundMessage", deserialized=False),
+    ),
+    Column(
+        "server_inbound_message_read_ns",
+        "Int64",
+        server=src.inbound_first("inboundMessageRead", deserialized=True),
     ),
     Column(
         "server_inbound_message_read_last_ns",
         "Int64",
-        server=src.inbound_last("inboundMessageRead"),
+        server=src.inbound_last("inboundMessageRead", deserialized=True),
     ),
     Column("predictions_made_ns", "Int64", server=src.first("predictionsMade")),
     Column("server_outbound_message_ns", "Int64", server=src.first("outboundMessage")),

@@ -109,6 +109,16 @@ _RESPONSE_GAP = _between(
 
 #: Where a client attempt starts: A72/semconv's attempt span, else our requestCreated.
 _ATTEMPT_START = "if(client_attempt_start_ns != 0, client_attempt_start_ns, request_created_ns)"
+#: The request/response as read by the server/client: deserialized (ours, grpc-go,
+#: semconv), else only received (grpc-java's "Inbound message", before deserialization).
+_SERVER_READ = (
+    "if(server_inbound_message_read_ns != 0, server_inbound_message_read_ns,"
+    " server_inbound_message_ns)"
+)
+_CLIENT_READ = (
+    "if(client_inbound_message_read_ns != 0, client_inbound_message_read_ns,"
+    " client_received_response_ns)"
+)
 #: The client's first sight of the response: ours before deserializing, else (A72,
 #: semconv) the inbound event after it.
 _CLIENT_RECEIVE = (
@@ -190,18 +200,18 @@ PHASES: tuple[Phase, ...] = (
     _between("client_pre_send", "client_outbound_message_sent_ns", _ATTEMPT_START),
     # Server call start -> request deserialized: body arrival, decompression, unmarshal
     # (ours: server_queue + request_deserialize).
-    _between("server_receive", "server_inbound_message_read_ns", "server_call_started_ns"),
+    _between("server_receive", _SERVER_READ, "server_call_started_ns"),
     # Request deserialized -> response handed to the transport: handler plus response
     # serialization (ours: processing + response_serialize).
-    _between("server_handler", "server_outbound_message_sent_ns", "server_inbound_message_read_ns"),
+    _between("server_handler", "server_outbound_message_sent_ns", _SERVER_READ),
     # Last response handed to the transport -> server span end (status, trailers).
     _between("server_tail", "server_end_ns", "server_outbound_message_sent_last_ns"),
     # Response handed to the server's transport -> read and deserialized by the client,
     # clock-corrected: response_network + client_deserialize where both are known.
     Phase(
         "response_receive",
-        f"client_inbound_message_read_ns - server_outbound_message_sent_ns + {_OFFSET}",
-        "client_inbound_message_read_ns != 0 AND server_outbound_message_sent_ns != 0",
+        f"{_CLIENT_READ} - server_outbound_message_sent_ns + {_OFFSET}",
+        f"{_CLIENT_READ} != 0 AND server_outbound_message_sent_ns != 0",
     ),
     # (client receive - client send) - (server send - server receive): the network both
     # ways, from two durations on one clock each (no clock agreement needed).

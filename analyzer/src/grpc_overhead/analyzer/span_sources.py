@@ -15,7 +15,12 @@ Four sources describe gRPC calls, each with its own vocabulary:
   ``stats.OutPayload`` (after marshal and compression, once the message is queued for
   the transport) and ``stats.InPayload`` (after read, decompression and unmarshal), on
   the attempt span and the server span; grpc-java puts the client's "Inbound message"
-  on the call span.
+  on the call span and records it from ``inboundUncompressedSize``: once the message is
+  read and decompressed, *before* it is deserialized (checked in grpc-opentelemetry
+  1.85.1's bytecode and by a real run). So grpc-java's inbound events fill the
+  "received, not yet deserialized" columns (``client_received_response_ns``,
+  ``server_inbound_message_ns``) and grpc-go's the "deserialized" ones; a source of its
+  own, ``A72_JAVA``, says which. Other A72 languages (C++) are read as grpc-go.
 * **semantic-convention message events** (otelgrpc up to v0.66.0, the OpenTelemetry
   Java agent): one span per side with events named ``message`` and
   ``rpc.message.type`` SENT/RECEIVED, ``rpc.message.id``,
@@ -33,10 +38,11 @@ from __future__ import annotations
 
 OURS = "grpc-overhead"
 A72 = "grpc A72"
+A72_JAVA = "grpc A72 (Java)"
 SEMCONV = "semconv message events"
 SPANS_ONLY = "spans only"
 #: Every source, in the order the README's table lists them.
-SOURCES: tuple[str, ...] = (OURS, A72, SEMCONV, SPANS_ONLY)
+SOURCES: tuple[str, ...] = (OURS, A72, A72_JAVA, SEMCONV, SPANS_ONLY)
 
 #: A72's event names, current and older (grpc-java < 1.72, grpc-go < 1.73) generation.
 A72_OUTBOUND = ("Outbound message", "Outbound message sent")
@@ -122,8 +128,10 @@ SOURCE_ALIASES: tuple[str, ...] = (
     f"toUInt8(hasAny(Events.Name, {_OUR_EVENTS})) AS has_our_events",
     f"toUInt8(arrayExists((n, a) -> {_OUTBOUND} OR {_INBOUND}, Events.Name, Events.Attributes))"
     " AS has_message_events",
-    f"multiIf(has_our_events, '{OURS}', a72_role != '', '{A72}', has_message_events,"
-    f" '{SEMCONV}', '{SPANS_ONLY}') AS span_source",
+    "a72_role != '' AND ScopeName = 'grpc-java' AS inbound_before_deserialize",
+    f"multiIf(has_our_events, '{OURS}', inbound_before_deserialize, '{A72_JAVA}',"
+    f" a72_role != '', '{A72}', has_message_events, '{SEMCONV}', '{SPANS_ONLY}')"
+    " AS span_source",
     # A72/semconv: the events say where messages moved; our spans use their own names.
     "NOT has_our_events AND has_message_events AS foreign_events",
 )
@@ -138,12 +146,16 @@ def outbound_last(ours: str) -> str:
     return f"if(foreign_events, {_last_flagged(_OUTBOUND)}, {last(ours)})"
 
 
-def inbound_first(ours: str) -> str:
-    return f"if(foreign_events, {_first_flagged(_INBOUND)}, {first(ours)})"
+def inbound_first(ours: str, *, deserialized: bool) -> str:
+    """First message read: our ``ours`` event, else the first A72/semconv inbound one when
+    the source takes it at the same moment (``deserialized``: after deserialization)."""
+    java = "inbound_before_deserialize" if deserialized else "NOT inbound_before_deserialize"
+    return f"if(foreign_events, if({java}, 0, {_first_flagged(_INBOUND)}), {first(ours)})"
 
 
-def inbound_last(ours: str) -> str:
-    return f"if(foreign_events, {_last_flagged(_INBOUND)}, {last(ours)})"
+def inbound_last(ours: str, *, deserialized: bool) -> str:
+    java = "inbound_before_deserialize" if deserialized else "NOT inbound_before_deserialize"
+    return f"if(foreign_events, if({java}, 0, {_last_flagged(_INBOUND)}), {last(ours)})"
 
 
 def messages(ours: str, inbound: bool) -> str:
