@@ -41,6 +41,7 @@ CHECKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("delay", "response_receive", ("down",)),
     ("delay", "network_round_trip", ("up", "down")),
     ("delay", "total", ("up", "down")),
+    ("delay", "server_receive", ()),
     ("marshal", "client_serialize", ("marshal",)),
     ("marshal", "client_pre_send", ("marshal",)),
     ("marshal", "server_handler", ("marshal",)),
@@ -48,9 +49,11 @@ CHECKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("marshal", "request_network", ()),
     ("marshal", "request_network+server_receive", ()),
     ("marshal", "server_tail", ()),
+    ("marshal", "server_queue", ()),
+    ("marshal", "response_network", ()),
 )
 #: source -> the peer's tracing mode; "ours" is the Python service and load generator.
-SOURCES = {"ours": "", "A72 Go": "a72", "otelgrpc": "otelgrpc"}
+SOURCES = {"ours": "", "A72 Go": "a72", "A72 Java": "java", "otelgrpc": "otelgrpc"}
 
 
 def _value(call: dict, phase: str) -> float | None:
@@ -67,6 +70,11 @@ def _server(stack: ExitStack, source: str, case: str, response: Path, endpoint: 
     env = offline_env(OTEL_SERVICE_NAME=f"server-{source}-{case}", **endpoint)
     if source == "ours":
         return stack.enter_context(ServiceProcess(["--workers", "2"], env=env))
+    if source == "A72 Java":
+        delay_us = str(MARSHAL_MS * 1000 if case == "marshal" else 0)
+        return stack.enter_context(
+            peers.JavaServer(response, env=env, extra=["--marshal-delay-us", delay_us])
+        )
     delay = f"{MARSHAL_MS}ms" if case == "marshal" else "0s"
     return stack.enter_context(peers.GoServer(
         response, tracing=SOURCES[source], extra=["-marshal-delay", delay], env=env
@@ -80,6 +88,11 @@ def _client(source: str, case: str, target: str, request: Path, calls: int, endp
                         "--entities", "20", "--features", "8", "--json", env=env)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(done.stderr)
+        return
+    if source == "A72 Java":
+        delay_us = str(MARSHAL_MS * 1000 if case == "marshal" else 0)
+        peers.run_java_client(target, request, calls=calls, env=env,
+                              extra=["--marshal-delay-us", delay_us])  # fmt: skip
         return
     delay = f"{MARSHAL_MS}ms" if case == "marshal" else "0s"
     peers.run_client(target, request, calls=calls, tracing=SOURCES[source], env=env,
@@ -160,11 +173,12 @@ def _cell(value: float | None) -> str:
 def write(results: dict) -> str:
     truth = results["truth_us"]
     lines = [
-        "# Event accuracy per source: ours, A72 (grpc-go v1.85.0), otelgrpc v0.66.0",
+        "# Event accuracy per source: ours, A72 (grpc-go v1.85.0, grpc-java 1.85.1),"
+        " otelgrpc v0.66.0",
         "",
         f"Injected against a baseline: request +{truth['up']:,.0f} us and response"
         f" +{truth['down']:,.0f} us one-way delay (toxiproxy, calibrated on raw TCP), or"
-        f" {MARSHAL_MS} ms of serialization CPU in each side's codec (Go peers only);"
+        f" {MARSHAL_MS} ms of serialization CPU in each side's codec (the Go and Java peers);"
         f" {results['calls_per_run']} calls x {results['rounds']} rounds per case, p50s.",
         "",
         "| source | injected | phase | expected change (us) | measured change (us) | error (us) |",

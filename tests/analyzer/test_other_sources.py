@@ -17,95 +17,10 @@ from grpc_overhead.analyzer.insights import sources
 from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.span_sources import A72, A72_JAVA, SEMCONV, SPANS_ONLY
 from tests.analyzer import seed
-from tests.analyzer.seed import Span, module_store_fixture, store_fixture  # noqa: F401
+from tests.analyzer.other_spans import a72_call, semconv_call
+from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
 
 pytestmark = pytest.mark.unit
-
-T0 = 1_790_000_000_000_000_000
-US = 1000
-RESOURCE = {"host.name": "host-a", "telemetry.sdk.language": "go"}
-NAME = "grpc_overhead.prediction.v1.Predictor.Predict"
-
-
-def _a72_call(
-    *,
-    java: bool = False,
-    old_names: bool = False,
-    attempts: int = 1,
-    ids: int = 1,
-) -> list[Span]:
-    """A72 spans of one unary call: Sent, one Attempt per try (all but the last refused
-    by the server), one Recv per attempt. Times in µs from T0, the last attempt at 100."""
-    out, inbound = (
-        ("Outbound message sent", "Inbound message received")
-        if old_names
-        else ("Outbound message", "Inbound message")
-    )
-    scope = "grpc-java" if java else "grpc-go"
-    kind = "Internal" if java else "Client"
-    resource = {**RESOURCE, "telemetry.sdk.language": "java" if java else "go"}
-    trace = f"{ids:032x}"
-    call_id = f"{ids:08x}00000001"
-
-    def span(span_id, parent, kind, name, start, end, events, status="Ok", attributes=None):
-        return Span(
-            trace, span_id, parent, kind, T0 + start * US, T0 + end * US,
-            "java-svc" if java else "go-svc", resource, attributes or {},
-            [(n, T0 + t * US, a) for n, t, a in events], status, name, scope,
-        )  # fmt: skip
-
-    size = {"sequence-number": "0", "message-size": "900"}
-    reply = {"sequence-number": "0", "message-size": "100"}
-    # grpc-java records the client's inbound message on the call span.
-    call_events = [(inbound, 1190, reply)] if java else []
-    spans = [span(call_id, "", kind, f"Sent.{NAME}", 0, 1200, call_events)]
-    for n in range(attempts):
-        attempt_id, server_id = f"{ids:08x}{n + 1:04x}0002", f"{ids:08x}{n + 1:04x}0003"
-        last = n == attempts - 1
-        begin = 100 if last else 10 + n
-        attempt_events = [(out, begin + 30, size)]
-        if last and not java:
-            attempt_events.append((inbound, begin + 1000, reply))
-        spans.append(
-            span(attempt_id, call_id, "Internal", f"Attempt.{NAME}", begin, begin + 1050,
-                 attempt_events, "Ok" if last else "Error",
-                 {"previous-rpc-attempts": str(n), "transparent-retry": "false"})
-        )  # fmt: skip
-        server_events = [(inbound, begin + 300, size)]
-        if last:
-            server_events.append((out, begin + 800, reply))
-        spans.append(
-            span(server_id, attempt_id, kind if java else "Server", f"Recv.{NAME}",
-                 begin + 200, begin + 810, server_events, "Ok" if last else "Error")
-        )  # fmt: skip
-    return spans
-
-
-def _semconv_call(ids: int = 9) -> list[Span]:
-    """otelgrpc v0.66.0: one client and one server span, ``message`` events, new semconv."""
-    trace, client_id, server_id = f"{ids:032x}", f"{ids:08x}00000001", f"{ids:08x}00000002"
-    attributes = {
-        "rpc.system.name": "grpc",
-        "rpc.method": "grpc_overhead.prediction.v1.Predictor/Predict",
-        "rpc.response.status_code": "OK",
-    }
-
-    def message(kind: str, at: int, size: int) -> tuple[str, int, dict[str, str]]:
-        return ("message", T0 + at * US, {
-            "rpc.message.type": kind, "rpc.message.id": "1",
-            "rpc.message.compressed_size": str(size),
-            "rpc.message.uncompressed_size": str(size),
-        })  # fmt: skip
-
-    scope = "go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-    client = Span(trace, client_id, "", "Client", T0, T0 + 1000 * US, "otel-client", RESOURCE,
-                  attributes, [message("SENT", 30, 900), message("RECEIVED", 990, 100)],
-                  "Unset", "grpc_overhead.prediction.v1.Predictor/Predict", scope)  # fmt: skip
-    server = Span(trace, server_id, client_id, "Server", T0 + 200 * US, T0 + 810 * US,
-                  "otel-server", RESOURCE, attributes,
-                  [message("RECEIVED", 300, 900), message("SENT", 800, 100)],
-                  "Unset", "grpc_overhead.prediction.v1.Predictor/Predict", scope)  # fmt: skip
-    return [client, server]
 
 
 def _only_call(store) -> dict:
@@ -129,7 +44,7 @@ def _yields(client_source: str, server_source: str) -> set[str]:
 
 @pytest.mark.parametrize("old_names", [False, True], ids=["current names", "older names"])
 def test_a72_go_call_phases(store, old_names):
-    seed.insert_spans(store, _a72_call(old_names=old_names))
+    seed.insert_spans(store, a72_call(old_names=old_names))
     call = _only_call(store)
     assert (call["client_source"], call["server_source"]) == (A72, A72)
     assert (call["service"], call["method"]) == ("grpc_overhead.prediction.v1.Predictor", "Predict")
@@ -148,7 +63,7 @@ def test_a72_go_call_phases(store, old_names):
 
 @pytest.mark.parametrize("old_names", [False, True], ids=["current names", "older names"])
 def test_a72_java_inbound_event_is_before_deserialization(store, old_names):
-    seed.insert_spans(store, _a72_call(java=True, old_names=old_names))
+    seed.insert_spans(store, a72_call(java=True, old_names=old_names))
     call = _only_call(store)
     assert (call["client_source"], call["server_source"]) == (A72_JAVA, A72_JAVA)
     assert call["client_language"] == "java" and call["status_code"] == 0
@@ -160,7 +75,7 @@ def test_a72_java_inbound_event_is_before_deserialization(store, old_names):
 
 
 def test_retries_are_attempts_of_one_call(store):
-    seed.insert_spans(store, _a72_call(attempts=3, ids=5))
+    seed.insert_spans(store, a72_call(attempts=3, ids=5))
     call = _only_call(store)
     assert call["client_attempts"] == 3
     assert call["error"] == 0 and call["status_code"] == 0
@@ -170,7 +85,7 @@ def test_retries_are_attempts_of_one_call(store):
 
 
 def test_a72_call_without_its_call_span(store):
-    spans = [span for span in _a72_call(ids=6) if not span.name.startswith("Sent.")]
+    spans = [span for span in a72_call(ids=6) if not span.name.startswith("Sent.")]
     seed.insert_spans(store, spans)
     call = _only_call(store)
     assert math.isnan(call["total_us"])  # the call span says how long the call took
@@ -178,7 +93,7 @@ def test_a72_call_without_its_call_span(store):
 
 
 def test_semconv_message_events(store):
-    seed.insert_spans(store, _semconv_call())
+    seed.insert_spans(store, semconv_call())
     call = _only_call(store)
     assert (call["client_source"], call["server_source"]) == (SEMCONV, SEMCONV)
     assert (call["service"], call["method"]) == ("grpc_overhead.prediction.v1.Predictor", "Predict")

@@ -303,6 +303,7 @@ COLUMNS: tuple[Column, ...] = (
     # A72: the call span a row belongs to (attempts.py folds them into one call), the
     # attempt's start and number (1 = first try), and whether it ended OK.
     Column("CallSpanId", "String", client=src.CALL_SPAN_ID, absent="''"),
+    Column("AttemptSpanId", "String", client="if(a72_role = 'attempt', SpanId, '')", absent="''"),
     Column("client_attempt_start_ns", "Int64", client=src.ATTEMPT_START),
     Column("client_attempts", "UInt16", client=src.ATTEMPT_NUMBER),
     Column(
