@@ -130,7 +130,7 @@ func main() {
 		code = 2
 	}
 	if provider != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if shutdownErr := provider.Shutdown(ctx); shutdownErr != nil && err == nil {
 			err = fmt.Errorf("flushing spans: %w", shutdownErr)
 		}

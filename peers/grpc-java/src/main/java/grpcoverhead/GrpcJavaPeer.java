@@ -108,8 +108,8 @@ public final class GrpcJavaPeer {
         return;
       }
     }
-    sdk.getSdkTracerProvider().forceFlush().join(10, TimeUnit.SECONDS);
-    sdk.shutdown().join(10, TimeUnit.SECONDS);
+    sdk.getSdkTracerProvider().forceFlush().join(30, TimeUnit.SECONDS);
+    sdk.shutdown().join(30, TimeUnit.SECONDS);
     System.exit(code);
   }
 
@@ -157,7 +157,7 @@ public final class GrpcJavaPeer {
                   } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
                   }
-                  sdk.shutdown().join(10, TimeUnit.SECONDS);
+                  sdk.shutdown().join(30, TimeUnit.SECONDS);
                 }));
     // The ready line the Python fixtures wait for.
     System.out.println("listening on 127.0.0.1:" + server.getPort());
