@@ -42,9 +42,10 @@ CALL_LEVEL: frozenset[str] = frozenset(
 _RANKED = "*, CallSpanId AS fold_key, (client_attempt_ok, client_attempt_start_ns) AS fold_rank"
 
 
-def fold_attempts_sql(base: str, columns: Sequence[str]) -> str:
+def fold_attempts_sql(base: str, a72: str, columns: Sequence[str]) -> str:
     """``base`` (one row per key, every column of ``columns`` after TraceId and
-    ClientSpanId) with each A72 call's rows folded into one, keyed by its call span."""
+    ClientSpanId) with each A72 call's rows folded into one, keyed by its call span;
+    ``a72`` is ``base`` narrowed to the keys of A72 rows (what the fold reads)."""
     names = ", ".join(columns)
     folded = ", ".join(
         f"max({name}) AS {name}"
@@ -56,6 +57,6 @@ def fold_attempts_sql(base: str, columns: Sequence[str]) -> str:
         f"SELECT TraceId, ClientSpanId, {names} FROM ({base}) WHERE CallSpanId = ''\n"
         "UNION ALL\n"
         f"SELECT TraceId, fold_key AS ClientSpanId, {folded}"
-        f" FROM (SELECT {_RANKED} FROM ({base}) WHERE CallSpanId != '')"
+        f" FROM (SELECT {_RANKED} FROM ({a72}) WHERE CallSpanId != '')"
         " GROUP BY TraceId, fold_key"
     )
