@@ -18,6 +18,7 @@ Writes bench/results/event_accuracy.{json,md}.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from harness.ground_truth.toxiproxy import Toxiproxy
 RESULTS = Path(__file__).parent / "results"
 UP_MS, DOWN_MS = 6, 3
 MARSHAL_MS = 2
+WARMUP_CALLS = 20
 CASES = ("baseline", "delay", "marshal")
 #: (case, phase or "a+b", the injected amounts it must grow by against the baseline).
 CHECKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -81,8 +83,10 @@ def _server(stack: ExitStack, source: str, case: str, response: Path, endpoint: 
     ))  # fmt: skip
 
 
-def _client(source: str, case: str, target: str, request: Path, calls: int, endpoint: dict):
-    env = offline_env(OTEL_SERVICE_NAME=f"{source}-{case}", **endpoint)
+def _client(
+    source: str, run: str, case: str, target: str, request: Path, calls: int, endpoint: dict
+):
+    env = offline_env(OTEL_SERVICE_NAME=run, **endpoint)
     if source == "ours":
         done = run_load("--target", target, "--calls", str(calls), "--concurrency", "1",
                         "--entities", "20", "--features", "8", "--json", env=env)  # fmt: skip
@@ -121,7 +125,7 @@ def measure(calls: int, rounds: int) -> dict:
                 )
                 marshal = _server(stack, source, "marshal", response, endpoint)
                 proxies[source, "marshal"] = toxiproxy.proxy(marshal.target)
-            for _ in range(rounds):
+            for round_number in range(rounds):
                 for case in CASES:
                     if case in probes:
                         toxiproxy.set_toxics(probe_proxy, toxics if case == "delay" else {})
@@ -131,13 +135,19 @@ def measure(calls: int, rounds: int) -> dict:
                             continue  # no serialization cost can be injected into ours here
                         proxy = proxies[source, case]
                         toxiproxy.set_toxics(proxy, toxics if case == "delay" else {})
-                        _client(source, case, proxy.listen, request, calls, endpoint)
+                        run = f"{source}-{case}-r{round_number}"
+                        _client(source, run, case, proxy.listen, request,
+                                WARMUP_CALLS + calls, endpoint)  # fmt: skip
                         toxiproxy.clear_toxics(proxy)
     finally:
         serve.stop()
+    runs: dict[str, list[dict]] = {}
+    for call in peers.read_calls(store):  # in call start order
+        runs.setdefault(call["client_service"], []).append(call)
     found: dict[str, list[dict]] = {}
-    for call in peers.read_calls(store):
-        found.setdefault(call["client_service"], []).append(call)
+    for run, run_calls in runs.items():
+        # Each run is a new client process: its first calls connect and (JVM) warm up.
+        found.setdefault(run.rsplit("-r", 1)[0], []).extend(run_calls[WARMUP_CALLS:])
 
     def shift(direction: str) -> float:
         return statistics.mean(getattr(p, direction) for p in probes["delay"]) - statistics.mean(
@@ -146,7 +156,9 @@ def measure(calls: int, rounds: int) -> dict:
 
     truth = {"up": shift("upstream_us"), "down": shift("downstream_us"),
              "marshal": MARSHAL_MS * 1000.0}  # fmt: skip
-    results: dict = {"truth_us": truth, "calls_per_run": calls, "rounds": rounds, "sources": {}}
+    results: dict = {"truth_us": truth, "calls_per_run": calls, "rounds": rounds,
+                     "load_average": os.getloadavg()[0], "sources": {}}  # fmt: skip
+    ours_change: dict[tuple[str, str], float | None] = {}
     for source in SOURCES:
         rows = []
         base = found.get(f"{source}-baseline", [])
@@ -155,7 +167,12 @@ def measure(calls: int, rounds: int) -> dict:
             before, after = _p50(base, phase), _p50(injected, phase)
             expected = sum(truth[part] for part in parts)
             measured = None if before is None or after is None else after - before
+            if source == "ours":
+                ours_change[case, phase] = measured
+            reference = ours_change.get((case, phase))
             rows.append({
+                "vs_ours_us": None if measured is None or reference is None or source == "ours"
+                else round(measured - reference, 1),
                 "case": case, "phase": phase, "baseline_p50_us": before,
                 "expected_delta_us": round(expected, 1),
                 "measured_delta_us": None if measured is None else round(measured, 1),
@@ -179,10 +196,15 @@ def write(results: dict) -> str:
         f"Injected against a baseline: request +{truth['up']:,.0f} us and response"
         f" +{truth['down']:,.0f} us one-way delay (toxiproxy, calibrated on raw TCP), or"
         f" {MARSHAL_MS} ms of serialization CPU in each side's codec (the Go and Java peers);"
-        f" {results['calls_per_run']} calls x {results['rounds']} rounds per case, p50s.",
+        f" {results['calls_per_run']} calls x {results['rounds']} rounds per case (after"
+        f" {WARMUP_CALLS} warm-up calls per client process), p50s; load average"
+        f" {results['load_average']:.1f} on 2 CPUs at the end. 'vs ours': the change minus"
+        " the change our own instrumentation measured for the same phase and injection"
+        " (ours is checked against ground truth in docs/benchmarks.md).",
         "",
-        "| source | injected | phase | expected change (us) | measured change (us) | error (us) |",
-        "|---|---|---|---:|---:|---:|",
+        "| source | injected | phase | expected change (us) | measured change (us) | error (us)"
+        " | vs ours (us) |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     for source, rows in results["sources"].items():
         for row in rows:
@@ -191,7 +213,7 @@ def write(results: dict) -> str:
             measured = "undefined" if row["undefined"] else _cell(row["measured_delta_us"])
             lines.append(
                 f"| {source} | {row['case']} | {row['phase']} | {row['expected_delta_us']:,.0f}"
-                f" | {measured} | {_cell(row['error_us'])} |"
+                f" | {measured} | {_cell(row['error_us'])} | {_cell(row['vs_ours_us'])} |"
             )
     return "\n".join(lines) + "\n"
 

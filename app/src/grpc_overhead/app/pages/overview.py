@@ -13,6 +13,7 @@ from grpc_overhead.app import formatting, shared
 st.title("Overview")
 filters = shared.filters()
 shared.require_calls(filters)
+shared.note_unavailable_phases(filters)
 
 statistic = st.session_state.get("overview_statistic", "mean")
 answer = shared.load(overview.overview, filters, statistic)
