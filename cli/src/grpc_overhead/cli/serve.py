@@ -1,14 +1,27 @@
 """``grpc-overhead serve``: the intake, the store and the web app in one process.
 
     grpc-overhead serve [--store DIR | --clickhouse URL] [--otlp-port 4327] [--host 127.0.0.1]
-                        [--app-port 8501 | --no-app] [--jaeger-url URL]
+                        [--standard-otlp-port 4317 | off] [--app-port 8501 | --no-app]
+                        [--jaeger-url URL]
 
 Point the collector's ``otlp`` exporter (or any OTLP/gRPC SDK exporter) at
 the intake; spans land in ``otel_traces`` exactly as the collector's
-clickhouse exporter would write them. The Streamlit app runs in this same
-process because a chDB directory belongs to one process: it reads the store
-this process holds. Runs until SIGINT or SIGTERM, then stops the app, flushes
-what the intake buffered and closes the store.
+clickhouse exporter would write them.
+
+Defaults that meet: an OpenTelemetry SDK with no endpoint configured sends to
+localhost:4317, and the embedded collector config listens there and forwards
+to the intake on 4327. So a plain ``serve`` (no ``--otlp-port``) also takes
+OTLP on 4317 when no other process holds it: a service started with no
+configuration reaches it, with or without a collector in between. When 4317
+is taken (a collector, presumably forwarding here) serve names the holder and
+goes on. Whoever chooses the intake port (the demo, tests, a collector
+wiring) wires things explicitly, so ``--otlp-port N`` leaves 4317 alone
+unless ``--standard-otlp-port`` asks for it, and then a taken port is an error.
+
+The Streamlit app runs in this same process because a chDB directory belongs
+to one process: it reads the store this process holds. Runs until SIGINT or
+SIGTERM, then stops the app, flushes what the intake buffered and closes the
+store.
 
 While it runs, serve writes ``DIR/grpc-overhead-serve.json`` (its pid, intake
 and app URL) so other commands that find the directory locked can say where
@@ -34,6 +47,7 @@ from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, Intake, IntakeConfig
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
+from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, holder
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
@@ -47,6 +61,13 @@ def parser() -> argparse.ArgumentParser:
         prog="grpc-overhead serve",
         description="Receive OTLP spans, store them (embedded chDB or a ClickHouse server) "
         "and serve the web app on them, in one process.",
+        epilog=f"Defaults that meet: OpenTelemetry SDKs send to localhost:{STANDARD_OTLP_PORT} "
+        "when no endpoint is configured, and the embedded collector config listens there and "
+        f"forwards to the intake on {DEFAULT_OTLP_PORT}. A plain serve therefore also takes OTLP "
+        f"on {STANDARD_OTLP_PORT} whenever no other process (a collector) holds it, so a service "
+        "started with no configuration reaches it directly; with a collector there, the "
+        f"collector forwards to the intake. With --otlp-port N, {STANDARD_OTLP_PORT} is left "
+        "alone unless --standard-otlp-port asks for it.",
     )
     where = result.add_mutually_exclusive_group()
     where.add_argument(
@@ -62,9 +83,18 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument(
         "--otlp-port",
         type=int,
-        default=DEFAULT_OTLP_PORT,
         metavar="N",
-        help=f"OTLP/gRPC port of the intake (default {DEFAULT_OTLP_PORT}; 0 picks a free one)",
+        help=f"OTLP/gRPC port of the intake, where a collector forwards (default "
+        f"{DEFAULT_OTLP_PORT}; 0 picks a free one)",
+    )
+    result.add_argument(
+        "--standard-otlp-port",
+        type=_optional_port,
+        metavar="N|off",
+        help=f"also take OTLP on this port, where OpenTelemetry SDKs send when no endpoint is "
+        f"configured. Default: {STANDARD_OTLP_PORT} when --otlp-port is not given and no other "
+        "process (a collector) holds it, off otherwise; given explicitly, a taken port is an "
+        "error",
     )
     result.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
@@ -88,8 +118,43 @@ def parser() -> argparse.ArgumentParser:
     return result
 
 
+def _optional_port(text: str) -> int | None:
+    if text.strip().lower() in {"off", "none", "no"}:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number or 'off': {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range 1-65535: {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class OtlpPorts:
+    """Where serve takes OTLP: the intake port, and the standard port if wanted."""
+
+    intake: int
+    standard: int | None
+    standard_required: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, given: Sequence[str]) -> OtlpPorts:
+        intake = DEFAULT_OTLP_PORT if args.otlp_port is None else args.otlp_port
+        explicit = any(a.split("=")[0] == "--standard-otlp-port" for a in given)
+        if explicit:
+            standard = args.standard_otlp_port
+        else:
+            standard = STANDARD_OTLP_PORT if args.otlp_port is None else None
+        if standard == intake:
+            standard = None
+        return cls(intake, standard, explicit and standard is not None)
+
+
 def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = None) -> int:
-    args = parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(given)
+    ports = OtlpPorts.from_args(args, given)
     stop = stop or threading.Event()
     if not args.no_app:
         from grpc_overhead.app.server import AppServerError, check_port
@@ -107,7 +172,8 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         print(f"grpc-overhead serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        config = IntakeConfig(host=args.host, port=args.otlp_port)
+        extra = () if ports.standard is None else (ports.standard,)
+        config = IntakeConfig(host=args.host, port=ports.intake, extra_ports=extra)
         intake = Intake(store, config)
         calls_options = CallsOptions.from_schema(intake.schema)  # the store's database
         try:
@@ -115,12 +181,19 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             # Calls are assembled as spans arrive (the view), not when a report asks.
             create_calls(store, calls_options)
         except (AnalyzerError, OSError) as error:
-            print(f"grpc-overhead serve: {error}", file=sys.stderr)
+            who = holder(ports.intake) if isinstance(error, OSError) and ports.intake else None
+            held = f" (held by {who}: stop it or pass --otlp-port N)" if who else ""
+            print(f"grpc-overhead serve: {error}{held}", file=sys.stderr)
+            intake.stop()
+            return EXIT_USAGE
+        if ports.standard is not None and not intake.extra_ports and ports.standard_required:
+            print(f"grpc-overhead serve: {_standard_port_taken(args.host, ports)}", file=sys.stderr)
             intake.stop()
             return EXIT_USAGE
         info = ServeInfo(os.getpid(), intake.address, "", store.description)
         directory = None if args.clickhouse else os.path.abspath(args.store or DEFAULT_STORE_DIR)
         print(f"intake listening on {intake.address}", flush=True)
+        _say_standard_port(args.host, ports, intake)
         print(f"store: {store.description}", flush=True)
         # The embedded store has exactly one owner, this process: it rolls settled
         # minutes up. On a ClickHouse server several processes may run; none settles
@@ -145,6 +218,30 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             )
     finally:
         store.close()
+
+
+def _say_standard_port(host: str, ports: OtlpPorts, intake: Intake) -> None:
+    """Say where services with no endpoint configured end up: here, or at another holder."""
+    if ports.standard is None:
+        return
+    if intake.extra_ports:
+        print(
+            f"OTLP also on {host}:{ports.standard} (the standard port: services with no "
+            "endpoint configured send here)",
+            flush=True,
+        )
+    else:
+        print(f"note: {_standard_port_taken(host, ports)}", flush=True)
+
+
+def _standard_port_taken(host: str, ports: OtlpPorts) -> str:
+    who = holder(ports.standard or 0) or "another process"
+    return (
+        f"the standard OTLP port {host}:{ports.standard} is held by {who}: services with no "
+        f"endpoint configured send there, so it must forward to this intake (port "
+        f"{ports.intake}), as `grpc-overhead collector run --config embedded` does; or stop it, "
+        "or pass --standard-otlp-port N|off"
+    )
 
 
 def _serve_app(
