@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpc_overhead.cli.ports import holder, port_is_free
+from grpc_overhead.cli.processes import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -78,8 +79,8 @@ def clean_env(**extra: str) -> dict[str, str]:
     """The caller's environment without OpenTelemetry or grpc-overhead settings: defaults only."""
     env = {
         name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("OTEL_", "GRPC_OVERHEAD_"))
+        for name, value in child_env().items()
+        if not name.startswith("GRPC_OVERHEAD_")
         and name not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")
     }
     env.update(extra)
@@ -106,6 +107,7 @@ class UserVenv:
 
 def user_venv(line: str) -> UserVenv:
     """The venv ``line`` (``pip install ...`` run from the checkout's root) builds, cached."""
+    _clear_build_output()
     where = CACHE / _key(line)
     venv, wheelhouse = where / "venv", where / "wheelhouse"
     if not (where / ".complete").exists():
@@ -120,6 +122,12 @@ def user_venv(line: str) -> UserVenv:
             if old != where:
                 shutil.rmtree(old, ignore_errors=True)
     return UserVenv(venv, wheelhouse)
+
+
+def _clear_build_output() -> None:
+    """setuptools builds in the source tree and never deletes a stale ``build/lib`` file,
+    which would then ship in the wheel: the block's install must see only today's sources."""
+    shutil.rmtree(INSTRUMENTATION / "build", ignore_errors=True)
 
 
 def _key(line: str) -> str:
@@ -176,6 +184,7 @@ def run_block(
     ports: tuple[int, ...] = DEFAULT_PORTS,
 ) -> BlockRun:
     """``bash -e`` on ``script`` in ``cwd``: in its own network namespace where allowed."""
+    _clear_build_output()
     path = cwd / "quickstart-block.sh"
     path.write_text(script, encoding="utf-8")
     if namespaces_allowed():

@@ -302,10 +302,12 @@ def _auto_refresh() -> None:
 # -- empty states --------------------------------------------------------------------------------
 
 SEND_DATA = (
-    "Send spans to the intake: run `grpc-overhead demo`, or point an OpenTelemetry "
-    "Collector's `otlp` exporter (or any OTLP/gRPC SDK exporter) at the address "
-    "`grpc-overhead serve` prints, with the services instrumented by "
-    "`grpc_overhead.instrumentation` (see the README)."
+    "Send spans to the intake: run `grpc-overhead demo`, or run your services under "
+    "`opentelemetry-instrument` with grpc-overhead-instrumentation installed: with no endpoint "
+    "configured they send to localhost:4317, which a plain `grpc-overhead serve` takes itself "
+    "when no collector holds it. Otherwise point an OpenTelemetry Collector's `otlp` exporter "
+    "(or any OTLP/gRPC SDK exporter) at the intake address `grpc-overhead serve` prints "
+    '(see the README\'s "Instrument your own service").'
 )
 
 

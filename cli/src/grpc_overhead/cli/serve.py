@@ -47,7 +47,7 @@ from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, Intake, IntakeConfig
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
-from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, holder
+from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, holder, port_is_free
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
@@ -172,7 +172,9 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         print(f"grpc-overhead serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        extra = () if ports.standard is None else (ports.standard,)
+        # Checked first: grpcio would log an error line for a port it cannot bind.
+        free = ports.standard is not None and port_is_free(ports.standard, args.host)
+        extra = (ports.standard,) if free and ports.standard else ()
         config = IntakeConfig(host=args.host, port=ports.intake, extra_ports=extra)
         intake = Intake(store, config)
         calls_options = CallsOptions.from_schema(intake.schema)  # the store's database

@@ -181,7 +181,8 @@ def serve_receiver(
 
     ``extra_ports`` are further ports the same server listens on when they are
     free (serve's standard OTLP port): one another process holds is skipped,
-    never fatal. Returns the server, the bound port and the extra ports bound.
+    never fatal (grpcio logs a line for it: callers that can check first do).
+    Returns the server, the bound port and the extra ports bound.
     """
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", max_message_bytes),
