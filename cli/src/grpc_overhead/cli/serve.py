@@ -118,9 +118,10 @@ def parser() -> argparse.ArgumentParser:
     return result
 
 
-def _optional_port(text: str) -> int | None:
+def _optional_port(text: str) -> int:
+    """A port number, or 0 for ``off``."""
     if text.strip().lower() in {"off", "none", "no"}:
-        return None
+        return 0
     try:
         value = int(text)
     except ValueError:
@@ -139,22 +140,21 @@ class OtlpPorts:
     standard_required: bool
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, given: Sequence[str]) -> OtlpPorts:
+    def from_args(cls, args: argparse.Namespace) -> OtlpPorts:
         intake = DEFAULT_OTLP_PORT if args.otlp_port is None else args.otlp_port
-        explicit = any(a.split("=")[0] == "--standard-otlp-port" for a in given)
-        if explicit:
-            standard = args.standard_otlp_port
-        else:
+        asked = args.standard_otlp_port  # None: not given; 0: off
+        if asked is None:  # the default: only a plain serve takes the standard port
             standard = STANDARD_OTLP_PORT if args.otlp_port is None else None
+        else:
+            standard = asked or None
         if standard == intake:
             standard = None
-        return cls(intake, standard, explicit and standard is not None)
+        return cls(intake, standard, bool(asked) and standard is not None)
 
 
 def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(given)
-    ports = OtlpPorts.from_args(args, given)
+    args = parser().parse_args(argv)
+    ports = OtlpPorts.from_args(args)
     stop = stop or threading.Event()
     if not args.no_app:
         from grpc_overhead.app.server import AppServerError, check_port
@@ -173,8 +173,8 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         return EXIT_USAGE
     try:
         # Checked first: grpcio would log an error line for a port it cannot bind.
-        free = ports.standard is not None and port_is_free(ports.standard, args.host)
-        extra = (ports.standard,) if free and ports.standard else ()
+        standard = ports.standard
+        extra = (standard,) if standard and port_is_free(standard, args.host) else ()
         config = IntakeConfig(host=args.host, port=ports.intake, extra_ports=extra)
         intake = Intake(store, config)
         calls_options = CallsOptions.from_schema(intake.schema)  # the store's database
