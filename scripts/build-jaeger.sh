@@ -84,7 +84,9 @@ if ! GOSUMDB=off "$go_cmd" mod tidy </dev/null; then
     exit 1
 fi
 # Build into the scratch folder, then move: a failed build never leaves half a binary.
-if ! "$go_cmd" build -o "$work/jaeger" "$MODULE/cmd/jaeger" </dev/null; then
+# Stamp the version as Jaeger's own Makefile does (`jaeger version` prints it).
+ldflags="-X $MODULE/internal/version.latestVersion=$VERSION"
+if ! "$go_cmd" build -ldflags "$ldflags" -o "$work/jaeger" "$MODULE/cmd/jaeger" </dev/null; then
     echo "[jaeger] build failed (see above); the Jaeger tests and demo --jaeger need $binary" >&2
     exit 1
 fi

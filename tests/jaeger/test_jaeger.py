@@ -22,7 +22,7 @@ import pytest
 from grpc_overhead.analyzer.grafana.dashboards import tail
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.app import runtime, shared
-from grpc_overhead.cli.jaeger import Jaeger, JaegerError, build, get_json
+from grpc_overhead.cli.jaeger import BINARY, Jaeger, JaegerError, build, get_json
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
 from grpc_overhead.instrumentation import environment
@@ -213,3 +213,18 @@ def test_import_errors_are_one_line(jaeger: Jaeger, tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
     nothing = import_command(jaeger, tmp_path / "s", "--service", "nobody")
     assert nothing.returncode == 0 and "no traces of this service" in nothing.stderr
+
+
+def test_the_build_is_cached_and_the_binary_is_v1_76(jaeger: Jaeger) -> None:
+    """A second build is a no-op (the binary is newer than the script), as the collector's."""
+    before = BINARY.stat().st_mtime_ns
+    done = subprocess.run(
+        ["bash", "scripts/build-jaeger.sh"], capture_output=True, text=True, timeout=60,
+        cwd=BINARY.parents[2], stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0 and "up to date" in done.stdout, done.stderr
+    assert BINARY.stat().st_mtime_ns == before
+    version = subprocess.run(
+        [str(BINARY), "version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert "v1.76.0" in version.stdout + version.stderr

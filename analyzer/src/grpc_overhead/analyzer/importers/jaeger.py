@@ -309,7 +309,9 @@ def import_traces(
 ) -> ImportResult:
     """Copy every span of ``services`` (default: all Jaeger knows) started in [since, until]."""
     if until <= since:
-        raise BadInput(f"nothing to import: --since {since:%Y-%m-%d %H:%M:%S} is not before now")
+        raise BadInput(
+            f"nothing to import: --since {since:%Y-%m-%d %H:%M:%S} is not before --until"
+        )
     result = ImportResult(api=jaeger.api)
     handled: set[str] = set()
     known = jaeger.services()
