@@ -288,3 +288,10 @@ def test_variable_queries_list_what_the_store_holds(store: Store) -> None:
     assert options("run") == ["run-1", "run-2"]
     assert options("instance") == ["c-1", "c-2", "s-1", "s-2", "s-3"]
     assert options("method", seeded.variables(service=["other.Service"])) == []
+    database = next(
+        variable
+        for variable in load("grpc-overhead-phases.json")["templating"]["list"]
+        if variable["name"] == "database"
+    )
+    found = store.query(expand(database["query"]["rawSql"], seeded.variables(), seeded.CONTEXT))
+    assert found.iloc[:, 0].tolist()[0] == "default"
