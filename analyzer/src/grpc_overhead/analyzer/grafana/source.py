@@ -13,8 +13,12 @@ store), on chDB and on a ClickHouse server fed by the collector's exporter
 (after ``serve --clickhouse`` created ``grpc_calls``).
 
 Its columns follow the ``grpc_call_phases`` contract of the design brief
-(``CALL_COLUMNS``), so once that view is on every store a panel's source can
-become the view without touching any panel.
+(``CALL_COLUMNS``), so a panel reads like SQL over that view. The panels still
+carry the query rather than select from the view: a view takes no parameters,
+so it merges every call of the table (``FINAL``) and estimates clock offsets
+over all time on each refresh, where this query reads only the halves near the
+time picker's range (the ``ROW_FILTER`` pre-filter, which uses the table's
+minmax index).
 """
 
 from __future__ import annotations
