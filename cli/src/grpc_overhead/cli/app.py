@@ -18,8 +18,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked
+from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store, table_exists
@@ -105,7 +106,7 @@ def prepare(store: Store, options: CallsOptions) -> None:
         raise AppCommandError(
             f"{store.description}: no {DEFAULT_TRACES_TABLE} table. {INTAKE_HINT}"
         )
-    create_calls(store, options)
+    create_call_tables(store, options)
     if store.backend.owns_data:  # no other process settles it
         settle(store, options)
 

@@ -18,9 +18,10 @@ import re
 import sys
 from datetime import UTC, datetime, timedelta
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
+from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.schema import SchemaOptions
@@ -122,7 +123,7 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
     if not table_exists(store, options.traces_table, options.database):
         return options, f"{store.description}: no {options.traces_table} table. {INTAKE_HINT}"
     # Idempotent; on a store the collector's exporter made, this assembles its spans.
-    create_calls(store, options)
+    create_call_tables(store, options)
     if not _has_calls(store, options):
         return options, INTAKE_HINT
     if store.backend.owns_data:  # no other process settles it

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpc_overhead.analyzer import rollup
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, Intake, IntakeConfig
+from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.instrumentation import environment
 
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         try:
             intake.start()
             # Calls are assembled as spans arrive (the view), not when a report asks.
-            create_calls(store, calls_options)
+            create_call_tables(store, calls_options)
         except (AnalyzerError, OSError) as error:
             print(f"grpc-overhead serve: {error}", file=sys.stderr)
             intake.stop()
