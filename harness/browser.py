@@ -186,7 +186,10 @@ def start_app(store: Path, env: dict[str, str]) -> RunningApp:
 
 
 def start_serve(store: Path, otlp_port: int, env: dict[str, str]) -> RunningApp:
-    """``grpc-overhead serve --store STORE --otlp-port N --app-port 0`` (intake + app)."""
+    """``grpc-overhead serve --store STORE --otlp-port N --app-port 0 --http-port 0``
+    (intake + app + HTTP interface, on free ports: 8123 stays free on a shared machine)."""
     return start_command(
-        ["serve", "--store", str(store), "--otlp-port", str(otlp_port), "--app-port", "0"], env
-    )
+        ["serve", "--store", str(store), "--otlp-port", str(otlp_port), "--app-port", "0",
+         "--http-port", "0"],
+        env,
+    )  # fmt: skip

@@ -29,6 +29,7 @@ import pandas as pd
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.base import QueryLimits, output_format
+from grpc_overhead.cli.report import through_serve
 
 EXIT_QUERY = 1
 EXIT_USAGE = 2
@@ -44,7 +45,11 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--store", metavar="DIR", help=f"chDB directory (default {DEFAULT_STORE_DIR})"
     )
-    where.add_argument("--clickhouse", metavar="URL", help="clickhouse://user:pass@host:9000/db")
+    where.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        help="clickhouse://user:pass@host:9000/db, or an HTTP interface: http://host:8123",
+    )
     result.add_argument("--format", choices=FORMATS, default="table", help="output (default table)")
     result.add_argument(
         "--write", action="store_true", help="allow statements that change data or schema"
@@ -80,12 +85,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         store = open_store(
-            None if args.clickhouse else (args.store or DEFAULT_STORE_DIR), args.clickhouse
+            None if args.clickhouse else (args.store or DEFAULT_STORE_DIR),
+            args.clickhouse,
+            **through_serve(),
         )
     except AnalyzerError as error:
         print(f"grpc-overhead sql: {error}", file=sys.stderr)
         return EXIT_USAGE
     with store:
+        if args.write and not store.backend.writable:
+            print(
+                f"grpc-overhead sql: --write: {store.description} is read-only here; "
+                "writes go through the process that owns the store (stop it to write)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         try:
             if args.write:
                 result: Any = store.query(sql)
@@ -97,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 result = _until_stopped(lambda stop: _read(store, sql, limits, stop))
         except QueryError as error:
-            print(explain(error), file=sys.stderr)
+            print(explain(error, writable=store.backend.writable), file=sys.stderr)
             return EXIT_QUERY
         except AnalyzerError as error:
             print(f"grpc-overhead sql: {error}", file=sys.stderr)
@@ -150,11 +164,16 @@ def _until_stopped(work: Callable[[threading.Event], Any]) -> Any:
     return outcome["value"]
 
 
-def explain(error: QueryError) -> str:
+def explain(error: QueryError, *, writable: bool = True) -> str:
     if error.is_readonly_refusal and "setting" in error.message:
         headline = (
             "refused: a query cannot change settings (the engine runs it read-only); "
             "lower its limits with --max-seconds, --max-memory or --max-rows"
+        )
+    elif error.is_readonly_refusal and not writable:
+        headline = (
+            f"refused: {error.message.rstrip('.')}; the store is read through the `serve` "
+            "that owns it, which writes it"
         )
     elif error.is_readonly_refusal:
         headline = (
