@@ -178,6 +178,13 @@ class ClickHouseHttpStore(Store):
             header = response.getheader("X-ClickHouse-Exception-Code")
             if code is None and header and header.isdigit():
                 code = int(header)
+            if response.status in (401, 403):
+                raise StoreUnavailable(
+                    f"{self.description} refused the credentials: {message} (serve's "
+                    "--http-user/--http-password; readers send GRPC_OVERHEAD_HTTP_USER and "
+                    "GRPC_OVERHEAD_HTTP_PASSWORD)",
+                    location=self.url,
+                )
             if code is None:
                 message = f"HTTP {response.status} from {self.description}: {message}"
             raise QueryError(message, sql=sql, parameters=parameters, code=code)
