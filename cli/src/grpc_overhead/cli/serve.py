@@ -196,13 +196,13 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             return EXIT_USAGE
         http_url = http.url if http else ""
         info = ServeInfo(os.getpid(), intake.address, "", store.description, http_url)
+        _write_serve_info(directory, info)  # before saying so: readers may start at once
         print(f"intake listening on {intake.address}", flush=True)
         print(f"store: {store.description}", flush=True)
         if http is not None:
             print(f"clickhouse http: {http_url}", flush=True)
         elif directory:
             print("clickhouse http: off (--no-http)", flush=True)
-        _write_serve_info(directory, info)
         # The embedded store has exactly one owner, this process: it rolls settled
         # minutes up. On a ClickHouse server several processes may run; none settles
         # there, so no minute is ever rolled up twice.

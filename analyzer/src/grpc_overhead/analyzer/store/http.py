@@ -11,8 +11,9 @@ Results travel as ArrowStream and become DataFrames exactly as chDB's do
 bound by the server. A user's query runs with its ``QueryLimits`` as URL
 settings and is cancelled, when its caller goes away, by closing the
 connection (ClickHouse and serve's interface both kill a query whose client
-hung up). ``read_only=True`` (serve's interface) refuses ``command`` and
-``insert`` here with the READONLY code, before anything is sent.
+hung up). A read-only store (``read_only=True``, or a server that answers
+read-only, as serve's interface does) refuses ``command`` and ``insert`` here
+with the READONLY code, before anything is sent.
 """
 
 from __future__ import annotations
@@ -81,12 +82,15 @@ class ClickHouseHttpStore(Store):
             token = base64.b64encode(f"{user or 'default'}:{password or ''}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
         self.url = f"{parts.scheme}://{self._host}:{self._port}"
-        self.backend = HTTP_READER if read_only else HTTP
+        self.backend = HTTP_READER
         self.description = description or f"ClickHouse HTTP {self.url}"
         self._timeout_s = timeout_s
         self._closed = threading.Event()
-        # Fail now, with a clear message, rather than at the first query.
-        self.query("SELECT 1 AS ok")
+        # Fail now, with a clear message, rather than at the first query; and ask whether
+        # this user may write at all (serve's interface, a read-only ClickHouse user: no).
+        found = self.query("SELECT toUInt8(getSetting('readonly')) AS readonly")
+        if not read_only and int(found["readonly"].iloc[0]) == 0:
+            self.backend = HTTP
 
     # -- the Store contract ---------------------------------------------------------------
 
