@@ -1,7 +1,8 @@
 """``grpc-overhead sql``: run ClickHouse SQL against the store, read-only unless ``--write``.
 
-    grpc-overhead sql "SELECT SpanKind, count() FROM otel_traces GROUP BY 1"
+    grpc-overhead sql "SELECT rpc_method, avg(total_us) FROM grpc_call_phases GROUP BY 1"
     grpc-overhead sql - --format csv < query.sql
+    grpc-overhead sql "SELECT * FROM grpc_call_phases LIMIT 3 FORMAT Vertical"
     grpc-overhead sql "TRUNCATE TABLE otel_traces" --write
 
 Read-only is enforced by the engine (the ``readonly=1`` setting, on chDB a
@@ -27,6 +28,8 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
+from grpc_overhead.analyzer.phase_view import PHASES_VIEW, view_columns
+from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.base import QueryLimits, output_format
 from grpc_overhead.cli.report import through_serve
@@ -38,7 +41,11 @@ FORMATS = ("table", "csv", "json")
 
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(
-        prog="grpc-overhead sql", description="Run ClickHouse SQL against the store."
+        prog="grpc-overhead sql",
+        description="Run ClickHouse SQL against the store (through `serve` while it owns it). "
+        "A FORMAT clause is passed through: the engine's output is printed as is.",
+        epilog=help_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     result.add_argument("sql", help="the statement ('-' reads it from standard input)")
     where = result.add_mutually_exclusive_group()
@@ -75,6 +82,25 @@ def parser() -> argparse.ArgumentParser:
         help=f"most result rows, more is an error (default and ceiling {ceiling.max_result_rows})",
     )
     return result
+
+
+def help_epilog() -> str:
+    """The tables, the columns of ``grpc_call_phases`` and a few of the README's examples."""
+    width = max(len(name) for name, _ in view_columns())
+    columns = "\n".join(f"  {name:<{width}}  {text}" for name, text in view_columns())
+    examples = "\n\n".join(
+        f"  -- {question}\n" + "\n".join(f"  {line}" for line in sql.splitlines())
+        for question, sql in EXAMPLES[:3]
+    )
+    return (
+        "tables:\n"
+        f"  {PHASES_VIEW:<17} one row per call, merged (no FINAL), every phase in µs: "
+        "query this\n"
+        "  grpc_calls        the calls as assembled (raw *_ns timestamps; read with FINAL)\n"
+        "  otel_traces       every span, the collector's clickhouse exporter schema\n\n"
+        f"columns of {PHASES_VIEW}:\n{columns}\n\n"
+        f"examples (ten in the README, 'Querying with SQL'):\n{examples}\n"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
