@@ -15,6 +15,7 @@ import pytest
 from grpc_overhead.analyzer.store.owner import read_serve_info
 from grpc_overhead.cli.processes import offline_env
 from harness.browser import RunningApp, start_serve_http
+from tests.analyzer.seed import module_store_fixture  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -130,3 +131,22 @@ def test_an_http_port_asked_for_and_taken_fails_clearly(tmp_path: Path):
         )  # fmt: skip
     assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_default_port_taken_falls_back_to_a_free_one(module_store, monkeypatch, capsys):
+    from grpc_overhead.cli import serve as serve_command
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(serve_command, "DEFAULT_HTTP_PORT", port)  # stands for 8123
+        args = serve_command.parser().parse_args(["--no-app"])
+        interface = serve_command.start_http(args, module_store)
+        try:
+            assert interface is not None and interface.port not in (port, 0)
+            ping = subprocess.run(["curl", "-sS", f"{interface.url}/ping"], capture_output=True)
+            assert ping.stdout == b"Ok.\n"
+        finally:
+            interface.stop()
+    assert f"port {port} is taken" in capsys.readouterr().err
