@@ -63,6 +63,7 @@ class EncodedValue(str):
 Columns = Sequence[Sequence[Any]]
 
 _CLICKHOUSE_ERROR = re.compile(r"\s*Code:\s*(\d+)\.\s*(?:DB::Exception:\s*)?(.*)", re.DOTALL)
+_ANY_VERSION = re.compile(r"\s*\(version [\d.]+(?: \([^)]*\))?\)\.?")
 _VERSION_SUFFIX = re.compile(
     r"(?:\s*\(version [\d.]+(?: \([^)]*\))?\)\.?)+(?=\s*(?:\([A-Z_]+\))?\s*$)"
 )
@@ -77,9 +78,11 @@ def split_clickhouse_error(text: str) -> tuple[int | None, str]:
     message = match.group(2).strip()
     while match := _CLICKHOUSE_ERROR.match(message):  # chDB nests the engine's text
         message = match.group(2).strip()
-    # The engine appends its version (sometimes twice); it says nothing about the query.
+    # The engine appends its version (once per nesting level, as chDB rethrows); it says
+    # nothing about the query. Then "(NAME) (NAME)" left by the nesting is said once.
     message = _VERSION_SUFFIX.sub("", message)
-    message = re.sub(r"(\([A-Z_]+\))\s*\1$", r"\1", message)
+    message = _ANY_VERSION.sub("", message)
+    message = re.sub(r"(\([A-Z_]+\))(?:[\s.]*\1)+", r"\1", message)
     return code, message
 
 
