@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import random
 import sys
 import time
@@ -49,6 +50,7 @@ from bench.common import (
     percentile,
     publish,
 )
+from bench.instrumentation_hotpath import tight_loop_us
 from bench.instrumentation_processes import (
     CONFIGS,
     FULL,
@@ -229,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     info["instrumentation_source_sha256"] = _source_digest()
     raw = run(plan, options.seed)
+    info["load_average_1m_at_end"] = os.getloadavg()[0]
+    # Our per-call code alone, warm, in this process: compare with the per-thread table.
+    raw["tight_loop_us"] = tight_loop_us(calls=4_000 if options.quick else 20_000)
     summary = summarize(raw, plan)
     markdown = render_markdown(summary, info, raw)
     data = {
@@ -239,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "export_counts": raw["export_counts"],
         "runtime_s": raw["runtime_s"],
         "rounds_completed": raw["rounds"],
+        "tight_loop_us": raw["tight_loop_us"],
         "raw_blocks": raw["blocks"],
     }
     return publish(NAME, data, markdown, quick=options.quick)

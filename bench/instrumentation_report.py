@@ -372,7 +372,8 @@ def render_markdown(summary: dict[str, Any], info: dict[str, Any], raw: dict[str
     )
     return (
         f"### Instrumentation overhead ({info['date'][:10]}; {info['cpu_count']} CPUs, "
-        f"{info['cpu_model']}; load average {info['load_average_1m_at_start']:.1f} at start; "
+        f"{info['cpu_model']}; load average {info['load_average_1m_at_start']:.1f} at start, "
+        f"{info.get('load_average_1m_at_end', 0):.1f} at end; "
         f"Python {info['python']}; {versions})\n\n"
         f"Median of {raw['rounds']} interleaved rounds. Unary echo of a protobuf BytesValue "
         f"over loopback; client and server in separate processes. CPU is per call per process "
@@ -394,4 +395,22 @@ def render_markdown(summary: dict[str, Any], info: dict[str, Any], raw: dict[str
             ["payload", "measure", "median", "quartiles", "IQR / median"], _noise_rows(noise)
         )
         + threads
+        + _tight_loop(raw, results)
+    )
+
+
+def _tight_loop(raw: dict[str, Any], results: dict[str, Any]) -> str:
+    """Our code alone vs what it adds inside calls (1 KB, 100%): the gap, in numbers."""
+    tight = raw.get("tight_loop_us")
+    if not tight:
+        return ""
+    first = next(iter(results))
+    added = results[first]["ours"]["added_cpu_us"]
+    export = results[first]["ours"]["export_cpu_us_per_call"]
+    return (
+        f"\nOur per-call code alone (every function a sampled unary call runs, back to back "
+        f"in one thread, warm; bench/instrumentation_hotpath.py): client "
+        f"{tight['client']} µs, server {tight['server']} µs. Inside calls at {first} it adds "
+        f"{_signed(added['client'])} / {_signed(added['server'])} µs per call, of which "
+        f"export {export['client']:.0f} / {export['server']:.0f} µs.\n"
     )
