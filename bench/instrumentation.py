@@ -50,7 +50,7 @@ from bench.common import (
     percentile,
     publish,
 )
-from bench.instrumentation_hotpath import tight_loop_us
+from bench.instrumentation_hotpath import in_call_us, tight_loop_us
 from bench.instrumentation_processes import (
     CONFIGS,
     FULL,
@@ -188,7 +188,10 @@ def run(plan: Plan, seed: int | None = None) -> dict[str, Any]:
         for config in SAMPLED:
             kept = counts[f"client-{config}"]["exported_spans"] / max(calls_made[config], 1)
             counts[f"client-{config}"]["sampled_fraction"] = round(kept, 4)
+        log("timing our client functions in place, inside calls to the bare server")
+        in_call = in_call_us(f"127.0.0.1:{ports['bare']}", calls=plan.payloads[0].sequential_calls)
         return {
+            "in_call_us": in_call,
             "rounds": rounds_done,
             "blocks": blocks,
             "export_counts": counts,
@@ -245,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_s": raw["runtime_s"],
         "rounds_completed": raw["rounds"],
         "tight_loop_us": raw["tight_loop_us"],
+        "in_call_us": raw["in_call_us"],
         "raw_blocks": raw["blocks"],
     }
     return publish(NAME, data, markdown, quick=options.quick)

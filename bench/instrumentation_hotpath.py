@@ -142,3 +142,71 @@ def tight_loop_us(calls: int = 20_000, size: int = 1024) -> dict[str, float]:
 
 if __name__ == "__main__":
     print(tight_loop_us())
+
+
+def in_call_us(target: str, calls: int = 3_000, size: int = 1024) -> dict[str, float]:
+    """The same client functions timed in place, inside real calls to ``target``.
+
+    Each of our client functions is wrapped with the calling thread's CPU clock (the
+    clock's own cost, calibrated, is taken off), then sampled calls run one after the
+    other: µs per call of each, and of the caller thread in total. Set against
+    ``tight_loop_us`` this is how much slower the same code runs between gRPC's work.
+    """
+    import grpc_overhead.instrumentation.client as client_module
+    from grpc_overhead.instrumentation import instrument_channel
+
+    clock = time.thread_time_ns
+    spent = dict.fromkeys(("start", "serializer", "deserializer", "finish"), 0)
+
+    def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def measured(*args: Any, **kwargs: Any) -> Any:
+            started = clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[name] += clock() - started
+
+        return measured
+
+    def bind(record: Any, serializer: Any, deserializer: Any) -> tuple[Any, Any]:
+        serialize, deserialize = bind_serializers(record, serializer, deserializer)
+        return timed("serializer", serialize), timed("deserializer", deserialize)
+
+    originals = {
+        name: getattr(client_module, name)
+        for name in ("start_client_call", "finish_from_call", "bind_serializers")
+    }
+    pipeline = SpanPipeline(exporter=_DroppingExporter(), export_interval_ms=50)
+    channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=pipeline)
+    echo = channel.unary_unary(
+        "/bench.Echo/Echo",
+        request_serializer=BytesValue.SerializeToString,
+        response_deserializer=BytesValue.FromString,
+        _registered_method=True,
+    )
+    request = BytesValue(value=b"x" * size)
+    try:
+        client_module.start_client_call = timed("start", originals["start_client_call"])
+        client_module.finish_from_call = timed("finish", originals["finish_from_call"])
+        client_module.bind_serializers = bind
+        for _ in range(300):
+            echo(request, timeout=30)
+        started = clock()
+        for _ in range(1000):
+            clock()
+            clock()
+        clock_pair = (clock() - started) / 1000
+        spent.update(dict.fromkeys(spent, 0))
+        started = clock()
+        for _ in range(calls):
+            echo(request, timeout=30)
+        caller = (clock() - started) / calls
+    finally:
+        for name, function in originals.items():
+            setattr(client_module, name, function)
+        channel.close()
+        pipeline.shutdown()
+    result = {name: round((ns / calls - clock_pair) / 1e3, 2) for name, ns in spent.items()}
+    result["ours_total"] = round(sum(result.values()), 1)
+    result["caller_thread_per_call"] = round(caller / 1e3, 1)
+    return result

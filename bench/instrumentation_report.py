@@ -407,10 +407,23 @@ def _tight_loop(raw: dict[str, Any], results: dict[str, Any]) -> str:
     first = next(iter(results))
     added = results[first]["ours"]["added_cpu_us"]
     export = results[first]["ours"]["export_cpu_us_per_call"]
-    return (
+    text = (
         f"\nOur per-call code alone (every function a sampled unary call runs, back to back "
         f"in one thread, warm; bench/instrumentation_hotpath.py): client "
         f"{tight['client']} µs, server {tight['server']} µs. Inside calls at {first} it adds "
         f"{_signed(added['client'])} / {_signed(added['server'])} µs per call, of which "
         f"export {export['client']:.0f} / {export['server']:.0f} µs.\n"
     )
+    in_call = raw.get("in_call_us")
+    if in_call:
+        parts = ", ".join(
+            f"{name} {in_call[name]}" for name in ("start", "serializer", "deserializer", "finish")
+        )
+        text += (
+            f"\nThe same client functions timed in place, inside real calls to the bare "
+            f"server (thread CPU clock around each, its own cost taken off; the serializer "
+            f"wrappers include the protobuf work bare grpcio does too): {parts} µs, "
+            f"{in_call['ours_total']} µs in all, of {in_call['caller_thread_per_call']} µs on "
+            f"the caller thread per call.\n"
+        )
+    return text
