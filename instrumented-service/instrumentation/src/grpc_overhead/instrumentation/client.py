@@ -156,13 +156,16 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
 
     __slots__ = ()
 
-    def _invoke(self, request, timeout, metadata, credentials, wait_for_ready, compression):
+    def _invoke(self, request, timeout, metadata, credentials, wait_for_ready, compression,
+                with_call=True):  # fmt: skip
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         record, outgoing, bound = self._start(metadata, compression, timeout)
-        if record is None:
-            return bound.with_call(request, timeout, outgoing, credentials, wait_for_ready,
-                                   compression)  # fmt: skip
+        if record is None:  # not sampled: grpcio's own call, with the traceparent added
+            if with_call:
+                return bound.with_call(request, timeout, outgoing, credentials, wait_for_ready,
+                                       compression)  # fmt: skip
+            return bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
         try:
             response, call = bound.with_call(
                 request, timeout, outgoing, credentials, wait_for_ready, compression
@@ -174,12 +177,12 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
             fail_unexpected(record, exception)
             raise
         finish_from_call(record, call)
-        return response, call
+        return (response, call) if with_call else response
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None,
                  wait_for_ready=None, compression=None):  # fmt: skip
         return self._invoke(request, timeout, metadata, credentials, wait_for_ready,
-                            compression)[0]  # fmt: skip
+                            compression, with_call=False)  # fmt: skip
 
     def with_call(self, request, timeout=None, metadata=None, credentials=None,
                   wait_for_ready=None, compression=None):  # fmt: skip

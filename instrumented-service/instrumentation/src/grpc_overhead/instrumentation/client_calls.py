@@ -62,17 +62,18 @@ def start_client_call(
         trace_id, parent_span_id, parent_sampled = new_span_id(128) or 1, 0, None
     span_id = new_span_id(64) or 1
     sampled = recorder.sampler.should_sample(trace_id, parent_sampled)
+    if not sampled:  # trace context only: no timestamps kept, no record, no span
+        traceparent = ((TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, False)),)
+        return None, tuple(metadata) + traceparent if metadata else traceparent
     attributes = CALL_ATTRIBUTES.get()
     run_id = attributes.get(RUN_ID) if attributes else None
     ours: Metadata = (
-        (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, sampled)),
+        (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, True)),
         (REQUEST_START_HEADER, str(started + wall_offset_ns())),
     )
     if run_id:
         ours += ((RUN_ID_HEADER, str(run_id)),)
     outgoing = tuple(metadata) + ours if metadata else ours
-    if not sampled:
-        return None, outgoing
     record = CallRecord(
         recorder, True, method, call_type, trace_id, span_id, parent_span_id, started
     )
