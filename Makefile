@@ -8,7 +8,7 @@ TOXIPROXY := tools/bin/toxiproxy-server
 PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
 INSTRUMENTATION := instrumented-service/instrumentation
 
-.PHONY: setup system-packages collector toxiproxy protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy user-venv protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -34,13 +34,18 @@ toxiproxy: $(TOXIPROXY)
 $(TOXIPROXY): scripts/build-toxiproxy.sh
 	bash scripts/build-toxiproxy.sh
 
+# A user's venv (grpc-overhead-instrumentation as a built wheel + the OpenTelemetry packages
+# users have) for the coexistence tests: build/user-venv/KEY, KEY a hash of what it is built from.
+user-venv: setup
+	$(PYTHON) -m harness.user_venv
+
 protos: setup
 	$(PYTHON) -m grpc_overhead.prediction.protos.generate
 
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector toxiproxy
+test: setup system-packages collector toxiproxy user-venv
 	$(VENV)/bin/pytest
 
 test-fast: setup

@@ -1,0 +1,53 @@
+"""``python -m tests.pipeline.page_counts STORE RUN...``: what the app's pages say per run.
+
+Calls the analyzer functions the Overview, Phases and sidebar use (one engine start
+for every run) and prints ``{run_id: {...}}``: the calls each counts, the calls
+with one side only, and which phases are defined for how many calls.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.insights import catalog, distributions, overview
+from grpc_overhead.analyzer.rollup import settle
+from grpc_overhead.analyzer.store import open_store
+
+
+def main(argv: list[str]) -> int:
+    store_dir, run_ids = argv[0], argv[1:]
+    options = CallsOptions()
+    answers = {}
+    with open_store(store_dir) as store:
+        create_calls(store, options)
+        settle(store, options)
+        choices = catalog.filter_choices(store, options=options)
+        everything = overview.summary(overview.overview(store, options=options)).iloc[0]
+        answers[""] = {"overview_calls": int(everything["calls"])}
+        for run_id in run_ids:
+            filters = CallFilters(run_id=run_id)
+            summary = overview.summary(overview.overview(store, filters, options=options))
+            quantiles = distributions.phase_quantiles(store, filters, options=options)
+            phase_calls = quantiles.groupby("phase")["calls"].max().astype(int).to_dict()
+            row = summary.iloc[0]
+            answers[run_id] = {
+                "overview_calls": int(row["calls"]),
+                "overview": {k: _plain(row[k]) for k in summary.columns if "start" not in k},
+                "sidebar_calls": int(choices[choices["run_id"] == run_id]["calls"].sum()),
+                "phase_calls": phase_calls,
+            }
+    print(json.dumps(answers))
+    return 0
+
+
+def _plain(value: object) -> object:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
