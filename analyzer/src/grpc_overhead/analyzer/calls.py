@@ -289,6 +289,18 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 KEY = ("TraceId", "ClientSpanId")
+
+#: Next to another gRPC instrumentation (opentelemetry-instrumentation-grpc), every RPC has
+#: its spans and ours. The instrumentation marks theirs ``grpc_overhead.folded_into`` (our
+#: span id): skipped here, so the call counts once. When the request carried their
+#: ``traceparent`` (they wrapped the call inside ours), our client span names that span in
+#: ``grpc_overhead.call_span_id``, and the call is keyed by it, where the server halves
+#: (keyed by their parent, that span) meet it. See docs/architecture.md.
+FOLDED_INTO = "grpc_overhead.folded_into"
+CALL_SPAN_ID = "grpc_overhead.call_span_id"
+_CLIENT_KEY = (
+    f"if(SpanAttributes['{CALL_SPAN_ID}'] != '', SpanAttributes['{CALL_SPAN_ID}'], SpanId)"
+)
 COLUMN_NAMES: tuple[str, ...] = (*KEY, *(column.name for column in COLUMNS))
 
 
@@ -328,7 +340,7 @@ def extract_select_sql(options: CallsOptions) -> str:
     """
     outputs = [
         "    TraceId",
-        "    if(is_client, SpanId, ParentSpanId) AS ClientSpanId",
+        f"    if(is_client, {_CLIENT_KEY}, ParentSpanId) AS ClientSpanId",
     ]
     outputs += [f"    {column.expression()} AS {column.name}" for column in COLUMNS]
     return (
@@ -339,7 +351,8 @@ def extract_select_sql(options: CallsOptions) -> str:
         + f"\nFROM {options.traces}\n"
         + "WHERE SpanAttributes['rpc.system'] = 'grpc'\n"
         + f"  AND SpanKind IN {CLIENT_KINDS + SERVER_KINDS!r}\n"
-        + "  AND TraceId != ''"
+        + "  AND TraceId != ''\n"
+        + f"  AND SpanAttributes['{FOLDED_INTO}'] = ''"
     )
 
 
@@ -369,7 +382,7 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
     if found.empty:
         return False
     query = str(found["query"].iloc[0])
-    return all(f"AS {column.name}" in query for column in COLUMNS)
+    return FOLDED_INTO in query and all(f"AS {column.name}" in query for column in COLUMNS)
 
 
 def create_calls(

@@ -22,6 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from grpc_overhead.instrumentation.clock import now
+from grpc_overhead.instrumentation.coexistence import fold_enclosing
 from grpc_overhead.instrumentation.propagation import parse_traceparent, read_incoming
 from grpc_overhead.instrumentation.recorder import Recorder, new_span_id
 from grpc_overhead.instrumentation.records import (
@@ -76,7 +77,7 @@ def start_server_record(
         started,
     )
     record.event(SERVER_CALL_STARTED, started)
-    record.run_id = run_id
+    record.run_id = run_id or recorder.run_id
     return record
 
 
@@ -311,6 +312,8 @@ def _wrap_sync_behavior(
         record.context = context
         record.peer = _peer(context)
         read_deadline(record, context)
+        if record.recorder.folding:
+            fold_enclosing(record)
         token = _activate(record)
         try:
             result = behavior(request, context)
@@ -361,6 +364,8 @@ def _wrap_aio_behavior(
             record.peer = _peer(context)
             read_deadline(record, context)
             CURRENT_SERVER_CALL.set(record)
+            if record.recorder.folding:
+                fold_enclosing(record)
             token = _activate(record)
             try:
                 async for response in behavior(request, context):
@@ -380,6 +385,8 @@ def _wrap_aio_behavior(
         record.peer = _peer(context)
         read_deadline(record, context)
         CURRENT_SERVER_CALL.set(record)
+        if record.recorder.folding:
+            fold_enclosing(record)
         token = _activate(record)
         try:
             result = await behavior(request, context)
