@@ -1,8 +1,10 @@
-"""``python -m tests.pipeline.page_counts STORE RUN...``: what the app's pages say per run.
+"""``python -m tests.pipeline.page_counts STORE RUN...``: what the app's pages and the JSON
+report say, per run and for the whole store.
 
-Calls the analyzer functions the Overview, Phases and sidebar use (one engine start
-for every run) and prints ``{run_id: {...}}``: the calls each counts, the calls
-with one side only, and which phases are defined for how many calls.
+Calls the analyzer functions the Overview, Phases and sidebar use and builds the
+report the way ``grpc-overhead report --format json`` does, with one engine start
+for everything; prints ``{run_id or "": {...}}``: the calls each counts, the calls
+seen from one side only, which phases are defined for how many calls, the report.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import json
 import sys
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
-from grpc_overhead.analyzer.insights import catalog, distributions, overview
+from grpc_overhead.analyzer.insights import catalog, distributions, overview, rows
+from grpc_overhead.analyzer.report import build_report, to_json
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.store import open_store
 
@@ -25,18 +28,24 @@ def main(argv: list[str]) -> int:
         settle(store, options)
         choices = catalog.filter_choices(store, options=options)
         everything = overview.summary(overview.overview(store, options=options)).iloc[0]
-        answers[""] = {"overview_calls": int(everything["calls"])}
+        answers[""] = {
+            "overview_calls": int(everything["calls"]),
+            "report": to_json(build_report(store, CallFilters(), options=options)),
+        }
         for run_id in run_ids:
             filters = CallFilters(run_id=run_id)
             summary = overview.summary(overview.overview(store, filters, options=options))
             quantiles = distributions.phase_quantiles(store, filters, options=options)
             phase_calls = quantiles.groupby("phase")["calls"].max().astype(int).to_dict()
             row = summary.iloc[0]
+            sides = rows.sides(store, filters, options=options).iloc[0]
             answers[run_id] = {
                 "overview_calls": int(row["calls"]),
                 "overview": {k: _plain(row[k]) for k in summary.columns if "start" not in k},
                 "sidebar_calls": int(choices[choices["run_id"] == run_id]["calls"].sum()),
                 "phase_calls": phase_calls,
+                "sides": {name: int(sides[name]) for name in sides.index},
+                "report": to_json(build_report(store, filters, options=options)),
             }
     print(json.dumps(answers))
     return 0

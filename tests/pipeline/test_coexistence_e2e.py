@@ -199,14 +199,14 @@ def test_load_order_is_the_one_forced(matrix, name):
 
 def test_each_rpc_is_counted_once_in_report_and_pages(matrix):
     ran, store, pages = matrix
-    body = report(store)
     # Every call of every pair, once: official spans (exported by the distro pairs) add none.
-    assert body["calls"] == CALLS * len(PAIRS)
+    assert report(store)["calls"] == CALLS * len(PAIRS)  # the command, as users run it
     assert pages[""]["overview_calls"] == CALLS * len(PAIRS)
     for name in ran:
         assert pages[name]["overview_calls"] == CALLS, name
         assert pages[name]["sidebar_calls"] == CALLS, name
-    for name, per_run in _run_reports(store, list(ran)).items():
+    for name in ran:
+        per_run = pages[name]["report"]
         assert per_run["calls"] == CALLS, name
         methods = {(m["service"], m["method"]): m["calls"] for m in per_run["methods"]}
         for method in ECHO:
@@ -216,9 +216,9 @@ def test_each_rpc_is_counted_once_in_report_and_pages(matrix):
 
 
 def test_transport_phases_are_present_with_both_sides_attached(matrix):
-    _, store, pages = matrix
-    attached = [p.name for p in PAIRS if p.server_attached and p.client_attached]
-    for name, per_run in _run_reports(store, attached).items():
+    _, _, pages = matrix
+    for name in [p.name for p in PAIRS if p.server_attached and p.client_attached]:
+        per_run = pages[name]["report"]
         for method in per_run["methods"]:
             phases = method["phases"]
             for phase in (*SERVER_PHASES, *CLIENT_PHASES, *BOTH_SIDES):
@@ -227,8 +227,8 @@ def test_transport_phases_are_present_with_both_sides_attached(matrix):
 
 
 def test_server_only_attach_has_server_phases_and_a_count(matrix):
-    _, store, pages = matrix
-    [per_run] = _run_reports(store, ["server-only"]).values()
+    _, _, pages = matrix
+    per_run = pages["server-only"]["report"]
     assert per_run["calls"] == CALLS
     for method in per_run["methods"]:
         phases = method["phases"]
@@ -237,13 +237,15 @@ def test_server_only_attach_has_server_phases_and_a_count(matrix):
         # Nothing that needs the client half is made up.
         for phase in (*CLIENT_PHASES, *BOTH_SIDES):
             assert phases[phase]["calls"] == 0, (method["method"], phase)
+    # Overview and Phases say so: "server side only: N calls".
     overview = pages["server-only"]["overview"]
     assert overview["server_only_calls"] == CALLS and overview["client_only_calls"] == 0
+    assert pages["server-only"]["sides"]["server_only_calls"] == CALLS
 
 
 def test_client_only_attach_has_client_phases_and_total(matrix):
-    _, store, pages = matrix
-    [per_run] = _run_reports(store, ["client-only"]).values()
+    _, _, pages = matrix
+    per_run = pages["client-only"]["report"]
     assert per_run["calls"] == CALLS
     for method in per_run["methods"]:
         phases = method["phases"]
@@ -253,12 +255,7 @@ def test_client_only_attach_has_client_phases_and_total(matrix):
             assert phases[phase]["calls"] == 0, (method["method"], phase)
     overview = pages["client-only"]["overview"]
     assert overview["client_only_calls"] == CALLS and overview["server_only_calls"] == 0
-
-
-def _run_reports(store: Path, run_ids: list[str]) -> dict[str, dict]:
-    done = subprocess.run(
-        [sys.executable, "-m", "harness.ground_truth.read_reports", str(store), *run_ids],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, env=offline_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    assert pages["client-only"]["sides"]["client_only_calls"] == CALLS
+    for name in ("ours-alone", "distro-official-first"):  # both sides: neither count
+        assert pages[name]["sides"]["client_only_calls"] == 0, name
+        assert pages[name]["sides"]["server_only_calls"] == 0, name

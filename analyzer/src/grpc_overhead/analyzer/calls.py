@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from grpc_overhead.analyzer.folding import CLIENT_KEY, FOLDED_INTO, SKIP_FOLDED
 from grpc_overhead.analyzer.options import CALL_FILTER as CALL_FILTER
 from grpc_overhead.analyzer.options import CALL_START as CALL_START
 from grpc_overhead.analyzer.options import CALLS_TABLE as CALLS_TABLE
@@ -290,17 +291,6 @@ COLUMNS: tuple[Column, ...] = (
 
 KEY = ("TraceId", "ClientSpanId")
 
-#: Next to another gRPC instrumentation (opentelemetry-instrumentation-grpc), every RPC has
-#: its spans and ours. The instrumentation marks theirs ``grpc_overhead.folded_into`` (our
-#: span id): skipped here, so the call counts once. When the request carried their
-#: ``traceparent`` (they wrapped the call inside ours), our client span names that span in
-#: ``grpc_overhead.call_span_id``, and the call is keyed by it, where the server halves
-#: (keyed by their parent, that span) meet it. See docs/architecture.md.
-FOLDED_INTO = "grpc_overhead.folded_into"
-CALL_SPAN_ID = "grpc_overhead.call_span_id"
-_CLIENT_KEY = (
-    f"if(SpanAttributes['{CALL_SPAN_ID}'] != '', SpanAttributes['{CALL_SPAN_ID}'], SpanId)"
-)
 COLUMN_NAMES: tuple[str, ...] = (*KEY, *(column.name for column in COLUMNS))
 
 
@@ -340,7 +330,7 @@ def extract_select_sql(options: CallsOptions) -> str:
     """
     outputs = [
         "    TraceId",
-        f"    if(is_client, {_CLIENT_KEY}, ParentSpanId) AS ClientSpanId",
+        f"    if(is_client, {CLIENT_KEY}, ParentSpanId) AS ClientSpanId",
     ]
     outputs += [f"    {column.expression()} AS {column.name}" for column in COLUMNS]
     return (
@@ -352,7 +342,7 @@ def extract_select_sql(options: CallsOptions) -> str:
         + "WHERE SpanAttributes['rpc.system'] = 'grpc'\n"
         + f"  AND SpanKind IN {CLIENT_KINDS + SERVER_KINDS!r}\n"
         + "  AND TraceId != ''\n"
-        + f"  AND SpanAttributes['{FOLDED_INTO}'] = ''"
+        + f"  AND {SKIP_FOLDED}"
     )
 
 
