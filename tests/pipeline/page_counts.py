@@ -29,6 +29,7 @@ def main(argv: list[str]) -> int:
         choices = catalog.filter_choices(store, options=options)
         everything = overview.summary(overview.overview(store, options=options)).iloc[0]
         answers[""] = {
+            "official_spans": _official_spans(store),
             "overview_calls": int(everything["calls"]),
             "report": to_json(build_report(store, CallFilters(), options=options)),
         }
@@ -49,6 +50,19 @@ def main(argv: list[str]) -> int:
             }
     print(json.dumps(answers))
     return 0
+
+
+def _official_spans(store: object) -> dict[str, int]:
+    """opentelemetry-instrumentation-grpc's spans in the store: how many, how many folded
+    into one of ours, and how many share no trace with a span of ours."""
+    found = store.query(  # type: ignore[attr-defined]
+        "SELECT count() AS spans,"
+        " countIf(SpanAttributes['grpc_overhead.folded_into'] != '') AS folded,"
+        " countIf(TraceId NOT IN (SELECT TraceId FROM otel_traces"
+        "   WHERE ScopeName = 'grpc_overhead.instrumentation')) AS other_trace"
+        " FROM otel_traces WHERE ScopeName = 'opentelemetry.instrumentation.grpc'"
+    )
+    return {name: int(found[name].iloc[0]) for name in found.columns}
 
 
 def _plain(value: object) -> object:

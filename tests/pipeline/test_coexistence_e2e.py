@@ -201,6 +201,12 @@ def test_each_rpc_is_counted_once_in_report_and_pages(matrix):
     ran, store, pages = matrix
     # Every call of every pair, once: official spans (exported by the distro pairs) add none.
     assert report(store)["calls"] == CALLS * len(PAIRS)  # the command, as users run it
+    # The distro pairs exported the official spans too (a client and a server span per RPC):
+    # each is folded into ours and shares its trace.
+    distro = [p for p in PAIRS if p.exporter == "otlp"]
+    assert pages[""]["official_spans"] == {
+        "spans": 2 * CALLS * len(distro), "folded": 2 * CALLS * len(distro), "other_trace": 0
+    }  # fmt: skip
     assert pages[""]["overview_calls"] == CALLS * len(PAIRS)
     for name in ran:
         assert pages[name]["overview_calls"] == CALLS, name
