@@ -28,10 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import free_port, offline_env, stop_process
-from grpc_overhead.collector.runner import CollectorProcess
+from grpc_overhead.cli.processes import offline_env, stop_process
 from harness import user_venv
-from harness.ground_truth.pipeline import ServeProcess, report
+from harness.ground_truth.pipeline import report, through_collector
 
 pytestmark = pytest.mark.e2e
 
@@ -144,18 +143,8 @@ def matrix(tmp_path_factory):
     for script in APPS.glob("*.py"):
         shutil.copy(script, workdir / script.name)
     store = tmp_path_factory.mktemp("coexistence") / "store"
-    intake_port, collector_port = free_port(), free_port()
-    serve = ServeProcess(store, intake_port)
-    try:
-        with CollectorProcess(
-            "embedded",
-            otlp_port=collector_port,
-            intake=f"127.0.0.1:{intake_port}",
-            health_port=free_port(),
-        ):
-            ran = {pair.name: _run_pair(pair, workdir, collector_port) for pair in PAIRS}
-    finally:
-        serve.stop()
+    with through_collector(store) as collector_port:
+        ran = {pair.name: _run_pair(pair, workdir, collector_port) for pair in PAIRS}
     pages = subprocess.run(
         [sys.executable, "-m", "tests.pipeline.page_counts", str(store), *ran],
         capture_output=True, text=True, timeout=120, cwd=ROOT, env=offline_env(),
@@ -232,36 +221,28 @@ def test_transport_phases_are_present_with_both_sides_attached(matrix):
         assert pages[name]["phase_calls"]["request_network"] == CALLS, name
 
 
-def test_server_only_attach_has_server_phases_and_a_count(matrix):
+@pytest.mark.parametrize(
+    ("name", "measured", "left_out", "count"),
+    [
+        ("server-only", SERVER_PHASES, (*CLIENT_PHASES, *BOTH_SIDES), "server_only_calls"),
+        ("client-only", CLIENT_PHASES, (*SERVER_PHASES, *BOTH_SIDES), "client_only_calls"),
+    ],
+)
+def test_one_side_attached_has_its_phases_and_a_count(matrix, name, measured, left_out, count):
+    """A server whose callers are not instrumented gets its server phases and a call count; a
+    client calling a server that is not gets its client phases and the total. Nothing that
+    needs the other half is made up, and the pages say "server side only: N calls"."""
     _, _, pages = matrix
-    per_run = pages["server-only"]["report"]
+    per_run = pages[name]["report"]
     assert per_run["calls"] == CALLS
     for method in per_run["methods"]:
         phases = method["phases"]
-        for phase in SERVER_PHASES:
+        for phase in measured:
             assert phases[phase]["calls"] == method["calls"], (method["method"], phase)
-        # Nothing that needs the client half is made up.
-        for phase in (*CLIENT_PHASES, *BOTH_SIDES):
+        for phase in left_out:
             assert phases[phase]["calls"] == 0, (method["method"], phase)
-    # Overview and Phases say so: "server side only: N calls".
-    overview = pages["server-only"]["overview"]
-    assert overview["server_only_calls"] == CALLS and overview["client_only_calls"] == 0
-    assert pages["server-only"]["sides"]["server_only_calls"] == CALLS
-
-
-def test_client_only_attach_has_client_phases_and_total(matrix):
-    _, _, pages = matrix
-    per_run = pages["client-only"]["report"]
-    assert per_run["calls"] == CALLS
-    for method in per_run["methods"]:
-        phases = method["phases"]
-        for phase in CLIENT_PHASES:
-            assert phases[phase]["calls"] == method["calls"], (method["method"], phase)
-        for phase in (*SERVER_PHASES, *BOTH_SIDES):
-            assert phases[phase]["calls"] == 0, (method["method"], phase)
-    overview = pages["client-only"]["overview"]
-    assert overview["client_only_calls"] == CALLS and overview["server_only_calls"] == 0
-    assert pages["client-only"]["sides"]["client_only_calls"] == CALLS
-    for name in ("ours-alone", "distro-official-first"):  # both sides: neither count
-        assert pages[name]["sides"]["client_only_calls"] == 0, name
-        assert pages[name]["sides"]["server_only_calls"] == 0, name
+    other = "client_only_calls" if count == "server_only_calls" else "server_only_calls"
+    assert pages[name]["overview"][count] == CALLS and pages[name]["overview"][other] == 0
+    assert pages[name]["sides"][count] == CALLS
+    for both in ("ours-alone", "distro-official-first"):  # both sides attached: neither
+        assert pages[both]["sides"][count] == 0, both
