@@ -30,6 +30,7 @@ import pytest
 
 from grpc_overhead.cli.processes import offline_env, stop_process
 from harness import user_venv
+from harness.browser import chromium, open_page, start_app
 from harness.ground_truth.pipeline import report, through_collector
 
 pytestmark = pytest.mark.e2e
@@ -246,3 +247,23 @@ def test_one_side_attached_has_its_phases_and_a_count(matrix, name, measured, le
     assert pages[name]["sides"][count] == CALLS
     for both in ("ours-alone", "distro-official-first"):  # both sides attached: neither
         assert pages[both]["sides"][count] == 0, both
+
+
+@pytest.mark.browser
+def test_the_pages_say_server_side_only_in_a_browser(matrix):
+    """The Overview and Phases pages as a user sees them, on the matrix's store (Chromium)."""
+    _, store, _ = matrix
+    running = start_app(store, offline_env())
+    try:
+        with chromium() as context:
+            page = context.new_page()
+            for path in ("", "phases"):
+                open_page(page, f"{running.url}/{path}?run=server-only")
+                captions = " ".join(
+                    page.locator('[data-testid="stCaptionContainer"]').all_inner_texts()
+                )
+                assert f"Server side only: {CALLS} calls" in captions, (path, captions)
+                assert "Client side only" not in captions, path
+            page.close()
+    finally:
+        running.stop()
