@@ -323,3 +323,23 @@ def require_calls(filters: CallFilters) -> None:
             "or run back to (all) in the sidebar."
         )
         st.stop()
+
+
+def one_side_caption(server_only: int, client_only: int) -> None:
+    """Say which calls were seen from one side only (one side attached), and what that
+    leaves out, instead of showing their missing phases as if they were zero."""
+    parts = []
+    if server_only:
+        parts.append(
+            f"**Server side only: {server_only:,} calls** (their callers are not instrumented): "
+            "server phases and the count are measured; total and the network phases need the "
+            "client's half and are left out for them."
+        )
+    if client_only:
+        parts.append(
+            f"**Client side only: {client_only:,} calls** (their server is not instrumented): "
+            "client phases and total are measured; the server's phases and the one-way "
+            "network phases are left out for them."
+        )
+    if parts:
+        st.caption(" ".join(parts))
