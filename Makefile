@@ -5,12 +5,13 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COLLECTOR := collector/dist/otelcol-grpc-overhead
 TOXIPROXY := tools/bin/toxiproxy-server
+JAEGER := tools/bin/jaeger
 GRPC_GO_PEER := tools/bin/grpc-go-peer
 GRPC_JAVA_PEER := tools/grpc-java-peer/grpc-java-peer.jar
 PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
 INSTRUMENTATION := instrumented-service/instrumentation
 
-.PHONY: setup system-packages collector toxiproxy grpc-go-peer grpc-java-peer protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -36,6 +37,18 @@ toxiproxy: $(TOXIPROXY)
 $(TOXIPROXY): scripts/build-toxiproxy.sh
 	bash scripts/build-toxiproxy.sh
 
+jaeger: $(JAEGER)
+
+# Jaeger v2 (the fan-out's second exporter, `import jaeger`, `demo --jaeger`), built from Go
+# modules through a wrapper module; the first build takes minutes, so it runs niced.
+$(JAEGER): scripts/build-jaeger.sh
+	nice -n 10 bash scripts/build-jaeger.sh
+
+# A user's venv (grpc-overhead-instrumentation as a built wheel + the OpenTelemetry packages
+# users have) for the coexistence tests: build/user-venv/KEY, KEY a hash of what it is built from.
+user-venv: setup
+	$(PYTHON) -m harness.user_venv
+
 grpc-go-peer: $(GRPC_GO_PEER)
 
 # A real grpc-go client/server with gRPC's own OpenTelemetry tracing (gRFC A72) or otelgrpc.
@@ -54,7 +67,7 @@ protos: setup
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector toxiproxy grpc-go-peer grpc-java-peer
+test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer
 	$(VENV)/bin/pytest
 
 test-fast: setup

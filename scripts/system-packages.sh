@@ -12,6 +12,7 @@ needed=(
   "ip iproute2"
   "tc iproute2"
   "chromium chromium"
+  "curl curl"
   "javac default-jdk-headless"
   "mvn maven"
 )

@@ -49,6 +49,7 @@ from grpc_overhead.analyzer.call_columns import LC as LC
 from grpc_overhead.analyzer.call_columns import SERVER_KINDS as SERVER_KINDS
 from grpc_overhead.analyzer.call_columns import SPAN_ALIASES as SPAN_ALIASES
 from grpc_overhead.analyzer.call_columns import Column as Column
+from grpc_overhead.analyzer.folding import CLIENT_KEY, FOLDED_INTO, SKIP_FOLDED
 from grpc_overhead.analyzer.options import CALL_FILTER as CALL_FILTER
 from grpc_overhead.analyzer.options import CALL_START as CALL_START
 from grpc_overhead.analyzer.options import CALLS_TABLE as CALLS_TABLE
@@ -101,7 +102,7 @@ def extract_select_sql(options: CallsOptions) -> str:
     """
     outputs = [
         "    TraceId",
-        "    if(is_client, SpanId, ParentSpanId) AS ClientSpanId",
+        f"    if(is_client, {CLIENT_KEY}, ParentSpanId) AS ClientSpanId",
     ]
     outputs += [f"    {column.expression()} AS {column.name}" for column in COLUMNS]
     return (
@@ -112,7 +113,8 @@ def extract_select_sql(options: CallsOptions) -> str:
         + f"\nFROM {options.traces}\n"
         + "WHERE "
         + src.IS_GRPC_SPAN.format(kinds=repr(CLIENT_KINDS + SERVER_KINDS))
-        + "\n  AND TraceId != ''"
+        + "\n  AND TraceId != ''\n"
+        + f"  AND {SKIP_FOLDED}"
     )
 
 
@@ -142,7 +144,7 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
     if found.empty:
         return False
     query = str(found["query"].iloc[0])
-    return all(f"AS {column.name}" in query for column in COLUMNS)
+    return FOLDED_INTO in query and all(f"AS {column.name}" in query for column in COLUMNS)
 
 
 def create_calls(
