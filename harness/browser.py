@@ -37,9 +37,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-#: (url path, title) of every page, as app/main.py names them; the default page is at "/".
+#: (url path, title) of every page, as app/main.py names them; "/" leads to the first.
 PAGES: tuple[tuple[str, str], ...] = (
-    ("", "Overview"),
+    ("overview", "Overview"),
     ("phases", "Phases"),
     ("payload", "Payload & compression"),
     ("instances", "Instances"),

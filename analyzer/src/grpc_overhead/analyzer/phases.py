@@ -30,7 +30,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions, rows_to_scan
+from grpc_overhead.analyzer.calls import (
+    CALL_FILTER,
+    ROLLUP_FILTER,
+    CallFilters,
+    CallsOptions,
+    rows_to_scan,
+)
 from grpc_overhead.analyzer.clock_offsets import (
     CALL_OFFSET_COLUMNS,
     CLOCK_TABLE,
@@ -346,7 +352,7 @@ def breakdown_sql(
             f"FROM {options.qualified(options.rollup_table)}\n"
             "WHERE window_start_ns >= {settled_from_ns:Int64}"
             " AND window_start_ns < {settled_until_ns:Int64}"
-            f" AND calls > 0 AND {CALL_FILTER}",
+            f" AND calls > 0 AND {ROLLUP_FILTER}",
         )
     source = "\nUNION ALL\n".join(sources)
     merged = []

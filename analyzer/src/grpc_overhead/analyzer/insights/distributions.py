@@ -203,7 +203,8 @@ def tail(
     # duration): two columns and no merging, so the tail costs one merged pass.
     client_totals = (
         "SELECT client_end_ns - client_start_ns AS total_ns FROM (SELECT client_start_ns AS"
-        " call_start_ns, client_start_ns, client_end_ns, service, method, run_id"
+        " call_start_ns, client_start_ns, client_end_ns, service, method, run_id,"
+        " client_service, server_service"
         f" FROM {options.calls} WHERE {ROW_FILTER} AND client_start_ns != 0"
         f" AND client_end_ns != 0) WHERE {TIME_FILTER} AND {CALL_FILTER}"
     )

@@ -186,7 +186,8 @@ def time_span(
     sql = (
         "SELECT count() AS n, min(call_start_ns) AS first, max(call_start_ns) AS last FROM ("
         "SELECT greatest(client_start_ns, server_start_ns) AS call_start_ns, service, method,"
-        f" run_id FROM {options.calls} WHERE {ROW_FILTER}) WHERE {TIME_FILTER} AND {CALL_FILTER}"
+        f" run_id, client_service, server_service FROM {options.calls} WHERE {ROW_FILTER})"
+        f" WHERE {TIME_FILTER} AND {CALL_FILTER}"
     )
     found = store.query(sql, query_parameters(filters, None), readonly=True).iloc[0]
     if not int(found["n"]):

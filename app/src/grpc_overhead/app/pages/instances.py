@@ -8,7 +8,7 @@ import plotly.express as px
 import streamlit as st
 
 from grpc_overhead.analyzer.insights import instances
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import charts, formatting, shared
 
 #: Above this max/mean ratio the page points at connection reuse.
 UNEVEN = 1.5
@@ -54,6 +54,7 @@ if not timeline.empty:
     )
     share.update_traces(hovertemplate="%{fullData.name}: %{y:.1%} (%{customdata[0]} calls)")
     share.update_yaxes(tickformat=".0%", range=[0, 1])
+    charts.legend_on_top(share, 320)
     st.plotly_chart(share, width="stretch", key="instances_share")
 
     left, right = st.columns(2)
@@ -67,6 +68,7 @@ if not timeline.empty:
             markers=True,
             labels={"bucket_start": "", "p99_total_us": "p99 total (µs)"},
         )
+        charts.legend_on_top(latency, 320)
         st.plotly_chart(latency, width="stretch", key="instances_p99")
     with right:
         st.markdown("**Imbalance over time (max / mean calls)**")

@@ -8,7 +8,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer.insights import overview
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import charts, formatting, shared
 
 st.title("Overview")
 filters = shared.filters()
@@ -80,9 +80,8 @@ else:
         hovertemplate="%{y}<br>%{fullData.name}: %{customdata[0]} (%{customdata[1]})"
         "<br>%{customdata[2]} calls<extra></extra>"
     )
-    figure.update_layout(
-        barmode="stack", legend_title_text="phase", height=140 + 50 * stackable["label"].nunique()
-    )
+    figure.update_layout(barmode="stack")
+    charts.legend_on_top(figure, 80 + 50 * stackable["label"].nunique(), title="phase")
     st.plotly_chart(figure, width="stretch", key="overview_phases_by_method")
     totals = stackable.drop_duplicates("label")[["label", "calls", "calls_with_events", "total_us"]]
     st.dataframe(
@@ -117,8 +116,8 @@ else:
     figure.update_layout(
         yaxis_title="µs",
         xaxis_title=f"call start (UTC, {int(timeline['bucket_s'].iloc[0])} s buckets)",
-        legend={"orientation": "h", "y": -0.25},
     )
+    charts.legend_on_top(figure, 320)
     st.plotly_chart(figure, width="stretch", key="overview_network_over_time")
     rate = px.bar(
         timeline,

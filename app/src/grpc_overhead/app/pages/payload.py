@@ -10,7 +10,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer.insights import payload
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import charts, formatting, shared
 
 SAMPLE = 2_000
 
@@ -121,6 +121,7 @@ latency = px.bar(
     barmode="group",
     labels={"us": "µs", "algorithm": ""},
 )
+charts.legend_on_top(latency, 320)
 st.plotly_chart(latency, width="stretch", key="payload_algorithms_total")
 
 stacked = algorithms.dropna(subset=["value_us"])
@@ -136,7 +137,8 @@ else:
         category_orders={"phase": list(STACKED_PHASES)},
         labels={"value_us": "mean (µs)", "algorithm": ""},
     )
-    per_phase.update_layout(barmode="stack", height=140 + 50 * stacked["algorithm"].nunique())
+    per_phase.update_layout(barmode="stack")
+    charts.legend_on_top(per_phase, 80 + 50 * stacked["algorithm"].nunique(), title="phase")
     st.plotly_chart(per_phase, width="stretch", key="payload_algorithms_phases")
 
 total_costs = costs[(costs["phase"] == "total") & (costs["algorithm"] != payload.ALL)]
