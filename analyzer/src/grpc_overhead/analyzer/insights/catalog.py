@@ -155,3 +155,23 @@ def resolve_names(
 def _short(service: str) -> str:
     """``predict.Predictor`` -> ``Predictor`` (the service without its package)."""
     return service.rsplit(".", 1)[-1]
+
+
+def otel_services(
+    store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
+) -> pd.DataFrame:
+    """OpenTelemetry service names (``OTEL_SERVICE_NAME``) of clients and servers in the
+    time range: columns ``otel_service``, ``side`` (client/server), ``halves``."""
+    options = options or CallsOptions()
+    filters = filters or CallFilters()
+    time_only = CallFilters(since=filters.since, until=filters.until)
+    sql = (
+        "SELECT otel_service, side, count() AS halves FROM (SELECT"
+        " arrayJoin([('client', client_service), ('server', server_service)]) AS pair,"
+        " pair.1 AS side, pair.2 AS otel_service"
+        f" FROM {options.calls} WHERE {ROW_FILTER})\n"
+        "WHERE otel_service != '' GROUP BY otel_service, side ORDER BY otel_service, side\n"
+        "LIMIT {max_choices:UInt32}"
+    )
+    parameters = {**query_parameters(time_only, None), "max_choices": MAX_CHOICES}
+    return store.query(sql, parameters, readonly=True)
