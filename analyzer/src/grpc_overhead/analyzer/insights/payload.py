@@ -1,6 +1,7 @@
 """The Payload and compression page's answers: what each megabyte costs, per phase and algorithm.
 
-* ``costs``: per phase (and per compression algorithm), the
+* ``costs``, ``method_fits``: per phase (and per compression algorithm; per
+  method and run for ``method_fits``, the ones worth reading), the
   least-squares line of the phase against the bytes it moves, fitted in
   ClickHouse (``simpleLinearRegression``): its slope is the cost per MB
   (µs per 1,000,000 bytes), its intercept the fixed cost of a call.
@@ -77,7 +78,10 @@ COST_COLUMNS = (
     "r2",
     "min_bytes",
     "max_bytes",
+    "finding",
+    "verdict",
 )
+METHOD_FIT_COLUMNS = ("service", "method", "run_id", *COST_COLUMNS)
 
 
 def by_algorithm(
@@ -120,11 +124,13 @@ def by_algorithm(
     ]
     sql = (
         "SELECT if(grouping(algorithm) = 1, {all:String}, algorithm) AS label,"
-        " count() AS calls,\n    "
+        " if(grouping(service) = 0, 'method', 'all') AS scope,"
+        " service, method, run_id, count() AS calls,\n    "
         + ",\n    ".join(columns)
         + f"\nFROM ({rows_for(store, filters, options)})\n"
-        "GROUP BY GROUPING SETS ((), (algorithm))\n"
-        "ORDER BY grouping(algorithm) DESC, calls DESC, label"
+        "GROUP BY GROUPING SETS ((), (algorithm), (service, method, run_id),"
+        " (service, method, run_id, algorithm))\n"
+        "ORDER BY scope, grouping(algorithm) DESC, calls DESC, service, method, run_id, label"
     )
     frame = store.query(sql, {**parameters(filters), "all": ALL}, readonly=True)
     frame = frame.rename(columns={"label": "algorithm"})
@@ -139,29 +145,94 @@ def costs(frame: pd.DataFrame) -> pd.DataFrame:
     ``algorithm`` is ``ALL`` for the fit over every call, then each algorithm.
     ``r2`` is the squared correlation (how much of the phase's spread the
     size explains). Where every call has the same size a slope means
-    nothing: slope, intercept and r2 are NaN.
+    nothing: slope, intercept and r2 are NaN. ``finding`` and ``verdict``:
+    ``verdict`` (whether the slope is a cost at all, and what to say). These fit
+    every matching call together, whatever its method and run: read
+    ``method_fits`` for fits a page may headline.
     """
+    return _fits(frame[_scope(frame) == "all"], with_scope=False)
+
+
+def method_fits(frame: pd.DataFrame) -> pd.DataFrame:
+    """``costs`` per (service, method, run) (``METHOD_FIT_COLUMNS``): ``algorithm``
+    ``ALL`` for each method and run's calls together, then per algorithm, busiest
+    first. A fit over calls of different methods or runs mixes unlike calls (a
+    large method with a fast run, a small one under load) and its slope can be
+    anything, negative included: these are the fits a reader can trust, and
+    ``verdict`` says which are findings."""
+    return _fits(frame[_scope(frame) == "method"], with_scope=True)
+
+
+def _scope(frame: pd.DataFrame) -> pd.Series:
+    return frame["scope"] if "scope" in frame else pd.Series("all", index=frame.index)
+
+
+def _fits(frame: pd.DataFrame, *, with_scope: bool) -> pd.DataFrame:
     records = []
     for row in frame.to_dict("records"):
+        scope = (row["service"], row["method"], row["run_id"]) if with_scope else ()
         for name in FITTED_PHASES:
             calls = int(row[f"{name}_calls"])
             fitted = calls > 1 and float(row[f"{name}_var"]) > 0
             slope, intercept = _line(row[f"{name}_fit"]) if fitted else (math.nan, math.nan)
             corr = float(row[f"{name}_corr"]) if fitted else math.nan
+            r2 = corr * corr if math.isfinite(corr) else math.nan
+            slope_us = slope * BYTES_PER_MB / 1000  # ns per byte -> µs per MB
+            finding, said = verdict(slope_us, r2, calls)
             records.append(
                 (
+                    *scope,
                     row["algorithm"],
                     name,
                     SIZE_BASIS[name],
                     calls,
-                    slope * BYTES_PER_MB / 1000,  # ns per byte -> µs per MB
+                    slope_us,
                     intercept / 1000,
-                    corr * corr if math.isfinite(corr) else math.nan,
+                    r2,
                     float(row[f"{name}_min"]) if calls else math.nan,
                     float(row[f"{name}_max"]) if calls else math.nan,
+                    finding,
+                    said,
                 )
             )
-    return pd.DataFrame.from_records(records, columns=list(COST_COLUMNS))
+    columns = METHOD_FIT_COLUMNS if with_scope else COST_COLUMNS
+    return pd.DataFrame.from_records(records, columns=list(columns))
+
+
+#: Below this R² the size explains too little of a phase's spread for its slope to be
+#: a cost: the slope is then shown as "no size effect measurable", never headlined.
+MIN_R2 = 0.5
+
+
+def verdict(slope_us_per_mb: float, r2: float, calls: int) -> tuple[bool, str]:
+    """(is it a finding, what to say) about a fitted cost per MB.
+
+    A finding needs a positive slope that explains at least ``MIN_R2`` of the
+    spread. Otherwise the text says why there is none: one payload size, no
+    size effect measurable (R² under ``MIN_R2``, e.g. "R² 0.01"), or larger
+    payloads that were *faster*, which is something else varying with size
+    (load, batching, a cache), not a negative cost.
+    """
+    if calls < 2 or not math.isfinite(slope_us_per_mb):
+        return False, "one payload size only: no cost per MB to fit"
+    if not math.isfinite(r2):
+        return False, "no size effect: the phase did not change with size"
+    if r2 < MIN_R2:
+        return False, f"no size effect measurable: R² {r2:.2f}"
+    if slope_us_per_mb <= 0:
+        return False, (
+            f"larger payloads were faster (R² {r2:.2f}): something else changed with the "
+            "size (load, batching, caching), not a cost"
+        )
+    return True, f"{_micros(slope_us_per_mb)} per MB (R² {r2:.2f})"
+
+
+def _micros(us: float) -> str:
+    if abs(us) >= 1_000_000:
+        return f"{us / 1_000_000:.3g} s"
+    if abs(us) >= 1_000:
+        return f"{us / 1_000:.3g} ms"
+    return f"{us:.3g} µs"
 
 
 SAMPLE_COLUMNS = (
@@ -243,7 +314,8 @@ def algorithms(frame: pd.DataFrame) -> pd.DataFrame:
     and ``share`` is each phase's part of it.
     """
     records = []
-    for row in frame[frame["algorithm"] != ALL].to_dict("records"):
+    overall = frame[(_scope(frame) == "all") & (frame["algorithm"] != ALL)]
+    for row in overall.to_dict("records"):
         has_total = int(row["total_calls"]) > 0
         complete = int(row["calls_with_events"])
         values = {
