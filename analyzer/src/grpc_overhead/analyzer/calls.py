@@ -16,9 +16,8 @@ into one complete row, with no JOIN, in real time, on chDB and on a cluster
 alike. ``max`` is also idempotent, so inserting the same span twice (a
 collector retry, a backfill run while the view is live) changes nothing.
 
-Until a background merge has run, the two halves may sit in different parts,
-so every read aggregates again (``calls_source``: ``FINAL``; ``READ_STRATEGIES``
-says why not ``GROUP BY``).
+Until a background merge has run, the halves may sit in different parts, so
+every read merges again (``calls_source``: ``FINAL``, ``READ_STRATEGIES``).
 
 There is deliberately no ``PARTITION BY``: a partition key is computed per
 row, and the server half's timestamps differ from the client half's, so a
@@ -420,18 +419,21 @@ def backfill_calls(store: Store, options: CallsOptions | None = None) -> None:
 # -- reading -----------------------------------------------------------------------------------
 
 
-def calls_source(options: CallsOptions | None = None) -> str:
-    """A subquery with one complete row per call (every column of ``COLUMN_NAMES``),
-    pre-filtered by ``ROW_FILTER``, its halves merged the ``options.read`` way."""
+def calls_source(options: CallsOptions | None = None, keys: str = "") -> str:
+    """One complete row per call (every column of ``COLUMN_NAMES``), pre-filtered by
+    ``ROW_FILTER`` (and to the (TraceId, ClientSpanId) pairs of the ``keys`` subquery:
+    a key holds for both halves, so it filters before the merge), merged the
+    ``options.read`` way."""
     options = options or CallsOptions()
     read = options.read
+    row_filter = f"{ROW_FILTER} AND (TraceId, ClientSpanId) IN ({keys})" if keys else ROW_FILTER
     if read == "final":
-        return f"SELECT * FROM {options.calls} FINAL PREWHERE {ROW_FILTER}"
+        return f"SELECT * FROM {options.calls} FINAL PREWHERE {row_filter}"
     if read == "group_by":
         merged = ", ".join(f"max({column.name}) AS {column.name}" for column in COLUMNS)
         return (
             f"SELECT TraceId, ClientSpanId, {merged}"
-            f" FROM (SELECT * FROM {options.calls} WHERE {ROW_FILTER})"
+            f" FROM (SELECT * FROM {options.calls} WHERE {row_filter})"
             " GROUP BY TraceId, ClientSpanId"
         )
     raise ValueError(f"read must be one of {READ_STRATEGIES}, not {read!r}")

@@ -227,9 +227,11 @@ def per_call_sql(
     *,
     clock: bool = True,
     columns: Sequence[str] | None = None,
+    keys: str = "",
 ) -> str:
     """The one per-call query: a row per call, each phase as ``{name}_value`` and
-    ``{name}_defined`` (ns), after ``columns``.
+    ``{name}_defined`` (ns), after ``columns`` (only the calls ``keys`` names, if
+    given: ``calls.calls_source``).
 
     ``clock=True`` estimates clock offsets (a second pass over every call) and,
     with the default ``columns``, adds the offset applied (``clock_offset_ns``,
@@ -252,7 +254,7 @@ def per_call_sql(
     default = columns is None
     if columns is None:
         columns = (*CALL_COLUMNS, "call_start_ns", *_status_columns())
-    ctes = [merged_cte(options or CallsOptions())]
+    ctes = [merged_cte(options or CallsOptions(), keys)]
     if clock:
         ctes += [OFFSET_CTES, CLOCK_TABLE]
         if default:  # given columns may select them already (``*``)
