@@ -142,14 +142,17 @@ class RunningApp:
         return "".join(self.output)
 
 
-def start_command(args: list[str], env: dict[str, str], timeout_s: float = 120.0) -> RunningApp:
+def start_command(
+    args: list[str], env: dict[str, str], timeout_s: float = 120.0, python: str = sys.executable
+) -> RunningApp:
     """Run ``grpc-overhead ARGS`` and wait for its ``app: URL`` line (stdout and stderr
-    are read by a thread, so the child never blocks on a full pipe)."""
+    are read by a thread, so the child never blocks on a full pipe). ``python``: the
+    interpreter (and so the checkout) to run it with, e.g. another branch's virtualenv."""
     import queue
     import threading
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "grpc_overhead", *args],
+        [python, "-m", "grpc_overhead", *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=env,
     )  # fmt: skip
@@ -180,9 +183,10 @@ def start_command(args: list[str], env: dict[str, str], timeout_s: float = 120.0
             return RunningApp(process, found.group(1), output)
 
 
-def start_app(store: Path, env: dict[str, str]) -> RunningApp:
+def start_app(store: Path, env: dict[str, str], python: str = sys.executable) -> RunningApp:
     """``grpc-overhead app --store STORE --port 0 --no-browser``."""
-    return start_command(["app", "--store", str(store), "--port", "0", "--no-browser"], env)
+    args = ["app", "--store", str(store), "--port", "0", "--no-browser"]
+    return start_command(args, env, python=python)
 
 
 def start_serve(store: Path, otlp_port: int, env: dict[str, str]) -> RunningApp:

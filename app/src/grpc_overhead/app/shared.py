@@ -203,10 +203,10 @@ def filters() -> CallFilters:
     )
     runs = sorted(run for run in choices["run_id"].unique() if run)
     run = _choice("Run", runs, params.get("run"), "filter_run")
-    named = load_slow(catalog.otel_services, CallFilters(since=since, until=until))
+    named = {name for names in choices["otel_services"] for name in names}
     otel = _choice(
         "OpenTelemetry service",
-        sorted(named["otel_service"].unique()),
+        sorted(named),
         params.get("otel"),
         "filter_otel",
         help="OTEL_SERVICE_NAME of the client or the server of a call.",

@@ -28,7 +28,9 @@ MAX_CHOICES = 500
 def filter_choices(
     store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
 ) -> pd.DataFrame:
-    """(service, method, run_id, calls) combinations in the time range, busiest first.
+    """(service, method, run_id, calls) combinations in the time range, busiest first,
+    with ``otel_services``: the OpenTelemetry service names (client and server) of
+    their calls, in the same scan.
 
     Only the time part of ``filters`` applies: the sidebar offers every
     method of the chosen period, whatever method is selected now.
@@ -40,7 +42,9 @@ def filter_choices(
         # One row per call carries its client half (merged or not): counting those is
         # exact for every call whose client reported, without hashing a million keys.
         "SELECT service, method, run_id,"
-        " greatest(countIf(client_start_ns != 0), uniqIf(TraceId, client_start_ns = 0)) AS calls\n"
+        " greatest(countIf(client_start_ns != 0), uniqIf(TraceId, client_start_ns = 0)) AS calls,"
+        " arrayFilter(name -> name != '', arrayDistinct(arrayConcat(groupUniqArray(50)"
+        "(client_service), groupUniqArray(50)(server_service)))) AS otel_services\n"
         f"FROM {options.calls}\nWHERE {ROW_FILTER}\n"
         "GROUP BY service, method, run_id\nORDER BY calls DESC, service, method, run_id\n"
         "LIMIT {max_choices:UInt32}"
@@ -156,22 +160,3 @@ def _short(service: str) -> str:
     """``predict.Predictor`` -> ``Predictor`` (the service without its package)."""
     return service.rsplit(".", 1)[-1]
 
-
-def otel_services(
-    store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
-) -> pd.DataFrame:
-    """OpenTelemetry service names (``OTEL_SERVICE_NAME``) of clients and servers in the
-    time range: columns ``otel_service``, ``side`` (client/server), ``halves``."""
-    options = options or CallsOptions()
-    filters = filters or CallFilters()
-    time_only = CallFilters(since=filters.since, until=filters.until)
-    sql = (
-        "SELECT otel_service, side, count() AS halves FROM (SELECT"
-        " arrayJoin([('client', client_service), ('server', server_service)]) AS pair,"
-        " pair.1 AS side, pair.2 AS otel_service"
-        f" FROM {options.calls} WHERE {ROW_FILTER})\n"
-        "WHERE otel_service != '' GROUP BY otel_service, side ORDER BY otel_service, side\n"
-        "LIMIT {max_choices:UInt32}"
-    )
-    parameters = {**query_parameters(time_only, None), "max_choices": MAX_CHOICES}
-    return store.query(sql, parameters, readonly=True)
