@@ -159,4 +159,3 @@ def resolve_names(
 def _short(service: str) -> str:
     """``predict.Predictor`` -> ``Predictor`` (the service without its package)."""
     return service.rsplit(".", 1)[-1]
-

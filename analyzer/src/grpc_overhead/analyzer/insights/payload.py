@@ -92,42 +92,68 @@ def by_algorithm(
     busiest first). Read it with ``costs`` and ``algorithms``.
 
     Merging a million unmerged call halves is the expensive part of a query,
-    so the fits and the comparison share one (``GROUPING SETS``).
+    so the fits and the comparison share one; the calls are aggregated once, per
+    (method, run, algorithm), into states that ``GROUPING SETS`` then merge.
     """
-    columns = []
+    # (function, parameters, arguments, name): aggregated once per (method, run,
+    # algorithm) as states, then merged into every grouping set, so the million calls
+    # are aggregated once however many views of them the page shows.
+    aggregates: list[tuple[str, str, str, str]] = []
     for name in FITTED_PHASES:
         x = f"toFloat64({BASIS_BYTES[SIZE_BASIS[name]]})"
         y, defined = f"toFloat64({name}_value)", f"{name}_defined"
-        columns += [
-            f"countIf({defined}) AS {name}_calls",
-            f"simpleLinearRegressionIf({x}, {y}, {defined}) AS {name}_fit",
-            f"varPopIf({x}, {defined}) AS {name}_var",
-            f"corrIf({x}, {y}, {defined}) AS {name}_corr",
-            f"minIf({x}, {defined}) AS {name}_min",
-            f"maxIf({x}, {defined}) AS {name}_max",
+        aggregates += [
+            ("countIf", "", defined, f"{name}_calls"),
+            ("simpleLinearRegressionIf", "", f"{x}, {y}, {defined}", f"{name}_fit"),
+            ("varPopIf", "", f"{x}, {defined}", f"{name}_var"),
+            ("corrIf", "", f"{x}, {y}, {defined}", f"{name}_corr"),
+            ("minIf", "", f"{x}, {defined}", f"{name}_min"),
+            ("maxIf", "", f"{x}, {defined}", f"{name}_max"),
         ]
-    columns += [
-        f"avg({REQUEST_BYTES}) AS request_bytes_mean",
-        f"avg({RESPONSE_BYTES}) AS response_bytes_mean",
-        "sumIf(request_compressed_bytes, request_compressed_bytes > 0)"
-        f" / sumIf({REQUEST_BYTES}, request_compressed_bytes > 0) AS request_compressed_ratio",
-        "sumIf(response_compressed_bytes, response_compressed_bytes > 0)"
-        f" / sumIf({RESPONSE_BYTES}, response_compressed_bytes > 0) AS response_compressed_ratio",
-        f"{QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined) AS q",
+    compressed = ("request_compressed_bytes", "response_compressed_bytes")
+    aggregates += [
+        ("count", "", "", "calls"),
+        ("avg", "", REQUEST_BYTES, "request_bytes_mean"),
+        ("avg", "", RESPONSE_BYTES, "response_bytes_mean"),
+        *(("sumIf", "", f"{column}, {column} > 0", f"{column}_sum") for column in compressed),
+        ("sumIf", "", f"{REQUEST_BYTES}, request_compressed_bytes > 0", "request_sent_sum"),
+        ("sumIf", "", f"{RESPONSE_BYTES}, response_compressed_bytes > 0", "response_sent_sum"),
+        (
+            f"{QUANTILE_FUNCTION}If",
+            "(0.5, 0.99)",
+            "toFloat64(total_value) / 1000, total_defined",
+            "q",
+        ),
         # (total_calls: one of the fitted phases' counts above)
-        "avgIf(total_value, total_defined) / 1000 AS total_mean_us",
-        "countIf(unattributed_defined) AS calls_with_events",
+        ("avgIf", "", "total_value, total_defined", "total_mean_ns"),
+        ("countIf", "", "unattributed_defined", "calls_with_events"),
         *(
-            f"avgIf({name}_value, unattributed_defined) / 1000 AS {name}_us"
+            ("avgIf", "", f"{name}_value, unattributed_defined", f"{name}_ns")
             for name in STACKED_PHASES
         ),
+    ]
+    states = ",\n    ".join(
+        f"{function}State{params}({arguments}) AS {name}_state"
+        for function, params, arguments, name in aggregates
+    )
+    merged = [
+        f"{function}Merge{params}({name}_state) AS {name}"
+        for function, params, _, name in aggregates
+    ]
+    merged += [
+        "request_compressed_bytes_sum / request_sent_sum AS request_compressed_ratio",
+        "response_compressed_bytes_sum / response_sent_sum AS response_compressed_ratio",
+        "total_mean_ns / 1000 AS total_mean_us",
+        *(f"{name}_ns / 1000 AS {name}_us" for name in STACKED_PHASES),
     ]
     sql = (
         "SELECT if(grouping(algorithm) = 1, {all:String}, algorithm) AS label,"
         " if(grouping(service) = 0, 'method', 'all') AS scope,"
-        " service, method, run_id, count() AS calls,\n    "
-        + ",\n    ".join(columns)
-        + f"\nFROM ({rows_for(store, filters, options)})\n"
+        " service, method, run_id,\n    "
+        + ",\n    ".join(merged)
+        + f"\nFROM (\nSELECT service, method, run_id, algorithm,\n    {states}\n"
+        f"FROM ({rows_for(store, filters, options)})\n"
+        "GROUP BY service, method, run_id, algorithm\n)\n"
         "GROUP BY GROUPING SETS ((), (algorithm), (service, method, run_id),"
         " (service, method, run_id, algorithm))\n"
         "ORDER BY scope, grouping(algorithm) DESC, calls DESC, service, method, run_id, label"
