@@ -9,7 +9,7 @@ JAEGER := tools/bin/jaeger
 PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
 INSTRUMENTATION := instrumented-service/instrumentation
 
-.PHONY: setup system-packages collector toxiproxy jaeger protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy jaeger user-venv protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -42,13 +42,18 @@ jaeger: $(JAEGER)
 $(JAEGER): scripts/build-jaeger.sh
 	nice -n 10 bash scripts/build-jaeger.sh
 
+# A user's venv (grpc-overhead-instrumentation as a built wheel + the OpenTelemetry packages
+# users have) for the coexistence tests: build/user-venv/KEY, KEY a hash of what it is built from.
+user-venv: setup
+	$(PYTHON) -m harness.user_venv
+
 protos: setup
 	$(PYTHON) -m grpc_overhead.prediction.protos.generate
 
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector toxiproxy jaeger
+test: setup system-packages collector toxiproxy jaeger user-venv
 	$(VENV)/bin/pytest
 
 test-fast: setup

@@ -1,12 +1,15 @@
 """What the instrumentation costs: bare grpcio, opentelemetry-instrumentation-grpc and ours,
 side by side in one run.
 
-Three configurations of the same echo service (protobuf ``BytesValue``, unary-unary):
+Six configurations of the same echo service (protobuf ``BytesValue``, unary-unary):
 
 - ``bare``: grpcio alone;
+- ``propagation-only``: W3C trace context only (bench/instrumentation_propagation.py);
 - ``official``: ``server_interceptor()`` / ``client_interceptor()`` of
   opentelemetry-instrumentation-grpc, an SDK ``TracerProvider`` and ``BatchSpanProcessor``;
-- ``ours``: ``instrumented_server`` + ``instrument_channel`` with a ``SpanPipeline``.
+- ``ours``, ``ours 10%``, ``ours 1%``: ``instrumented_server`` + ``instrument_channel`` with
+  a ``SpanPipeline``, at parent-based sampling ratios 100%, 10% and 1% (the standard
+  ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` / ``OTEL_TRACES_SAMPLER_ARG``).
 
 Both instrumented configurations pay for export the same way: the SDK's OTLP/gRPC
 exporter (same batch size, queue and interval) sending to a real OTLP sink that
@@ -23,7 +26,7 @@ for exporting its own spans and nothing else.
 
 Blocks are interleaved: every round runs, for each payload and each kind of
 block (sequential calls: CPU and latency; 8 client threads in a closed loop:
-throughput), all three configurations in a shuffled order. Reported numbers
+throughput), all configurations in a shuffled order. Reported numbers
 are medians over rounds; "added" CPU is computed per round against that
 round's bare block, then the median is taken.
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import random
 import sys
 import time
@@ -46,12 +50,14 @@ from bench.common import (
     percentile,
     publish,
 )
+from bench.instrumentation_hotpath import in_call_us, tight_loop_us
 from bench.instrumentation_processes import (
     CONFIGS,
     FULL,
     INSTRUMENTED,
     NAME,
     QUICK,
+    SAMPLED,
     SATURATION,
     SEQUENTIAL,
     SIDES,
@@ -170,12 +176,22 @@ def run(plan: Plan, seed: int | None = None) -> dict[str, Any]:
         }
         counts["sink"] = sink.call("counts")
         exported = sum(counts[f"{s}-{c}"]["exported_spans"] for s in SIDES for c in INSTRUMENTED)
+        # Every call of an unsampled configuration is exported by both sides; a sampled one
+        # keeps both halves of the calls it keeps (the server follows the client's decision).
         counts["complete"] = exported == counts["sink"]["spans"] and all(
-            counts[f"{s}-{c}"]["exported_spans"] == calls_made[c]
-            for s in SIDES
+            counts[f"client-{c}"]["exported_spans"] == counts[f"server-{c}"]["exported_spans"]
+            and (
+                SAMPLED.get(c, 1.0) < 1 or calls_made[c] == counts[f"client-{c}"]["exported_spans"]
+            )
             for c in INSTRUMENTED
         )
+        for config in SAMPLED:
+            kept = counts[f"client-{config}"]["exported_spans"] / max(calls_made[config], 1)
+            counts[f"client-{config}"]["sampled_fraction"] = round(kept, 4)
+        log("timing our client functions in place, inside calls to the bare server")
+        in_call = in_call_us(f"127.0.0.1:{ports['bare']}", calls=plan.payloads[0].sequential_calls)
         return {
+            "in_call_us": in_call,
             "rounds": rounds_done,
             "blocks": blocks,
             "export_counts": counts,
@@ -218,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     info["instrumentation_source_sha256"] = _source_digest()
     raw = run(plan, options.seed)
+    info["load_average_1m_at_end"] = os.getloadavg()[0]
+    # Our per-call code alone, warm, in this process: compare with the per-thread table.
+    raw["tight_loop_us"] = tight_loop_us(calls=4_000 if options.quick else 20_000)
     summary = summarize(raw, plan)
     markdown = render_markdown(summary, info, raw)
     data = {
@@ -228,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         "export_counts": raw["export_counts"],
         "runtime_s": raw["runtime_s"],
         "rounds_completed": raw["rounds"],
+        "tight_loop_us": raw["tight_loop_us"],
+        "in_call_us": raw["in_call_us"],
         "raw_blocks": raw["blocks"],
     }
     return publish(NAME, data, markdown, quick=options.quick)

@@ -3,7 +3,6 @@ server, client and OTLP-sink worker processes it drives (see that module's docst
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import threading
@@ -30,20 +29,24 @@ from bench.common import (
     serve_commands,
     thread_cpu_ns,
 )
+from bench.instrumentation_propagation import ExtractingInterceptor, injecting
 from grpc_overhead.instrumentation import SpanPipeline, instrument_channel, instrumented_server
 from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
 
 NAME = "instrumentation"
-CONFIGS = ("bare", "propagation-only", "official", "ours")
-# "propagation-only": bare grpcio whose client sends one static W3C traceparent header and
-# records nothing: the floor any instrumentation that propagates trace context pays.
-STATIC_TRACEPARENT = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
-INSTRUMENTED = ("official", "ours")
+#: ours at the parent-based sampling ratios production runs (OTEL_TRACES_SAMPLER=
+#: parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=ratio, set in both processes).
+SAMPLED = {"ours": 1.0, "ours 10%": 0.1, "ours 1%": 0.01}
+CONFIGS = ("bare", "propagation-only", "official", *SAMPLED)
+# "propagation-only": W3C trace context and nothing else: the client sends a fresh
+# traceparent per call, the server parses it and makes it current for the handler (so
+# the handler's own calls would continue the trace); no spans, no timestamps. The floor
+# any instrumentation that propagates trace context through grpcio pays.
+INSTRUMENTED = ("official", *SAMPLED)
 SEQUENTIAL, SATURATION = "sequential", "saturation"
 SIDES = ("client", "server")
 METHOD = "/bench.Echo/Echo"
 SERVER_WORKERS = 8
-TARGET_ADDED_CPU_US = 25.0
 # The same export settings for both instrumented configurations.
 EXPORT_BATCH_SIZE = 512
 EXPORT_QUEUE_SIZE = 8192
@@ -70,15 +73,19 @@ class Plan:
     threads: int = 8
     warmup_calls: int = 300
     block_timeout_s: float = 20.0
-    budget_s: float = 300.0  # no new round starts after this
+    budget_s: float = 600.0  # no new round starts after this
 
 
+# Many short rounds rather than a few long ones: on a shared machine the load moves from
+# second to second, and a round's configurations only share conditions if they run close
+# together (a 1 KB round is about 10 s).
 FULL = Plan(
-    rounds=7,
+    rounds=30,
     payloads=(
-        Payload("1 KB", 1024, sequential_calls=1000, saturation_calls=3000),
-        Payload("1 MB", 1024 * 1024, sequential_calls=80, saturation_calls=160),
+        Payload("1 KB", 1024, sequential_calls=500, saturation_calls=1500),
+        Payload("1 MB", 1024 * 1024, sequential_calls=40, saturation_calls=80),
     ),
+    budget_s=900.0,
 )
 QUICK = Plan(
     rounds=2,
@@ -140,14 +147,25 @@ _THREAD_ROLES = (
     ("OtelBatchSpanRecordProcessor", "export"),
     ("(_serve)", "grpc serving thread"),
     ("ThreadPoolExecutor", "handler pool"),
-    ("MainThread", "main"),
 )
 EXITED = "exited / unattributed"
 
 
-def _thread_role(name: str | None) -> str:
-    if name is None:
-        return "grpc core"  # threads gRPC's C core started
+def _thread_comm(native_id: int) -> str:
+    """The kernel's name of a thread (/proc/self/task/TID/comm): gRPC core names its own
+    (event_engine = I/O pollers, grpc_global_tim = timers, lifeguard)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/comm", encoding="utf-8") as comm:
+            return comm.read().strip()
+    except OSError:
+        return "?"
+
+
+def _thread_role(native_id: int, name: str | None, side: str) -> str:
+    if name is None:  # a thread gRPC's C core started
+        return f"grpc core ({_thread_comm(native_id)})"
+    if name == "MainThread":
+        return "caller" if side == "client" else "main (idle)"
     for marker, role in _THREAD_ROLES:
         if marker in name:
             return role
@@ -159,7 +177,8 @@ class _Telemetry:
 
     "export" is the export worker thread plus what flushes cost the thread that
     asked for them (the SDK's ``force_flush`` exports on the caller's thread;
-    ours waits for its worker); that flush cost is taken off "main".
+    ours waits for its worker); that flush cost is taken off the flushing thread (the
+    client's caller, the server's idle main thread).
     """
 
     def __init__(self, config: str, side: str, sink_port: int) -> None:
@@ -168,8 +187,12 @@ class _Telemetry:
         self._processor: BatchSpanProcessor | None = None
         self._exporter: _Counting | None = None
         self._flush_cpu_ns = 0
+        self._side = side
         if config in ("bare", "propagation-only"):
             return
+        if config in SAMPLED:  # the standard variables, read by SpanPipeline
+            os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+            os.environ["OTEL_TRACES_SAMPLER_ARG"] = str(SAMPLED[config])
         os.environ["OTEL_SERVICE_NAME"] = f"bench-{config}-{side}"
         endpoint = f"http://127.0.0.1:{sink_port}"
         if config == "official":
@@ -206,10 +229,10 @@ class _Telemetry:
         roles: dict[str, int] = {
             "process": total,
             "export": self._flush_cpu_ns,
-            "main": -self._flush_cpu_ns,
+            "caller" if self._side == "client" else "main (idle)": -self._flush_cpu_ns,
         }
         for native_id, cpu_ns in cpu_by_thread().items():
-            role = _thread_role(names.get(native_id))
+            role = _thread_role(native_id, names.get(native_id), self._side)
             roles[role] = roles.get(role, 0) + cpu_ns
         return roles
 
@@ -277,7 +300,7 @@ def _server_process(connection: Connection, config: str, sink_port: int) -> None
     telemetry = _Telemetry(config, "server", sink_port)
     pool = futures.ThreadPoolExecutor(max_workers=SERVER_WORKERS)
     handlers = [_echo_handler()]
-    if config == "ours":
+    if config in SAMPLED:
         server = instrumented_server(
             pool, handlers=handlers, pipeline=telemetry.pipeline, options=_OPTIONS
         )
@@ -285,6 +308,8 @@ def _server_process(connection: Connection, config: str, sink_port: int) -> None
         interceptors = []
         if config == "official":
             interceptors.append(server_interceptor(tracer_provider=telemetry.provider))
+        elif config == "propagation-only":
+            interceptors.append(ExtractingInterceptor())
         server = grpc.server(pool, handlers=handlers, interceptors=interceptors, options=_OPTIONS)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -357,7 +382,7 @@ def _client_process(connection: Connection, config: str, server_port: int, sink_
     channel = grpc.insecure_channel(target, options=_OPTIONS)
     if config == "official":
         channel = intercept_channel(channel, client_interceptor(tracer_provider=telemetry.provider))
-    elif config == "ours":
+    elif config in SAMPLED:
         channel = instrument_channel(channel, target=target, pipeline=telemetry.pipeline)
     echo = channel.unary_unary(
         METHOD,
@@ -366,7 +391,7 @@ def _client_process(connection: Connection, config: str, server_port: int, sink_
         _registered_method=True,
     )
     if config == "propagation-only":
-        echo = functools.partial(echo, metadata=STATIC_TRACEPARENT)
+        echo = injecting(echo)
     requests: dict[int, BytesValue] = {}
 
     def block(kind: str, size: int, calls: int, threads: int, timeout_s: float) -> dict:

@@ -117,6 +117,14 @@ def open_page(page: Any, url: str, timeout_s: float = 60.0) -> float:
     return time.perf_counter() - started
 
 
+def calls_metric(page: Any) -> int | None:
+    """The Overview's "Calls" metric as a number (None when the page shows none)."""
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Calls").first
+    if metric.count() == 0:
+        return None
+    return int(metric.locator('[data-testid="stMetricValue"]').inner_text().replace(",", ""))
+
+
 def query_params(url: str) -> dict[str, str]:
     from urllib.parse import parse_qsl, urlparse
 
@@ -143,11 +151,17 @@ class RunningApp:
 
 
 def start_command(
-    args: list[str], env: dict[str, str], timeout_s: float = 120.0, python: str = sys.executable
+    args: list[str],
+    env: dict[str, str],
+    timeout_s: float = 120.0,
+    *,
+    ready: str = r"^app: (http\S+)$",
+    python: str = sys.executable,
 ) -> RunningApp:
-    """Run ``grpc-overhead ARGS`` and wait for its ``app: URL`` line (stdout and stderr
-    are read by a thread, so the child never blocks on a full pipe). ``python``: the
-    interpreter (and so the checkout) to run it with, e.g. another branch's virtualenv."""
+    """Run ``grpc-overhead ARGS`` and wait for its ``app: URL`` line (or the line ``ready``
+    matches: its group 1 is the URL; stdout and stderr are read by a thread, so the
+    child never blocks on a full pipe). ``python``: the interpreter (and so the
+    checkout) to run it with, e.g. another branch's virtualenv."""
     import queue
     import threading
 
@@ -178,7 +192,7 @@ def start_command(
                 process.kill()
             process.wait()
             raise RuntimeError(f"grpc-overhead {args[0]} did not start: {''.join(output)}")
-        found = re.match(r"^app: (http\S+)$", line or "")
+        found = re.match(ready, line or "")
         if found:
             return RunningApp(process, found.group(1), output)
 
@@ -190,7 +204,22 @@ def start_app(store: Path, env: dict[str, str], python: str = sys.executable) ->
 
 
 def start_serve(store: Path, otlp_port: int, env: dict[str, str]) -> RunningApp:
-    """``grpc-overhead serve --store STORE --otlp-port N --app-port 0`` (intake + app)."""
+    """``grpc-overhead serve --store STORE --otlp-port N --app-port 0 --http-port 0``
+    (intake + app + HTTP interface, on free ports: 8123 stays free on a shared machine)."""
     return start_command(
-        ["serve", "--store", str(store), "--otlp-port", str(otlp_port), "--app-port", "0"], env
+        ["serve", "--store", str(store), "--otlp-port", str(otlp_port), "--app-port", "0",
+         "--http-port", "0"],
+        env,
+    )  # fmt: skip
+
+
+def start_serve_http(store: Path, env: dict[str, str], *extra: str) -> RunningApp:
+    """``grpc-overhead serve --store STORE --no-app --otlp-port 0 --http-port 0 EXTRA``,
+    awaited until its ClickHouse HTTP interface answers (``RunningApp.url`` is its URL;
+    "off" with ``--no-http``)."""
+    port = [] if "--no-http" in extra else ["--http-port", "0"]
+    return start_command(
+        ["serve", "--store", str(store), "--no-app", "--otlp-port", "0", *port, *extra],
+        env,
+        ready=r"^clickhouse http: (http\S+|off)",
     )

@@ -11,6 +11,7 @@ needed=(
   "ip iproute2"
   "tc iproute2"
   "chromium chromium"
+  "curl curl"
 )
 missing=()
 for pair in "${needed[@]}"; do

@@ -324,15 +324,15 @@ def calls_across_hosts(
 
 @contextlib.contextmanager
 def analysis_store(directory: Any) -> Iterator[Store]:
-    """A real chDB store with ``otel_traces``, ``grpc_calls`` and its view; closed after."""
-    from grpc_overhead.analyzer.calls import create_calls
+    """A real chDB store with ``otel_traces``, ``grpc_calls``, its views; closed after."""
+    from grpc_overhead.analyzer.phase_view import create_call_tables
     from grpc_overhead.analyzer.schema import create_schema
     from grpc_overhead.analyzer.store import open_store
 
     store = open_store(str(directory))
     try:
         create_schema(store)
-        create_calls(store)
+        create_call_tables(store)
         yield store
     finally:
         store.close()

@@ -7,6 +7,7 @@ import pytest
 
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import console
+from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, Truth, module_store_fixture, store_fixture  # noqa: F401
 
@@ -78,10 +79,10 @@ def test_other_statements_run_as_typed(store):
 def test_every_example_runs_and_answers_from_the_data(store):
     seed_calls(store)
     answers = {title: console.run(store, sql) for title, sql in console.examples().items()}
-    per_method = answers["p50 / p99 total per method"]
+    per_method = answers[EXAMPLES[1][0]]  # p50 / p99 per method, from grpc_call_phases
     assert per_method["calls"].tolist() == [4]
-    assert per_method["p50_us"].tolist() == [Truth().expected_phases_us()["total"]]
-    assert answers["Calls per server instance"]["share_percent"].tolist() == [100.0]
+    assert per_method["total_p50_us"].tolist() == [Truth().expected_phases_us()["total"]]
+    assert answers[EXAMPLES[3][0]]["percent"].tolist() == [100.0]  # status codes
     assert len(answers["Span events of recent traces"]) == 8
 
 

@@ -1,8 +1,9 @@
 """``grpc-overhead app``: the messages a user gets when the app cannot open a store.
 
-A chDB directory belongs to one process: while ``serve`` owns it, ``app`` must
-say so and point at the app that serve already runs, not fail on the engine's
-lock. Every case runs the real commands as child processes.
+A chDB directory belongs to one process: while ``serve`` owns it, ``app`` reads
+it through serve's ClickHouse HTTP interface; with that off (``--no-http``) it
+says what to do instead of failing on the engine's lock. Every case runs the
+real commands as child processes.
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ import pytest
 
 from grpc_overhead.cli.processes import free_port, offline_env
 from grpc_overhead.cli.serve import SERVE_INFO_FILE, read_serve_info
-from harness.browser import start_serve
+from harness.browser import (
+    EXCEPTION,
+    calls_metric,
+    chromium,
+    open_page,
+    start_app,
+    start_serve,
+    start_serve_http,
+)
+from tests.app.seeded import seed
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
 def app_command(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
@@ -29,43 +39,40 @@ def app_command(*args: str, timeout_s: float = 120) -> subprocess.CompletedProce
     )  # fmt: skip
 
 
-def test_a_store_owned_by_serve_points_to_the_running_app(tmp_path: Path):
+def test_a_store_owned_by_serve_is_read_through_it(tmp_path: Path):
     store = tmp_path / "store"
+    seed(store, 20)
     serve = start_serve(store, free_port(), offline_env())
     try:
         info = read_serve_info(str(store))
         assert info is not None and info.pid == serve.process.pid and info.app_url == serve.url
-        done = app_command("--store", str(store), "--port", "0")
+        assert info.http_url.startswith("http://127.0.0.1:")
+        app = start_app(store, offline_env())
+        try:
+            assert f"through serve (process {serve.process.pid})" in app.text()
+            with chromium() as browser:
+                page = browser.new_page()
+                open_page(page, app.url)
+                assert page.locator(EXCEPTION).count() == 0
+                assert calls_metric(page) == 20
+        finally:
+            assert app.stop() == 0, app.text()
     finally:
         assert serve.stop() == 0, serve.text()
-    assert done.returncode == 2
-    assert "Traceback" not in done.stderr
-    assert f"owned by `grpc-overhead serve` (process {serve.process.pid})" in done.stderr
-    assert f"open {serve.url}" in done.stderr
     # serve removes its note when it stops, so a stale URL is never offered.
     assert not (store / SERVE_INFO_FILE).exists()
 
 
-def test_a_store_owned_by_serve_without_app_says_how_to_get_one(tmp_path: Path):
+def test_a_store_owned_by_serve_without_http_says_how_to_read_it(tmp_path: Path):
     store = tmp_path / "store"
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store), "--otlp-port",
-         str(free_port()), "--no-app"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=offline_env(),
-    )  # fmt: skip
+    serve = start_serve_http(store, offline_env(), "--no-http")
     try:
-        assert serve.stdout is not None
-        for line in serve.stdout:
-            if line.startswith("app: off"):
-                break
         done = app_command("--store", str(store), "--port", "0")
     finally:
-        serve.terminate()
-        serve.wait(30)
+        assert serve.stop() == 0, serve.text()
     assert done.returncode == 2
-    assert f"(process {serve.pid}) running with --no-app" in done.stderr
-    assert "restart it without --no-app" in done.stderr
+    assert f"(process {serve.process.pid}) running with --no-app and --no-http" in done.stderr
+    assert "restart it without --no-http" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_no_store_says_how_to_make_one(tmp_path: Path):

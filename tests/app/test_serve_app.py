@@ -15,19 +15,12 @@ import pytest
 
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.cli.serve import SERVE_INFO_FILE
-from harness.browser import ARTIFACTS, EXCEPTION, chromium, open_page, start_serve
+from harness.browser import ARTIFACTS, EXCEPTION, calls_metric, chromium, open_page, start_serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 CALLS = 25
 RUN = "serve-app"
-
-
-def calls_metric(page) -> int | None:
-    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Calls").first
-    if metric.count() == 0:
-        return None
-    return int(metric.locator('[data-testid="stMetricValue"]').inner_text().replace(",", ""))
 
 
 def test_serve_shows_calls_that_arrived_through_its_intake(tmp_path: Path):

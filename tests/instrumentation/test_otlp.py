@@ -79,3 +79,63 @@ def test_direct_encoding_equals_the_sdk_encoder(recorder):
     spans = ours.resource_spans[0].scope_spans[0].spans
     assert [event.name for event in spans[0].events][-1] == "inboundMessageRead"
     assert spans[1].status.code == 2 and "bad input" in spans[1].status.message
+
+
+def ok_records(recorder) -> list[CallRecord]:
+    """Successful calls (the encoder's cached fast path), in the shapes it caches apart."""
+    client = CallRecord(recorder, True, "/pkg.Svc/Get", "unary_unary", 2**100 + 1, 11, 0, 5_000)
+    client.event("requestCreated", 5_000)
+    client.outbound(5_100, 5_200, b"y" * 40)
+    client.received(9_000, 9_100, 70)
+    client.peer = "127.0.0.1:50051"
+    client.deadline = 1_000_000_000_000  # a far deadline: a large budget attribute
+    client.residence_ns = 3_000
+    client.end = 9_200
+    server = CallRecord(recorder, False, "/pkg.Svc/Get", "unary_unary", 2**100 + 1, 12, 11, 6_000)
+    server.event("serverCallStarted", 6_000)
+    server.event("callScheduled", 6_050)
+    server.inbound(6_100, 6_200, 40)
+    server.event("predictionsMade", 6_300)
+    server.compression = "gzip"
+    server.outbound(6_400, 6_500, b"z" * 70)  # kept for its exact compressed size
+    server.peer = "ipv4:127.0.0.1:41234"
+    server.deadline = 5_000  # already past when the call started: a negative budget
+    server.residence_ns = 500
+    server.run_id = "run-2"
+    server.attributes = {"grpc_overhead.entities": 3}
+    server.end = 6_500
+    return [client, server, client]  # the third reuses what the first cached
+
+
+def test_the_fast_path_says_what_the_sdk_encoder_says(recorder):
+    records = ok_records(recorder)
+    for record in records:
+        record.finished = True
+    builder = SpanBuilder(RESOURCE)
+    ours = ExportTraceServiceRequest.FromString(encode_request(records, encode_resource(RESOURCE)))
+    sdk = encode_spans([builder.build(record) for record in records])
+    assert normalized(ours) == normalized(sdk)
+    server = ours.resource_spans[0].scope_spans[0].spans[1]
+    budget = {a.key: a.value.int_value for a in server.attributes}
+    assert budget["grpc_overhead.deadline_budget_ns"] == -1_000
+
+
+def test_the_exporter_sends_the_encoded_bytes_to_a_real_receiver(otlp_sink):
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
+
+    sink, port = otlp_sink
+    exporter = CallRecordOTLPExporter(endpoint=f"http://127.0.0.1:{port}", insecure=True)
+    exporter.set_resource(RESOURCE)
+    pipeline = SpanPipeline(exporter=InMemorySpanExporter(), resource=RESOURCE)
+    records = ok_records(Recorder(pipeline))
+    for record in records:
+        record.finished = True
+    assert exporter.export(records) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    pipeline.shutdown()
+    spans = sink.spans()
+    assert [span.span_id for _resource, span in spans] == [bytes(7) + b"\x0b", bytes(7) + b"\x0c",
+                                                           bytes(7) + b"\x0b"]  # fmt: skip
+    assert {a.key for a in spans[0][0].attributes} == set(RESOURCE.attributes)

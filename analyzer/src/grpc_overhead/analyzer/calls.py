@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from grpc_overhead.analyzer.folding import CLIENT_KEY, FOLDED_INTO, SKIP_FOLDED
 from grpc_overhead.analyzer.options import CALL_FILTER as CALL_FILTER
 from grpc_overhead.analyzer.options import CALL_START as CALL_START
 from grpc_overhead.analyzer.options import CALLS_TABLE as CALLS_TABLE
@@ -289,6 +290,7 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 KEY = ("TraceId", "ClientSpanId")
+
 COLUMN_NAMES: tuple[str, ...] = (*KEY, *(column.name for column in COLUMNS))
 
 
@@ -328,7 +330,7 @@ def extract_select_sql(options: CallsOptions) -> str:
     """
     outputs = [
         "    TraceId",
-        "    if(is_client, SpanId, ParentSpanId) AS ClientSpanId",
+        f"    if(is_client, {CLIENT_KEY}, ParentSpanId) AS ClientSpanId",
     ]
     outputs += [f"    {column.expression()} AS {column.name}" for column in COLUMNS]
     return (
@@ -339,7 +341,8 @@ def extract_select_sql(options: CallsOptions) -> str:
         + f"\nFROM {options.traces}\n"
         + "WHERE SpanAttributes['rpc.system'] = 'grpc'\n"
         + f"  AND SpanKind IN {CLIENT_KINDS + SERVER_KINDS!r}\n"
-        + "  AND TraceId != ''"
+        + "  AND TraceId != ''\n"
+        + f"  AND {SKIP_FOLDED}"
     )
 
 
@@ -369,7 +372,7 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
     if found.empty:
         return False
     query = str(found["query"].iloc[0])
-    return all(f"AS {column.name}" in query for column in COLUMNS)
+    return FOLDED_INTO in query and all(f"AS {column.name}" in query for column in COLUMNS)
 
 
 def create_calls(

@@ -12,7 +12,9 @@ import threading
 from dataclasses import dataclass, field
 
 from grpc_overhead.analyzer.calls import CallsOptions
-from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.phase_view import create_call_tables
+from grpc_overhead.analyzer.rollup import settle
+from grpc_overhead.analyzer.store.base import Store, table_exists
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,18 @@ def served() -> Served | None:
     """The registered source, or None when nothing was registered (the app says how to fix it)."""
     with _lock:
         return _served
+
+
+def prepare(store: Store, options: CallsOptions) -> str:
+    """Make ``store`` ready for the pages, as ``report`` does: '' when ready, else why not.
+
+    The calls' tables and views (idempotent) and settled minutes, where this
+    process may write them; a store read through ``serve`` is prepared by serve.
+    """
+    if not table_exists(store, options.traces_table, options.database):
+        return f"{store.description}: no {options.traces_table} table"
+    if store.backend.writable:
+        create_call_tables(store, options)
+    if store.backend.owns_data:  # no other process settles it
+        settle(store, options)
+    return ""

@@ -330,10 +330,12 @@ def _auto_refresh() -> None:
 # -- empty states --------------------------------------------------------------------------------
 
 SEND_DATA = (
-    "Send spans to the intake: run `grpc-overhead demo`, or point an OpenTelemetry "
-    "Collector's `otlp` exporter (or any OTLP/gRPC SDK exporter) at the address "
-    "`grpc-overhead serve` prints, with the services instrumented by "
-    "`grpc_overhead.instrumentation` (see the README)."
+    "Send spans to the intake: run `grpc-overhead demo`, or run your services under "
+    "`opentelemetry-instrument` with grpc-overhead-instrumentation installed: with no endpoint "
+    "configured they send to localhost:4317, which a plain `grpc-overhead serve` takes itself "
+    "when no collector holds it. Otherwise point an OpenTelemetry Collector's `otlp` exporter "
+    "(or any OTLP/gRPC SDK exporter) at the intake address `grpc-overhead serve` prints "
+    '(see the README\'s "Instrument your own service").'
 )
 
 
@@ -349,3 +351,23 @@ def require_calls(filters: CallFilters) -> None:
             "run or OpenTelemetry service back to (all) in the sidebar."
         )
         st.stop()
+
+
+def one_side_caption(server_only: int, client_only: int) -> None:
+    """Say which calls were seen from one side only (one side attached), and what that
+    leaves out, instead of showing their missing phases as if they were zero."""
+    parts = []
+    if server_only:
+        parts.append(
+            f"**Server side only: {server_only:,} calls** (their callers are not instrumented): "
+            "server phases and the count are measured; total and the network phases need the "
+            "client's half and are left out for them."
+        )
+    if client_only:
+        parts.append(
+            f"**Client side only: {client_only:,} calls** (their server is not instrumented): "
+            "client phases and total are measured; the server's phases and the one-way "
+            "network phases are left out for them."
+        )
+    if parts:
+        st.caption(" ".join(parts))

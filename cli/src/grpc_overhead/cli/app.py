@@ -4,11 +4,11 @@
                       [--jaeger-url URL] [--no-browser]
 
 A chDB directory belongs to one process. When ``grpc-overhead serve`` owns it,
-the app is already running inside that serve: this command says so and points
-at its URL (serve records it in ``DIR/grpc-overhead-serve.json``) instead of
-failing on the engine's lock. Nothing is received here; like ``report``, the
-command only prepares what the analysis reads (the calls view, settled
-minutes) before it serves.
+this app reads it through serve's ClickHouse HTTP interface (serve records
+where in ``DIR/grpc-overhead-serve.json``); a serve started with --no-http
+cannot be read, and the message says where its own app runs. Nothing is
+received here; like ``report``, the command only prepares what the analysis
+reads (the calls view, settled minutes) before it serves, where it owns the store.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked
-from grpc_overhead.analyzer.rollup import settle
-from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE
-from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store, table_exists
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
+from grpc_overhead.app import runtime
 from grpc_overhead.app.runtime import Served
 from grpc_overhead.app.server import AppServer, AppServerError, check_port, open_browser
-from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments
+from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments, through_serve
 from grpc_overhead.cli.serve import DEFAULT_APP_PORT, read_serve_info
 from grpc_overhead.instrumentation import environment
 
@@ -70,27 +69,27 @@ def locked_by_serve_message(directory: str, error: StoreLocked) -> str:
         return (
             f"store {directory} is owned by `grpc-overhead serve` (process {pid}), which "
             f"already serves the app on it: open {info.app_url}\n"
-            "(A chDB store directory belongs to one process; stop that serve to open the "
-            "store here.)"
+            "(It runs with --no-http, so no other process can read the store; restart it "
+            "without --no-http to open the app here too.)"
         )
     return (
         f"store {directory} is owned by `grpc-overhead serve` (process {pid}) running with "
-        "--no-app: restart it without --no-app to get the app with live data, or stop it and "
-        "run `grpc-overhead app` again."
+        "--no-app and --no-http: restart it without --no-http (readers go through it) or "
+        "without --no-app, or stop it and run `grpc-overhead app` again."
     )
 
 
 def open_for_app(args: argparse.Namespace) -> Store:
     if args.clickhouse:
-        return open_store(None, args.clickhouse)
+        return open_store(None, args.clickhouse, **through_serve())
     directory = os.path.abspath(args.store or DEFAULT_STORE_DIR)
     if not os.path.isdir(directory):
         raise AppCommandError(
             f"no store at {directory}: pass --store DIR of a `grpc-overhead serve` or `demo` "
             "store (or --clickhouse URL), or run `grpc-overhead demo` to make one"
         )
-    try:  # a held directory raises before any engine starts
-        return open_store(directory)
+    try:  # read through the serve that owns it; otherwise held raises before any engine starts
+        return open_store(directory, **through_serve())
     except StoreLocked as error:
         raise StoreLocked(
             locked_by_serve_message(directory, error),
@@ -101,13 +100,9 @@ def open_for_app(args: argparse.Namespace) -> Store:
 
 def prepare(store: Store, options: CallsOptions) -> None:
     """What ``report`` does before reading: the calls view (idempotent) and settled minutes."""
-    if not table_exists(store, DEFAULT_TRACES_TABLE):
-        raise AppCommandError(
-            f"{store.description}: no {DEFAULT_TRACES_TABLE} table. {INTAKE_HINT}"
-        )
-    create_calls(store, options)
-    if store.backend.owns_data:  # no other process settles it
-        settle(store, options)
+    missing = runtime.prepare(store, options)
+    if missing:
+        raise AppCommandError(f"{missing}. {INTAKE_HINT}")
 
 
 def run(args: argparse.Namespace) -> int:

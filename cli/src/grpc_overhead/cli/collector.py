@@ -7,7 +7,9 @@
                                 [--otlp-port N] [--intake HOST:PORT] [--health-port N]
 
 User errors (no Go, unknown config, port in use, rejected config) print one
-clear message and return a non-zero code; they never show a traceback.
+clear message and return a non-zero code; they never show a traceback. A
+taken OTLP port names its holder (``ports.holder``): with the default port
+that is often a plain ``serve``, which takes OTLP on 4317 itself when free.
 
 ``run`` is safe under an init system or a pipe: SIGTERM, SIGINT and SIGHUP
 (hangup: the session is over) stop the collector the graceful way (it drains
@@ -23,6 +25,7 @@ import signal
 import sys
 from types import FrameType
 
+from grpc_overhead.cli.ports import holder, port_is_free
 from grpc_overhead.collector.runner import (
     CONFIG_NAMES,
     DEFAULT_HEALTH_PORT,
@@ -110,7 +113,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     config = resolve_config(args.config)
-    build_collector()
     collector = CollectorProcess(
         config,
         otlp_port=args.otlp_port,
@@ -120,6 +122,9 @@ def _run(args: argparse.Namespace) -> int:
         echo=True,
         die_with_parent=True,
     )
+    if args.config in CONFIG_NAMES and not port_is_free(collector.otlp_port):
+        raise CollectorError(_otlp_port_taken(collector.otlp_port))
+    build_collector()
     stopped_by: list[int] = []
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -150,6 +155,20 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(f"{PROG}: the collector exited with code {code}", file=sys.stderr)
     return code or 1
+
+
+def _otlp_port_taken(port: int) -> str:
+    """Who holds the OTLP port and what to do: a serve there takes the spans itself."""
+    who = holder(port)
+    text = f"OTLP port {port} is already in use by {who or 'another process'}: "
+    if who and " serve" in who:
+        return text + (
+            "a plain `grpc-overhead serve` takes OTLP on the standard port itself when no "
+            "collector holds it, so services already reach it without a collector. To put "
+            "this collector in front, start it first (serve then leaves the port to it) or "
+            "restart serve with --standard-otlp-port off; or pass --otlp-port N"
+        )
+    return text + "stop it or choose another port with --otlp-port N"
 
 
 #: Signals ``run`` turns into a graceful stop of the collector.

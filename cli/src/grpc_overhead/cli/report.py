@@ -19,14 +19,16 @@ import re
 import sys
 from datetime import UTC, datetime, timedelta
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
 from grpc_overhead.analyzer.insights.catalog import known_names, resolve_names
+from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store, table_exists
+from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
 INTAKE_HINT = (
@@ -60,11 +62,23 @@ def parse_moment(text: str, *, option: str, now: datetime | None = None) -> date
     return moment if moment.tzinfo else moment.astimezone()
 
 
+def through_serve() -> dict[str, str | None]:
+    """``open_store`` keywords for a reader: the credentials a serve's HTTP interface asks."""
+    return {
+        "http_user": os.environ.get(environment.HTTP_USER),
+        "http_password": os.environ.get(environment.HTTP_PASSWORD),
+    }
+
+
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     """``--store DIR | --clickhouse URL``: the store a reading command (report, app) opens."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="DIR", help=f"chDB store (default {DEFAULT_STORE_DIR})")
-    where.add_argument("--clickhouse", metavar="URL", help="clickhouse://user:pass@host:9000/db")
+    where.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        help="clickhouse://user:pass@host:9000/db, or an HTTP interface: http://host:8123",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -109,15 +123,16 @@ def parser() -> argparse.ArgumentParser:
 
 def _open(args: argparse.Namespace) -> Store:
     if args.clickhouse:
-        return open_store(None, args.clickhouse)
+        return open_store(None, args.clickhouse, **through_serve())
     directory = args.store or DEFAULT_STORE_DIR
     if not os.path.isdir(directory):
         raise ReportInputError(
             f"no store at {directory}: pass --store DIR of a `grpc-overhead serve` store "
             "(or --clickhouse URL)"
         )
-    # A directory another process owns raises StoreLocked naming it, before any engine starts.
-    return open_store(directory)
+    # A directory a serve owns is read through it; one another process holds raises
+    # StoreLocked naming it, before any engine starts.
+    return open_store(directory, **through_serve())
 
 
 def _has_calls(store: Store, options: CallsOptions) -> bool:
@@ -135,8 +150,9 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
     options = CallsOptions.from_schema(SchemaOptions.for_store(store))
     if not table_exists(store, options.traces_table, options.database):
         return options, f"{store.description}: no {options.traces_table} table. {INTAKE_HINT}"
-    # Idempotent; on a store the collector's exporter made, this assembles its spans.
-    create_calls(store, options)
+    if store.backend.writable:  # else its owner (serve) made them
+        # Idempotent; on a store the collector's exporter made, this assembles its spans.
+        create_call_tables(store, options)
     if not _has_calls(store, options):
         return options, INTAKE_HINT
     if store.backend.owns_data:  # no other process settles it

@@ -1,45 +1,70 @@
 """``grpc-overhead serve``: the intake, the store and the web app in one process.
 
     grpc-overhead serve [--store DIR | --clickhouse URL] [--otlp-port 4327] [--host 127.0.0.1]
-                        [--app-port 8501 | --no-app] [--jaeger-url URL]
+                        [--standard-otlp-port 4317 | off] [--app-port 8501 | --no-app]
+                        [--jaeger-url URL]
+                        [--http-port 8123 | --no-http] [--http-host 127.0.0.1]
+                        [--http-user U] [--http-password P]
 
 Point the collector's ``otlp`` exporter (or any OTLP/gRPC SDK exporter) at
 the intake; spans land in ``otel_traces`` exactly as the collector's
-clickhouse exporter would write them. The Streamlit app runs in this same
-process because a chDB directory belongs to one process: it reads the store
-this process holds. Runs until SIGINT or SIGTERM, then stops the app, flushes
-what the intake buffered and closes the store.
+clickhouse exporter would write them.
 
-While it runs, serve writes ``DIR/grpc-overhead-serve.json`` (its pid, intake
-and app URL) so other commands that find the directory locked can say where
-the running app is.
+Defaults that meet: an OpenTelemetry SDK with no endpoint configured sends to
+localhost:4317, and the embedded collector config listens there and forwards
+to the intake on 4327. So a plain ``serve`` (no ``--otlp-port``) also takes
+OTLP on 4317 when no other process holds it: a service started with no
+configuration reaches it, with or without a collector in between. When 4317
+is taken (a collector, presumably forwarding here) serve names the holder and
+goes on. Whoever chooses the intake port (the demo, tests, a collector
+wiring) wires things explicitly, so ``--otlp-port N`` leaves 4317 alone
+unless ``--standard-otlp-port`` asks for it, and then a taken port is an error.
+
+The Streamlit app runs in this same process because a chDB directory belongs
+to one process: it reads the store this process holds. Runs until SIGINT or
+SIGTERM, then stops the app, flushes what the intake buffered and closes the
+store.
+
+On an embedded store, serve also speaks ClickHouse's HTTP interface
+(``--http-port``, default 8123, loopback; read-only, with the limits of
+``grpc-overhead sql``): curl and ClickHouse clients read the store there, and
+so do ``report``, ``sql`` and ``app`` started against the same directory,
+which serve owns. While it runs, serve writes ``DIR/grpc-overhead-serve.json``
+(its pid, intake, app and HTTP URLs: ``store.owner``) so they find it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from grpc_overhead.analyzer import rollup
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
-from grpc_overhead.analyzer.errors import AnalyzerError
+from grpc_overhead.analyzer.calls import CallsOptions
+from grpc_overhead.analyzer.errors import AnalyzerError, BadInput
+from grpc_overhead.analyzer.http_interface import (
+    DEFAULT_HTTP_HOST,
+    DEFAULT_HTTP_PORT,
+    Answerer,
+    Credentials,
+    HttpInterface,
+)
 from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, Intake, IntakeConfig
+from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
+from grpc_overhead.analyzer.store.owner import SERVE_INFO_FILE as SERVE_INFO_FILE
+from grpc_overhead.analyzer.store.owner import ServeInfo, remove_serve_info, write_serve_info
+from grpc_overhead.analyzer.store.owner import read_serve_info as read_serve_info
+from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, holder, port_is_free
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
 DEFAULT_APP_PORT = 8501
-#: Written into the store directory while serve runs (see ``read_serve_info``).
-SERVE_INFO_FILE = "grpc-overhead-serve.json"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,6 +72,13 @@ def parser() -> argparse.ArgumentParser:
         prog="grpc-overhead serve",
         description="Receive OTLP spans, store them (embedded chDB or a ClickHouse server) "
         "and serve the web app on them, in one process.",
+        epilog=f"Defaults that meet: OpenTelemetry SDKs send to localhost:{STANDARD_OTLP_PORT} "
+        "when no endpoint is configured, and the embedded collector config listens there and "
+        f"forwards to the intake on {DEFAULT_OTLP_PORT}. A plain serve therefore also takes OTLP "
+        f"on {STANDARD_OTLP_PORT} whenever no other process (a collector) holds it, so a service "
+        "started with no configuration reaches it directly; with a collector there, the "
+        f"collector forwards to the intake. With --otlp-port N, {STANDARD_OTLP_PORT} is left "
+        "alone unless --standard-otlp-port asks for it.",
     )
     where = result.add_mutually_exclusive_group()
     where.add_argument(
@@ -62,9 +94,18 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument(
         "--otlp-port",
         type=int,
-        default=DEFAULT_OTLP_PORT,
         metavar="N",
-        help=f"OTLP/gRPC port of the intake (default {DEFAULT_OTLP_PORT}; 0 picks a free one)",
+        help=f"OTLP/gRPC port of the intake, where a collector forwards (default "
+        f"{DEFAULT_OTLP_PORT}; 0 picks a free one)",
+    )
+    result.add_argument(
+        "--standard-otlp-port",
+        type=_optional_port,
+        metavar="N|off",
+        help=f"also take OTLP on this port, where OpenTelemetry SDKs send when no endpoint is "
+        f"configured. Default: {STANDARD_OTLP_PORT} when --otlp-port is not given and no other "
+        "process (a collector) holds it, off otherwise; given explicitly, a taken port is an "
+        "error",
     )
     result.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
@@ -85,11 +126,102 @@ def parser() -> argparse.ArgumentParser:
         help="Jaeger UI base URL: the call explorer links each call to URL/trace/<trace id> "
         f"(default ${environment.JAEGER_URL})",
     )
+    add_http_arguments(result)
     return result
+
+
+def _optional_port(text: str) -> int:
+    """A port number, or 0 for ``off``."""
+    if text.strip().lower() in {"off", "none", "no"}:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number or 'off': {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range 1-65535: {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class OtlpPorts:
+    """Where serve takes OTLP: the intake port, and the standard port if wanted."""
+
+    intake: int
+    standard: int | None
+    standard_required: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> OtlpPorts:
+        intake = DEFAULT_OTLP_PORT if args.otlp_port is None else args.otlp_port
+        asked = args.standard_otlp_port  # None: not given; 0: off
+        if asked is None:  # the default: only a plain serve takes the standard port
+            standard = STANDARD_OTLP_PORT if args.otlp_port is None else None
+        else:
+            standard = asked or None
+        if standard == intake:
+            standard = None
+        return cls(intake, standard, bool(asked) and standard is not None)
+
+
+def add_http_arguments(result: argparse.ArgumentParser) -> None:
+    """``--http-port N | --no-http``, ``--http-host``, ``--http-user``, ``--http-password``."""
+    http = result.add_mutually_exclusive_group()
+    http.add_argument(
+        "--http-port",
+        type=int,
+        metavar="N",
+        help=f"port of the ClickHouse HTTP interface on an embedded store (default "
+        f"{DEFAULT_HTTP_PORT}, or a free port when that one is taken; 0 picks a free one)",
+    )
+    http.add_argument(
+        "--no-http", action="store_true", help="no ClickHouse HTTP interface (readers then fail)"
+    )
+    result.add_argument(
+        "--http-host",
+        default=DEFAULT_HTTP_HOST,
+        help=f"address the HTTP interface listens on (default {DEFAULT_HTTP_HOST}: this host "
+        "only; it answers every query read-only, so widen it only with a password)",
+    )
+    result.add_argument(
+        "--http-user",
+        default=os.environ.get(environment.HTTP_USER, "default"),
+        help=f"user the HTTP interface accepts (default ${environment.HTTP_USER} or 'default')",
+    )
+    result.add_argument(
+        "--http-password",
+        default=os.environ.get(environment.HTTP_PASSWORD),
+        help=f"password it asks for (default ${environment.HTTP_PASSWORD}; unset: none)",
+    )
+
+
+def start_http(args: argparse.Namespace, store: Store) -> HttpInterface | None:
+    """The HTTP interface on ``store`` as the flags ask, started; None with --no-http.
+
+    The default port taken (a ClickHouse server, another serve) is no reason to
+    fail: a free port is used and advertised instead. A port asked for is.
+    """
+    if args.no_http:
+        return None
+    password = args.http_password or None
+    answerer = Answerer(store, credentials=Credentials(args.http_user or "default", password))
+    if args.http_port is not None:
+        return HttpInterface(answerer, args.http_host, args.http_port).start()
+    try:
+        return HttpInterface(answerer, args.http_host, DEFAULT_HTTP_PORT).start()
+    except BadInput:
+        interface = HttpInterface(answerer, args.http_host, 0).start()
+        print(
+            f"grpc-overhead serve: port {DEFAULT_HTTP_PORT} is taken; the ClickHouse HTTP "
+            f"interface listens on {interface.url} instead",
+            file=sys.stderr,
+        )
+        return interface
 
 
 def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = None) -> int:
     args = parser().parse_args(argv)
+    ports = OtlpPorts.from_args(args)
     stop = stop or threading.Event()
     if not args.no_app:
         from grpc_overhead.app.server import AppServerError, check_port
@@ -101,27 +233,51 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             return EXIT_USAGE
     try:
         store = open_store(
-            None if args.clickhouse else (args.store or DEFAULT_STORE_DIR), args.clickhouse
+            None if args.clickhouse else (args.store or DEFAULT_STORE_DIR),
+            args.clickhouse,
+            through_owner=False,  # serve owns its store, never reads another serve's
         )
     except AnalyzerError as error:
         print(f"grpc-overhead serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        config = IntakeConfig(host=args.host, port=args.otlp_port)
+        # Checked first: grpcio would log an error line for a port it cannot bind.
+        standard = ports.standard
+        extra = (standard,) if standard and port_is_free(standard, args.host) else ()
+        config = IntakeConfig(host=args.host, port=ports.intake, extra_ports=extra)
         intake = Intake(store, config)
         calls_options = CallsOptions.from_schema(intake.schema)  # the store's database
         try:
             intake.start()
             # Calls are assembled as spans arrive (the view), not when a report asks.
-            create_calls(store, calls_options)
+            create_call_tables(store, calls_options)
         except (AnalyzerError, OSError) as error:
+            who = holder(ports.intake) if isinstance(error, OSError) and ports.intake else None
+            held = f" (held by {who}: stop it or pass --otlp-port N)" if who else ""
+            print(f"grpc-overhead serve: {error}{held}", file=sys.stderr)
+            intake.stop()
+            return EXIT_USAGE
+        if ports.standard is not None and not intake.extra_ports and ports.standard_required:
+            print(f"grpc-overhead serve: {_standard_port_taken(args.host, ports)}", file=sys.stderr)
+            intake.stop()
+            return EXIT_USAGE
+        directory = None if args.clickhouse else os.path.abspath(args.store or DEFAULT_STORE_DIR)
+        try:  # a ClickHouse server has its own HTTP interface
+            http = start_http(args, store) if directory else None
+        except BadInput as error:
             print(f"grpc-overhead serve: {error}", file=sys.stderr)
             intake.stop()
             return EXIT_USAGE
-        info = ServeInfo(os.getpid(), intake.address, "", store.description)
-        directory = None if args.clickhouse else os.path.abspath(args.store or DEFAULT_STORE_DIR)
+        http_url = http.url if http else ""
+        info = ServeInfo(os.getpid(), intake.address, "", store.description, http_url)
+        _write_serve_info(directory, info)  # before saying so: readers may start at once
         print(f"intake listening on {intake.address}", flush=True)
+        _say_standard_port(args.host, ports, intake)
         print(f"store: {store.description}", flush=True)
+        if http is not None:
+            print(f"clickhouse http: {http_url}", flush=True)
+        elif directory:
+            print("clickhouse http: off (--no-http)", flush=True)
         # The embedded store has exactly one owner, this process: it rolls settled
         # minutes up. On a ClickHouse server several processes may run; none settles
         # there, so no minute is ever rolled up twice.
@@ -129,13 +285,15 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         try:
             if args.no_app:
                 print("app: off (--no-app)", flush=True)
-                _write_serve_info(directory, info)
                 _stop_on_signals(stop)
                 loop(stop)
                 return 0
             return _serve_app(args, store, calls_options, loop, stop, info, directory)
         finally:
-            _remove_serve_info(directory)
+            if directory:
+                remove_serve_info(directory)
+            if http is not None:
+                http.stop()
             intake.stop()
             stats = intake.stats()
             print(
@@ -145,6 +303,30 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             )
     finally:
         store.close()
+
+
+def _say_standard_port(host: str, ports: OtlpPorts, intake: Intake) -> None:
+    """Say where services with no endpoint configured end up: here, or at another holder."""
+    if ports.standard is None:
+        return
+    if intake.extra_ports:
+        print(
+            f"OTLP also on {host}:{ports.standard} (the standard port: services with no "
+            "endpoint configured send here)",
+            flush=True,
+        )
+    else:
+        print(f"note: {_standard_port_taken(host, ports)}", flush=True)
+
+
+def _standard_port_taken(host: str, ports: OtlpPorts) -> str:
+    who = holder(ports.standard or 0) or "another process"
+    return (
+        f"the standard OTLP port {host}:{ports.standard} is held by {who}: services with no "
+        f"endpoint configured send there, so it must forward to this intake (port "
+        f"{ports.intake}), as `grpc-overhead collector run --config embedded` does; or stop it, "
+        "or pass --standard-otlp-port N|off"
+    )
 
 
 def _serve_app(
@@ -167,7 +349,7 @@ def _serve_app(
     )
 
     def ready(url: str) -> None:
-        _write_serve_info(directory, ServeInfo(info.pid, info.intake, url, info.store))
+        _write_serve_info(directory, replace(info, app_url=url))
         print(f"app: {url}", flush=True)
 
     try:
@@ -194,46 +376,16 @@ class SettleLoop:
                 _settle(self.store, self.options)
 
 
-@dataclass(frozen=True)
-class ServeInfo:
-    """What a running serve tells other commands about itself (the store's lock names the pid)."""
-
-    pid: int
-    intake: str
-    app_url: str
-    store: str
-
-
 def _write_serve_info(directory: str | None, info: ServeInfo) -> None:
     if directory is None:
         return
-    path = os.path.join(directory, SERVE_INFO_FILE)
     try:
-        with open(path + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(info.__dict__, handle)
-        os.replace(path + ".tmp", path)
-    except OSError as error:  # only a convenience for other commands: never fatal
-        print(f"grpc-overhead serve: cannot write {path}: {error.strerror}", file=sys.stderr)
-
-
-def _remove_serve_info(directory: str | None) -> None:
-    if directory is None:
-        return
-    info = read_serve_info(directory)
-    if info is not None and info.pid == os.getpid():
-        with contextlib.suppress(OSError):
-            os.remove(os.path.join(directory, SERVE_INFO_FILE))
-
-
-def read_serve_info(directory: str) -> ServeInfo | None:
-    """The running serve's pid, intake and app URL for a store directory, if it wrote them."""
-    try:
-        with open(os.path.join(directory, SERVE_INFO_FILE), encoding="utf-8") as handle:
-            data: Any = json.load(handle)
-        return ServeInfo(int(data["pid"]), str(data["intake"]), str(data["app_url"]),
-                         str(data["store"]))  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        write_serve_info(directory, info)
+    except OSError as error:  # readers then cannot find serve: say so, but keep serving
+        print(
+            f"grpc-overhead serve: cannot write {SERVE_INFO_FILE} in {directory}: {error.strerror}",
+            file=sys.stderr,
+        )
 
 
 SETTLE_INTERVAL_S = 60.0

@@ -1,7 +1,8 @@
 """``grpc-overhead sql``: run ClickHouse SQL against the store, read-only unless ``--write``.
 
-    grpc-overhead sql "SELECT SpanKind, count() FROM otel_traces GROUP BY 1"
+    grpc-overhead sql "SELECT rpc_method, avg(total_us) FROM grpc_call_phases GROUP BY 1"
     grpc-overhead sql - --format csv < query.sql
+    grpc-overhead sql "SELECT * FROM grpc_call_phases LIMIT 3 FORMAT Vertical"
     grpc-overhead sql "TRUNCATE TABLE otel_traces" --write
 
 Read-only is enforced by the engine (the ``readonly=1`` setting, on chDB a
@@ -27,8 +28,11 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
+from grpc_overhead.analyzer.phase_view import PHASES_VIEW, view_columns
+from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.base import QueryLimits, output_format
+from grpc_overhead.cli.report import through_serve
 
 EXIT_QUERY = 1
 EXIT_USAGE = 2
@@ -37,14 +41,22 @@ FORMATS = ("table", "csv", "json")
 
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(
-        prog="grpc-overhead sql", description="Run ClickHouse SQL against the store."
+        prog="grpc-overhead sql",
+        description="Run ClickHouse SQL against the store (through `serve` while it owns it). "
+        "A FORMAT clause is passed through: the engine's output is printed as is.",
+        epilog=help_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     result.add_argument("sql", help="the statement ('-' reads it from standard input)")
     where = result.add_mutually_exclusive_group()
     where.add_argument(
         "--store", metavar="DIR", help=f"chDB directory (default {DEFAULT_STORE_DIR})"
     )
-    where.add_argument("--clickhouse", metavar="URL", help="clickhouse://user:pass@host:9000/db")
+    where.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        help="clickhouse://user:pass@host:9000/db, or an HTTP interface: http://host:8123",
+    )
     result.add_argument("--format", choices=FORMATS, default="table", help="output (default table)")
     result.add_argument(
         "--write", action="store_true", help="allow statements that change data or schema"
@@ -72,6 +84,25 @@ def parser() -> argparse.ArgumentParser:
     return result
 
 
+def help_epilog() -> str:
+    """The tables, the columns of ``grpc_call_phases`` and a few of the README's examples."""
+    width = max(len(name) for name, _ in view_columns())
+    columns = "\n".join(f"  {name:<{width}}  {text}" for name, text in view_columns())
+    examples = "\n\n".join(
+        f"  -- {question}\n" + "\n".join(f"  {line}" for line in sql.splitlines())
+        for question, sql in EXAMPLES[:3]
+    )
+    return (
+        "tables:\n"
+        f"  {PHASES_VIEW:<17} one row per call, merged (no FINAL), every phase in µs: "
+        "query this\n"
+        "  grpc_calls        the calls as assembled (raw *_ns timestamps; read with FINAL)\n"
+        "  otel_traces       every span, the collector's clickhouse exporter schema\n\n"
+        f"columns of {PHASES_VIEW}:\n{columns}\n\n"
+        f"examples (ten in the README, 'Querying with SQL'):\n{examples}\n"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     sql = sys.stdin.read() if args.sql == "-" else args.sql
@@ -80,12 +111,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         store = open_store(
-            None if args.clickhouse else (args.store or DEFAULT_STORE_DIR), args.clickhouse
+            None if args.clickhouse else (args.store or DEFAULT_STORE_DIR),
+            args.clickhouse,
+            **through_serve(),
         )
     except AnalyzerError as error:
         print(f"grpc-overhead sql: {error}", file=sys.stderr)
         return EXIT_USAGE
     with store:
+        if args.write and not store.backend.writable:
+            print(
+                f"grpc-overhead sql: --write: {store.description} is read-only here; "
+                "writes go through the process that owns the store (stop it to write)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         try:
             if args.write:
                 result: Any = store.query(sql)
@@ -97,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 result = _until_stopped(lambda stop: _read(store, sql, limits, stop))
         except QueryError as error:
-            print(explain(error), file=sys.stderr)
+            print(explain(error, writable=store.backend.writable), file=sys.stderr)
             return EXIT_QUERY
         except AnalyzerError as error:
             print(f"grpc-overhead sql: {error}", file=sys.stderr)
@@ -150,11 +190,16 @@ def _until_stopped(work: Callable[[threading.Event], Any]) -> Any:
     return outcome["value"]
 
 
-def explain(error: QueryError) -> str:
+def explain(error: QueryError, *, writable: bool = True) -> str:
     if error.is_readonly_refusal and "setting" in error.message:
         headline = (
             "refused: a query cannot change settings (the engine runs it read-only); "
             "lower its limits with --max-seconds, --max-memory or --max-rows"
+        )
+    elif error.is_readonly_refusal and not writable:
+        headline = (
+            f"refused: {error.message.rstrip('.')}; the store is read through the `serve` "
+            "that owns it, which writes it"
         )
     elif error.is_readonly_refusal:
         headline = (

@@ -19,6 +19,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import BadInput, QueryError
+from grpc_overhead.analyzer.sql_examples import examples_for
 from grpc_overhead.analyzer.store.base import Abandoned, QueryLimits, Store
 
 #: The page's limits: a console query answers within half a minute or is stopped.
@@ -111,42 +112,14 @@ def _explained(error: QueryError) -> BadInput:
 def examples(options: CallsOptions | None = None) -> dict[str, str]:
     """Example statements by title, written against this store's tables.
 
-    They read ``grpc_calls`` with ``FINAL`` (the two halves of a call merge
-    while reading) and ``otel_traces`` as the collector's exporter writes it.
+    The questions of ``sql_examples`` over ``grpc_call_phases`` (one merged row
+    per call, every phase in µs: no ``FINAL`` needed), then ``otel_traces`` as
+    the collector's exporter writes it.
     """
     options = options or CallsOptions()
-    calls, traces = options.calls, options.traces
-    total = "(client_end_ns - client_start_ns) / 1e3"
+    traces = options.traces
     return {
-        "p50 / p99 total per method": (
-            f"SELECT service, method, count() AS calls,\n"
-            f"    round(quantileTDigest(0.5)({total}), 1) AS p50_us,\n"
-            f"    round(quantileTDigest(0.99)({total}), 1) AS p99_us\n"
-            f"FROM {calls} FINAL\nWHERE client_start_ns != 0\n"
-            "GROUP BY service, method\nORDER BY p99_us DESC"
-        ),
-        "Slowest calls": (
-            "SELECT TraceId, service, method, server_host,\n"
-            "    fromUnixTimestamp64Nano(client_start_ns) AS start,\n"
-            f"    {total} AS total_us,\n"
-            "    (predictions_made_ns - server_inbound_message_read_ns) / 1e3 AS processing_us\n"
-            f"FROM {calls} FINAL\nWHERE client_start_ns != 0\n"
-            "ORDER BY total_us DESC\nLIMIT 20"
-        ),
-        "Calls per server instance": (
-            "SELECT server_instance, server_host, count() AS calls,\n"
-            "    round(100 * calls / sum(calls) OVER (), 1) AS share_percent\n"
-            f"FROM {calls} FINAL\nGROUP BY server_instance, server_host\n"
-            "ORDER BY calls DESC"
-        ),
-        "Server queue p99 per minute": (
-            "SELECT toStartOfMinute(fromUnixTimestamp64Nano(server_call_started_ns)) AS minute,\n"
-            "    count() AS calls,\n"
-            "    round(quantileTDigest(0.99)("
-            "(server_inbound_message_ns - server_call_started_ns) / 1e3), 1) AS queue_p99_us\n"
-            f"FROM {calls} FINAL\nWHERE server_call_started_ns != 0\n"
-            "GROUP BY minute\nORDER BY minute"
-        ),
+        **examples_for(options),
         "Span events of recent traces": (
             "SELECT Timestamp, TraceId, SpanKind, ServiceName, SpanName,\n"
             "    Duration / 1e3 AS duration_us, Events.Name AS events\n"

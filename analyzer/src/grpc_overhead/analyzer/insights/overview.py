@@ -25,6 +25,8 @@ import pandas as pd
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.rows import (
+    CLIENT_ONLY,
+    SERVER_ONLY,
     STACKED_PHASES,
     bucket_seconds,
     parameters,
@@ -40,6 +42,7 @@ NETWORK = "request_network_value + response_network_value"
 NETWORK_DEFINED = "request_network_defined AND response_network_defined"
 #: Every event recorded: the eight phases and ``unattributed`` add up to ``total``.
 COMPLETE = "unattributed_defined"
+
 
 STATISTICS = ("mean", "p50")
 TARGET_BUCKETS = 120
@@ -62,7 +65,8 @@ def overview(
     method, busiest first), ``bucket`` (per time bucket of call starts, a
     round length giving at most ``buckets``; ``bucket_s`` says which).
     Columns (ns sums, µs otherwise): calls, first_ns, last_ns, total_calls,
-    total_p50_us, total_p99_us, total_mean_us, calls_with_events and the
+    total_p50_us, total_p99_us, total_mean_us, server_only_calls and
+    client_only_calls (one side attached: ``rows.SERVER_ONLY``), calls_with_events and the
     ``complete_{total,processing,network}_ns`` sums over them, per phase of
     ``STACKED_PHASES`` and ``total`` its ``statistic`` (mean or p50) over the
     calls with every event as ``{phase}_us``, and network (request + response
@@ -91,6 +95,8 @@ def overview(
         " AS total_q,\n"
         "    avgIf(toFloat64(total_value), total_defined) / 1000 AS total_mean_us,\n"
         f"    countIf({COMPLETE}) AS calls_with_events,\n"
+        f"    countIf({SERVER_ONLY}) AS server_only_calls,\n"
+        f"    countIf({CLIENT_ONLY}) AS client_only_calls,\n"
         f"    sumIf(total_value, {COMPLETE}) AS complete_total_ns,\n"
         f"    sumIf(processing_value, {COMPLETE}) AS complete_processing_ns,\n"
         f"    sumIf({NETWORK}, {COMPLETE}) AS complete_network_ns,\n    "
@@ -141,6 +147,8 @@ SUMMARY_COLUMNS = (
     "not_processing_share",
     "network_share",
     "calls_with_events",
+    "server_only_calls",
+    "client_only_calls",
 )
 
 
@@ -157,7 +165,8 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """
     rows = frame[frame["level"] == ALL]
     if rows.empty:  # no call matched: some engines return no row for the () grouping set
-        return pd.DataFrame([{"calls": 0, "calls_with_events": 0}], columns=list(SUMMARY_COLUMNS))
+        empty = {"calls": 0, "calls_with_events": 0, "server_only_calls": 0, "client_only_calls": 0}
+        return pd.DataFrame([empty], columns=list(SUMMARY_COLUMNS))
     row = rows.iloc[0]
     calls = int(row["calls"])
     span_ns = int(row["last_ns"]) - int(row["first_ns"]) if calls else 0
@@ -183,6 +192,8 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                     else math.nan
                 ),
                 "calls_with_events": int(row["calls_with_events"]),
+                "server_only_calls": int(row["server_only_calls"]),
+                "client_only_calls": int(row["client_only_calls"]),
             }
         ],
         columns=list(SUMMARY_COLUMNS),

@@ -58,6 +58,10 @@ class IntakeConfig:
     ``export_workers``: batches written at the same time, each through its own
     store session (two keep both cores of a small machine busy; see
     ``processor``).
+    ``extra_ports``: further ports the same receiver listens on when they are
+    free (serve's standard OTLP port, 4317, where SDKs send by default); one
+    held by another process (a collector) is skipped, never fatal: see
+    ``Intake.extra_ports``.
     """
 
     host: str = "127.0.0.1"
@@ -70,6 +74,7 @@ class IntakeConfig:
     export_workers: int = 2
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT_S
     schema: SchemaOptions | None = None  # None: SchemaOptions.for_store(store)
+    extra_ports: tuple[int, ...] = ()
 
 
 class Intake:
@@ -102,6 +107,8 @@ class Intake:
         self.receiver: TraceReceiver | None = None
         self._server: grpc.Server | None = None
         self.port = 0
+        #: The ``config.extra_ports`` the receiver listens on (the others were taken).
+        self.extra_ports: list[int] = []
 
     def start(self) -> int:
         """Create the schema, start the workers and the gRPC server; returns the port."""
@@ -125,12 +132,13 @@ class Intake:
         self.receiver = TraceReceiver(self.processor, wait_timeout=self.config.wait_timeout)
         self.processor.start()
         try:
-            self._server, self.port = serve_receiver(
+            self._server, self.port, self.extra_ports = serve_receiver(
                 self.receiver,
                 self.config.host,
                 self.config.port,
                 workers=self.config.workers,
                 max_message_bytes=self.config.max_message_bytes,
+                extra_ports=self.config.extra_ports,
             )
         except (OSError, RuntimeError) as error:
             self.processor.shutdown()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -174,8 +175,15 @@ def serve_receiver(
     *,
     workers: int = 32,
     max_message_bytes: int = 64 << 20,
-) -> tuple[grpc.Server, int]:
-    """A started grpc server with the receiver on ``host:port`` (0: any free port)."""
+    extra_ports: Sequence[int] = (),
+) -> tuple[grpc.Server, int, list[int]]:
+    """A started grpc server with the receiver on ``host:port`` (0: any free port).
+
+    ``extra_ports`` are further ports the same server listens on when they are
+    free (serve's standard OTLP port): one another process holds is skipped,
+    never fatal (grpcio logs a line for it: callers that can check first do).
+    Returns the server, the bound port and the extra ports bound.
+    """
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),
@@ -185,9 +193,20 @@ def serve_receiver(
         handlers=[receiver.handler()],
         options=options,
     )
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    address = _address(host, port)
     bound = server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"cannot listen on {address}: address in use or not available")
+    extra_bound = []
+    for extra in extra_ports:
+        try:  # grpcio answers 0 or raises RuntimeError for an address in use
+            if server.add_insecure_port(_address(host, extra)):
+                extra_bound.append(extra)
+        except RuntimeError:
+            pass
     server.start()
-    return server, bound
+    return server, bound, extra_bound
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,11 +1,12 @@
 """The store contract: what the rest of the analyzer may ask of a store.
 
 A store runs ClickHouse SQL, the way an httpx transport sends requests: a few
-methods, and whatever differs between backends stays behind them. Two
-backends implement it, chDB (embedded, ``ChdbStore``) and a ClickHouse server
-(``ClickHouseServerStore``); the SQL is the same on both, values are always
-bound as ClickHouse query parameters (``{name:Type}`` placeholders), never
-formatted into the text.
+methods, and whatever differs between backends stays behind them. Three
+backends implement it, chDB (embedded, ``ChdbStore``), a ClickHouse server
+(``ClickHouseServerStore``) and ClickHouse's HTTP interface
+(``ClickHouseHttpStore``: how other processes read a store ``serve`` owns);
+the SQL is the same on all three, values are always bound as ClickHouse
+query parameters (``{name:Type}`` placeholders), never formatted into the text.
 
     Store
     ├── query(sql, parameters, *, readonly)   rows, as a DataFrame
@@ -19,7 +20,8 @@ formatted into the text.
     ├── close()
     └── backend                               what the backend is, as data:
         ├── owns_data                         this process alone writes and settles it
-        └── encoded_inserts                   insert_encoded works (else use insert)
+        ├── encoded_inserts                   insert_encoded works (else use insert)
+        └── writable                          statements may change it (not a reader's)
 
 Callers read ``backend`` instead of checking classes, and ``open_store`` is
 the only code that names a backend. Per-query limits are part of the contract
@@ -48,9 +50,20 @@ import pandas as pd
 from grpc_overhead.analyzer.errors import READONLY_ERROR_CODE, BadInput, QueryError
 
 Parameters = Mapping[str, Any]
+
+
+class EncodedValue(str):
+    """A parameter value already in ClickHouse's text form, passed to the engine as is.
+
+    The HTTP interface receives ``param_x`` values escaped by the client the way
+    ClickHouse parses them; escaping them again would change them.
+    """
+
+
 Columns = Sequence[Sequence[Any]]
 
 _CLICKHOUSE_ERROR = re.compile(r"\s*Code:\s*(\d+)\.\s*(?:DB::Exception:\s*)?(.*)", re.DOTALL)
+_ANY_VERSION = re.compile(r"\s*\(version [\d.]+(?: \([^)]*\))?\)\.?")
 _VERSION_SUFFIX = re.compile(
     r"(?:\s*\(version [\d.]+(?: \([^)]*\))?\)\.?)+(?=\s*(?:\([A-Z_]+\))?\s*$)"
 )
@@ -65,9 +78,11 @@ def split_clickhouse_error(text: str) -> tuple[int | None, str]:
     message = match.group(2).strip()
     while match := _CLICKHOUSE_ERROR.match(message):  # chDB nests the engine's text
         message = match.group(2).strip()
-    # The engine appends its version (sometimes twice); it says nothing about the query.
+    # The engine appends its version (once per nesting level, as chDB rethrows); it says
+    # nothing about the query. Then "(NAME) (NAME)" left by the nesting is said once.
     message = _VERSION_SUFFIX.sub("", message)
-    message = re.sub(r"(\([A-Z_]+\))\s*\1$", r"\1", message)
+    message = _ANY_VERSION.sub("", message)
+    message = re.sub(r"(\([A-Z_]+\))(?:[\s.]*\1)+", r"\1", message)
     return code, message
 
 
@@ -83,6 +98,10 @@ class Backend:
     #: ``insert_encoded`` takes bytes in a ClickHouse input format (chDB streams them to
     #: the engine); otherwise it refuses and rows go through ``insert``.
     encoded_inserts: bool
+    #: Statements that change data or schema may run (``command``, ``insert``). False for
+    #: a store read through another process (``serve``'s HTTP interface): the owner writes
+    #: it, and prepares it (``create_call_tables``, rollups) itself.
+    writable: bool = True
 
 
 @dataclass(frozen=True)
@@ -168,6 +187,7 @@ class Store(abc.ABC):
         parameters: Parameters | None = None,
         abandoned: Abandoned | None = None,
         output: str | None = None,
+        database: str | None = None,
     ) -> pd.DataFrame | bytes:
         """Run a user's statement read-only under ``limits``, beside the store's own work.
 
@@ -175,6 +195,7 @@ class Store(abc.ABC):
         rollups, and it is killed once ``abandoned()`` turns True. ``output``:
         the engine renders the result in that ClickHouse format and the bytes
         are returned (a statement's own ``FORMAT`` clause); None: a DataFrame.
+        ``database``: where unqualified names resolve (None: the store's own).
         Call ``check_user_statement`` first.
         """
 

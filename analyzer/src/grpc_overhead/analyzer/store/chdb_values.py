@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from grpc_overhead.analyzer.store.base import Parameters
+from grpc_overhead.analyzer.store.base import EncodedValue, Parameters
 
 # -- parameters and types ---------------------------------------------------
 
@@ -51,7 +51,9 @@ def _datetime_text(value: date) -> str:
 def bind_parameters(parameters: Parameters | None) -> dict[str, Any]:
     bound: dict[str, Any] = {}
     for name, value in (parameters or {}).items():
-        if value is None or isinstance(value, bool | int | float):
+        if isinstance(value, EncodedValue):
+            bound[name] = str(value)
+        elif value is None or isinstance(value, bool | int | float):
             bound[name] = value
         elif isinstance(value, datetime | date):
             bound[name] = _datetime_text(value)

@@ -65,7 +65,7 @@ from grpc_overhead.analyzer.store.base import (
 )
 from grpc_overhead.analyzer.store.chdb_values import arrow_type, bind_parameters
 from grpc_overhead.analyzer.store.lock import check_free, lock_holder, locked_message
-from grpc_overhead.analyzer.store.text import readable_table
+from grpc_overhead.analyzer.store.text import arrow_frame
 from grpc_overhead.analyzer.store.watch import watch
 
 CHDB = Backend("chdb", owns_data=True, encoded_inserts=True)
@@ -181,11 +181,12 @@ class ChdbStore(Store):
         parameters: Parameters | None = None,
         abandoned: Abandoned | None = None,
         output: str | None = None,
+        database: str | None = None,
     ) -> pd.DataFrame | bytes:
         tag = f"grpc-overhead-user-query-{uuid.uuid4().hex}"
         with self._lock:
             self._open_connection()
-            database = self.database
+            database = database or self.database
         settings: dict[str, Any] = {"log_comment": tag, **limits.settings()}
         if database != "default":
             settings = {"database": database, **settings}
@@ -306,10 +307,9 @@ class ChdbStore(Store):
 
 
 def _frame(table: pa.Table) -> pd.DataFrame:
-    """A result as a DataFrame; text that is not UTF-8 made readable (see ``text``)."""
     # Not chDB's own "DataFrame" output: in 4.4 it crashes the process on
     # Array(Map(...)) columns spanning several rows (Events.Attributes).
-    return readable_table(table).to_pandas(maps_as_pydicts="lossy")
+    return arrow_frame(table)
 
 
 class ChdbSession(ChdbStore):

@@ -82,9 +82,10 @@ def locked_message(directory: str, pid: int | None, started: str, engine_output:
     return (
         f"store {directory} is in use by {holder}.\n"
         f"  chDB: {engine_line}\n"
-        "A chDB store directory is owned by one process at a time. Use "
-        "`grpc-overhead report` against the running `serve`, or stop that process "
-        "and retry (or pass another --store DIR)."
+        "A chDB store directory is owned by one process at a time. While "
+        "`grpc-overhead serve` owns it with its HTTP interface on (the default; not "
+        "--no-http), report, sql and app read through that serve; this process does "
+        "not offer one. Stop it and retry, or pass another --store DIR."
     )
 
 

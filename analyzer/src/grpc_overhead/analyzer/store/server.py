@@ -64,7 +64,8 @@ class ClickHouseServerStore(Store):
         if parts.scheme not in _SCHEMES or not parts.hostname:
             raise BadInput(
                 f"not a ClickHouse native-protocol URL: {_redacted(url)!r} "
-                "(expected clickhouse://user:password@host:9000/database)"
+                "(expected clickhouse://user:password@host:9000/database, or "
+                "http://host:8123 for an HTTP interface)"
             )
         if parts.scheme == "tcp":
             url = "clickhouse" + url[3:]
@@ -106,6 +107,7 @@ class ClickHouseServerStore(Store):
         parameters: Parameters | None = None,
         abandoned: Abandoned | None = None,
         output: str | None = None,
+        database: str | None = None,
     ) -> pd.DataFrame | bytes:
         if output is not None:
             raise BadInput(
@@ -114,6 +116,8 @@ class ClickHouseServerStore(Store):
             )
         query_id = f"grpc-overhead-user-query-{uuid.uuid4().hex}"
         client = self._new_client()
+        if database:
+            client.connection.database = database
         try:
             with watch(abandoned, lambda: self._kill(query_id)):
                 rows, column_types = client.execute(

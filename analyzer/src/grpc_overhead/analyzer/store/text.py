@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 
 #: A codec name for clickhouse-driver's ``strings_encoding``: UTF-8 that never raises.
@@ -36,6 +37,11 @@ def _lenient_search(name: str) -> codecs.CodecInfo | None:
 
 
 codecs.register(_lenient_search)
+
+
+def arrow_frame(table: pa.Table) -> pd.DataFrame:
+    """A result as a DataFrame (Map -> dict); text that is not UTF-8 made readable."""
+    return readable_table(table).to_pandas(maps_as_pydicts="lossy")
 
 
 def readable_table(table: pa.Table) -> pa.Table:

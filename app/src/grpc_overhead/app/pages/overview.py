@@ -45,13 +45,17 @@ columns[5].metric(
     help="Calls whose gRPC status is not OK (the client's code; the server's where the "
     "client's half is missing). Calls with no recorded code count as unknown, not as errors.",
 )
-without_events = int(summary["calls"]) - int(summary["calls_with_events"])
+server_only, client_only = int(summary["server_only_calls"]), int(summary["client_only_calls"])
+shared.one_side_caption(server_only, client_only)
+without_events = (
+    int(summary["calls"]) - int(summary["calls_with_events"]) - server_only - client_only
+)
 if without_events:
     calls_carry = "call carries" if without_events == 1 else "calls carry"
     st.caption(
         f"{formatting.count(without_events)} {calls_carry} no transport events (e.g. spans "
-        "from plain OpenTelemetry gRPC instrumentation, or a call whose server half is "
-        "missing): they count in calls and total, not in the phase split."
+        "from plain OpenTelemetry gRPC instrumentation): they count in calls and total, "
+        "not in the phase split."
     )
 
 st.subheader("Where the time goes, per method")

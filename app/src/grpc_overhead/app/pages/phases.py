@@ -7,7 +7,7 @@ import math
 import plotly.express as px
 import streamlit as st
 
-from grpc_overhead.analyzer.insights import distributions
+from grpc_overhead.analyzer.insights import distributions, rows
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
 from grpc_overhead.app import charts, formatting, shared
 
@@ -16,6 +16,8 @@ filters = shared.filters()
 shared.require_calls(filters)
 
 quantiles = shared.load(distributions.phase_quantiles, filters)
+sides = shared.load(rows.sides, filters).iloc[0]
+shared.one_side_caption(int(sides["server_only_calls"]), int(sides["client_only_calls"]))
 table = distributions.statistics(quantiles)
 recorded = table[table["calls"] > 0]
 

@@ -17,6 +17,11 @@ from grpc_overhead.instrumentation.client_calls import (
     finish_from_call,
     start_client_call,
 )
+from grpc_overhead.instrumentation.coexistence import (
+    enter_client_call,
+    fold_enclosing,
+    leave_client_call,
+)
 from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
@@ -142,6 +147,8 @@ class _MultiCallable:
         )  # fmt: skip
         if record is None:
             return None, outgoing, self._plain
+        if channel._recorder.folding:
+            fold_enclosing(record)
         serialize, deserialize = bind_serializers(record, self._serializer, self._deserializer)
         if self._clone is not None:
             return record, outgoing, self._clone(serialize, deserialize)
@@ -156,13 +163,17 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
 
     __slots__ = ()
 
-    def _invoke(self, request, timeout, metadata, credentials, wait_for_ready, compression):
+    def _invoke(self, request, timeout, metadata, credentials, wait_for_ready, compression,
+                with_call=True):  # fmt: skip
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         record, outgoing, bound = self._start(metadata, compression, timeout)
-        if record is None:
-            return bound.with_call(request, timeout, outgoing, credentials, wait_for_ready,
-                                   compression)  # fmt: skip
+        if record is None:  # not sampled: grpcio's own call, with the traceparent added
+            if with_call:
+                return bound.with_call(request, timeout, outgoing, credentials, wait_for_ready,
+                                       compression)  # fmt: skip
+            return bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
+        tokens = enter_client_call(record) if self._channel._recorder.folding else None
         try:
             response, call = bound.with_call(
                 request, timeout, outgoing, credentials, wait_for_ready, compression
@@ -173,13 +184,16 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
         except BaseException as exception:
             fail_unexpected(record, exception)
             raise
+        finally:
+            if tokens is not None:
+                leave_client_call(tokens)
         finish_from_call(record, call)
-        return response, call
+        return (response, call) if with_call else response
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None,
                  wait_for_ready=None, compression=None):  # fmt: skip
         return self._invoke(request, timeout, metadata, credentials, wait_for_ready,
-                            compression)[0]  # fmt: skip
+                            compression, with_call=False)  # fmt: skip
 
     def with_call(self, request, timeout=None, metadata=None, credentials=None,
                   wait_for_ready=None, compression=None):  # fmt: skip
@@ -190,8 +204,13 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         record, outgoing, bound = self._start(metadata, compression, timeout)
-        future = bound.future(request, timeout, outgoing, credentials, wait_for_ready,
-                              compression)  # fmt: skip
+        tokens = enter_client_call(record) if record and self._channel._recorder.folding else None
+        try:
+            future = bound.future(request, timeout, outgoing, credentials, wait_for_ready,
+                                  compression)  # fmt: skip
+        finally:
+            if tokens is not None:
+                leave_client_call(tokens)
         if record is not None:
             future.add_done_callback(lambda done: finish_from_call(record, done))
         return future
@@ -208,9 +227,19 @@ class _StreamResponse(_MultiCallable, grpc.UnaryStreamMultiCallable,
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         record, outgoing, bound = self._start(metadata, compression, timeout)
-        call = bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
         if record is None:
-            return call
+            return bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
+        if not self._channel._recorder.folding:
+            return StreamingCall(
+                bound(request, timeout, outgoing, credentials, wait_for_ready, compression), record
+            )
+        tokens = enter_client_call(record)
+        try:
+            call = bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
+        finally:
+            leave_client_call(tokens)
+        if not isinstance(call, grpc.Call):  # an interceptor's generator: runs on first next()
+            return LazyStreamingCall(call, record)
         return StreamingCall(call, record)
 
 
@@ -245,11 +274,34 @@ class StreamingCall:
 
     def __del__(self) -> None:
         record = self._record
-        if not record.finished and self._call.done():
+        done = getattr(self._call, "done", None)
+        if not record.finished and done is not None and done():
             try:
                 finish_from_call(record, self._call)
             except Exception:
                 pass
+
+
+class LazyStreamingCall(StreamingCall):
+    """A stream another instrumentation's client interceptor returned as a generator
+    (opentelemetry-instrumentation-grpc, unary-stream): it starts the call, and its span,
+    on the first ``next()``, so that one runs with our call current (coexistence.py)."""
+
+    __slots__ = ("_started",)
+
+    def __init__(self, call: Any, record: CallRecord) -> None:
+        super().__init__(call, record)
+        self._started = False
+
+    def __next__(self) -> Any:
+        if self._started:
+            return super().__next__()
+        self._started = True
+        tokens = enter_client_call(self._record)
+        try:
+            return super().__next__()
+        finally:
+            leave_client_call(tokens)
 
 
 def instrument_channel(

@@ -62,17 +62,19 @@ def start_client_call(
         trace_id, parent_span_id, parent_sampled = new_span_id(128) or 1, 0, None
     span_id = new_span_id(64) or 1
     sampled = recorder.sampler.should_sample(trace_id, parent_sampled)
+    if not sampled:  # trace context only: no timestamps kept, no record, no span
+        traceparent = ((TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, False)),)
+        return None, tuple(metadata) + traceparent if metadata else traceparent
     attributes = CALL_ATTRIBUTES.get()
     run_id = attributes.get(RUN_ID) if attributes else None
+    run_id = run_id or recorder.run_id
     ours: Metadata = (
-        (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, sampled)),
+        (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, True)),
         (REQUEST_START_HEADER, str(started + wall_offset_ns())),
     )
     if run_id:
         ours += ((RUN_ID_HEADER, str(run_id)),)
     outgoing = tuple(metadata) + ours if metadata else ours
-    if not sampled:
-        return None, outgoing
     record = CallRecord(
         recorder, True, method, call_type, trace_id, span_id, parent_span_id, started
     )
@@ -82,7 +84,8 @@ def start_client_call(
         record.deadline = started + int(timeout * 1_000_000_000)
     if attributes:
         record.attributes = dict(attributes)
-        record.run_id = str(run_id) if run_id else None
+    if run_id:
+        record.run_id = str(run_id)
     if compression is not None:
         record.compression = compression_name(compression)
     return record, outgoing
@@ -130,7 +133,14 @@ def finish_client_call(
 
 
 def finish_from_call(record: CallRecord, call: Any) -> None:
-    """Finish from a completed sync grpc.Call / Future (codes and trailers are ready)."""
+    """Finish from a completed sync grpc.Call / Future (codes and trailers are ready).
+
+    A generator another instrumentation returned instead of grpcio's call (see
+    client.LazyStreamingCall) has no status: having ended, the call was OK.
+    """
+    if not hasattr(call, "code"):
+        finish_client_call(record, None, None, None)
+        return
     try:
         code = call.code()
         details = call.details() if code is not grpc.StatusCode.OK else None

@@ -29,6 +29,12 @@ COMPRESSED_SIZE_EVERY = "GRPC_OVERHEAD_COMPRESSED_SIZE_EVERY"
 RESIDENCE_TRAILER = "GRPC_OVERHEAD_RESIDENCE_TRAILER"
 JAEGER_URL = "GRPC_OVERHEAD_JAEGER_URL"
 TIMING_DEADLINE_S = "GRPC_OVERHEAD_TIMING_DEADLINE_S"
+# serve's ClickHouse HTTP interface, and the readers that go through it
+HTTP_USER = "GRPC_OVERHEAD_HTTP_USER"
+HTTP_PASSWORD = "GRPC_OVERHEAD_HTTP_PASSWORD"
+# `streamlit run app/streamlit_app.py`: the store it reads
+STORE = "GRPC_OVERHEAD_STORE"
+CLICKHOUSE_URL = "GRPC_OVERHEAD_CLICKHOUSE_URL"
 # Read by the collector driver (grpc_overhead.collector) and its YAML configs.
 COLLECTOR_BIN = "GRPC_OVERHEAD_COLLECTOR_BIN"
 JAEGER_ENDPOINT = "GRPC_OVERHEAD_JAEGER_ENDPOINT"
@@ -53,7 +59,8 @@ DOCUMENTED: tuple[Variable, ...] = (
     Variable(
         RUN_ID,
         "(unset)",
-        "run identifier put on every span as grpc_overhead.run_id (the load generator sets it)",
+        "run identifier put on every span of the process as grpc_overhead.run_id"
+        " (a call's own, e.g. the load generator's --run-id, wins)",
     ),
     Variable(
         COMPRESSED_SIZE_EVERY,
@@ -78,6 +85,30 @@ DOCUMENTED: tuple[Variable, ...] = (
         "(unset)",
         "Jaeger UI base URL for serve/app/demo: the call explorer links calls to URL/trace/ID "
         "(--jaeger-url)",
+    ),
+    Variable(
+        HTTP_USER,
+        "default",
+        "user of serve's ClickHouse HTTP interface (--http-user); readers (report, sql, app, "
+        "streamlit run) send it",
+    ),
+    Variable(
+        HTTP_PASSWORD,
+        "(unset)",
+        "password of serve's ClickHouse HTTP interface (--http-password); unset: none asked. "
+        "Readers send it",
+    ),
+    Variable(
+        STORE,
+        "./grpc-overhead-data",
+        "store directory `streamlit run app/streamlit_app.py` reads (-- --store DIR); "
+        "read through serve while serve owns it",
+    ),
+    Variable(
+        CLICKHOUSE_URL,
+        "(unset)",
+        "ClickHouse URL `streamlit run app/streamlit_app.py` reads instead (-- --clickhouse "
+        "URL): clickhouse://host:9000/db or a serve's http://127.0.0.1:8123",
     ),
     # The collector (collector/*.yaml read these through the collector's ${env:NAME:-default})
     Variable(

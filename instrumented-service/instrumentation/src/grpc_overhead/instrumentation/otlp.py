@@ -17,12 +17,38 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+import grpc
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.resources import Resource
 
+from grpc_overhead.instrumentation import clock
 from grpc_overhead.instrumentation.records import CallRecord
-from grpc_overhead.instrumentation.spans import SCOPE, SpanDescription
+from grpc_overhead.instrumentation.spans import (
+    SCOPE,
+    SpanDescription,
+    call_attributes,
+    deadline_budget,
+    message_attributes,
+)
+from grpc_overhead.instrumentation.vocabulary import (
+    CALL_TYPE,
+    COMPRESSION,
+    DEADLINE_BUDGET_NS,
+    PEER_ADDRESS,
+    PEER_PORT,
+    RPC_GRPC_STATUS_CODE,
+    RPC_METHOD,
+    RPC_SERVICE,
+    RPC_SYSTEM,
+    RUN_ID,
+    SERVER_ADDRESS,
+    SERVER_PORT,
+    SERVER_RESIDENCE_NS,
+)
 
 _fixed64 = struct.Struct("<Q").pack
 _double = struct.Struct("<d").pack
@@ -117,6 +143,17 @@ def _event(name: str, timestamp: int, attributes: dict[str, Any] | None) -> byte
 
 
 def encode_span(record: CallRecord) -> bytes:
+    """One Span message; calls that ended well take the cached fast path."""
+    if record.status_code or record.exception is not None:
+        return _encode_described(record)
+    user = record.attributes
+    if user and not _RESERVED.isdisjoint(user):
+        return _encode_described(record)
+    return _encode_fast(record)
+
+
+def _encode_described(record: CallRecord) -> bytes:
+    """The general encoder: renders the ``SpanDescription`` the SDK builder renders too."""
     description = SpanDescription(record)
     parts = [
         b"\x0a\x10" + record.trace_id.to_bytes(16, "big"),
@@ -140,6 +177,96 @@ def encode_span(record: CallRecord) -> bytes:
     return _length_delimited(b"\x12", b"".join(parts))
 
 
+# -- the fast path ------------------------------------------------------------------------------
+# A successful call's span is mostly bytes that repeat call after call: the name, the
+# attributes shared by every call of one method, peer and run, every event's name and
+# message attributes. Those are encoded once and cached (bounded); per call only the
+# ids, the timestamps and the few per-call integers are encoded. The result parses to
+# the same span as the general path (tests/instrumentation/test_otlp.py).
+_RESERVED = frozenset((RPC_SYSTEM, RPC_SERVICE, RPC_METHOD, RPC_GRPC_STATUS_CODE, CALL_TYPE,
+                       COMPRESSION, SERVER_ADDRESS, SERVER_PORT, PEER_ADDRESS, PEER_PORT,
+                       SERVER_RESIDENCE_NS, RUN_ID, DEADLINE_BUDGET_NS))  # fmt: skip
+_CACHE_LIMIT = 4096
+_heads: dict[tuple, bytes] = {}
+_events: dict[tuple, tuple[bytes, bytes]] = {}
+_UNSET_STATUS = b"\x7a\x00"
+_TAIL_REMOTE = _UNSET_STATUS + b"\x85\x01" + _FLAGS_REMOTE_PARENT
+_TAIL_LOCAL = _UNSET_STATUS + b"\x85\x01" + _FLAGS_LOCAL_PARENT
+_RESIDENCE_KEY = _length_delimited(b"\x0a", SERVER_RESIDENCE_NS.encode())
+_BUDGET_KEY = _length_delimited(b"\x0a", DEADLINE_BUDGET_NS.encode())
+
+
+def _head(record: CallRecord) -> bytes:
+    """Name, kind and the shared attributes of calls like this one."""
+    key = (record.method, record.client, record.call_type, record.compression, record.peer,
+           record.run_id)  # fmt: skip
+    head = _heads.get(key)
+    if head is None:
+        head = (
+            _length_delimited(b"\x2a", record.method.lstrip("/").encode("utf-8", "replace"))
+            + b"\x30"
+            + bytes((_KIND_CLIENT if record.client else _KIND_SERVER,))
+            + _attributes(b"\x4a", call_attributes(record))
+        )
+        if len(_heads) < _CACHE_LIMIT:
+            _heads[key] = head
+    return head
+
+
+def _int_attribute(encoded_key: bytes, value: int) -> bytes:
+    """A KeyValue with an int value: one attribute whose value changes every call."""
+    encoded = _varint(value & 0xFFFFFFFFFFFFFFFF)
+    pair = encoded_key + b"\x12" + _varint(len(encoded) + 1) + b"\x18" + encoded
+    return b"\x4a" + _varint(len(pair)) + pair
+
+
+def _event_parts(record: CallRecord, event: tuple) -> tuple[bytes, bytes]:
+    """(what goes before the event's timestamp, what goes after it)."""
+    name, _timestamp, message_id, size, payload = event
+    if payload is not None:  # a compressed size measured off the hot path: not cached
+        return _split_event(name, message_attributes(event, record))
+    key = (name, message_id, size, record.compression)
+    parts = _events.get(key)
+    if parts is None:
+        parts = _split_event(name, message_attributes(event, record))
+        if len(_events) < _CACHE_LIMIT:
+            _events[key] = parts
+    return parts
+
+
+def _split_event(name: str, attributes: dict[str, Any] | None) -> tuple[bytes, bytes]:
+    encoded = _length_delimited(b"\x12", name.encode())
+    if attributes:
+        encoded += _attributes(b"\x1a", attributes)
+    return b"\x5a" + _varint(9 + len(encoded)) + b"\x09", encoded
+
+
+def _encode_fast(record: CallRecord) -> bytes:
+    offset = clock.wall_offset_ns()
+    parts = [
+        b"\x0a\x10" + record.trace_id.to_bytes(16, "big"),
+        b"\x12\x08" + record.span_id.to_bytes(8, "big"),
+    ]
+    if record.parent_span_id:
+        parts.append(b"\x22\x08" + record.parent_span_id.to_bytes(8, "big"))
+    parts.append(_head(record))
+    parts.append(b"\x39" + _fixed64(record.start + offset))
+    parts.append(b"\x41" + _fixed64(max(record.end, record.start) + offset))
+    if record.residence_ns >= 0:
+        parts.append(_int_attribute(_RESIDENCE_KEY, record.residence_ns))
+    budget = deadline_budget(record)
+    if budget is not None:
+        parts.append(_int_attribute(_BUDGET_KEY, budget))
+    if record.attributes:
+        parts.append(_attributes(b"\x4a", record.attributes))
+    for event in record.events:
+        before, after = _event_parts(record, event)
+        parts.append(before + _fixed64(event[1] + offset) + after)
+    remote = record.parent_span_id and record.parent_is_remote
+    parts.append(_TAIL_REMOTE if remote else _TAIL_LOCAL)
+    return _length_delimited(b"\x12", b"".join(parts))
+
+
 def encode_resource(resource: Resource) -> bytes:
     return _attributes(b"\x0a", dict(resource.attributes))
 
@@ -160,6 +287,26 @@ def encode_request(records: Sequence[CallRecord], encoded_resource: bytes) -> by
     return _length_delimited(b"\x0a", resource_spans)
 
 
+def _serialize(request: bytes | ExportTraceServiceRequest) -> bytes:
+    return request if type(request) is bytes else request.SerializeToString()
+
+
+class _WireTraceServiceStub:
+    """TraceService.Export taking the request as wire bytes: what ``encode_request`` wrote
+    goes out as is, instead of being parsed into a message and serialized again."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.Export = channel.unary_unary(
+            _EXPORT_METHOD,
+            request_serializer=_serialize,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+            _registered_method=True,
+        )
+
+
+_EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
 class CallRecordOTLPExporter(OTLPSpanExporter):
     """The SDK's OTLP/gRPC span exporter, fed call records instead of ReadableSpans."""
 
@@ -168,11 +315,15 @@ class CallRecordOTLPExporter(OTLPSpanExporter):
     def __init__(self, *args: Any, resource: Resource | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._encoded_resource = encode_resource(resource) if resource is not None else b""
+        # The SDK re-creates its client from _stub when it reconnects: ours stays.
+        self._stub = _WireTraceServiceStub
+        if self._client is not None:
+            self._client = _WireTraceServiceStub(self._channel)
 
     def set_resource(self, resource: Resource) -> None:
         self._encoded_resource = encode_resource(resource)
 
-    def _translate_data(self, data: Sequence[Any]) -> ExportTraceServiceRequest:
+    def _translate_data(self, data: Sequence[Any]) -> Any:
         if data and not isinstance(data[0], CallRecord):
             return super()._translate_data(data)
-        return ExportTraceServiceRequest.FromString(encode_request(data, self._encoded_resource))
+        return encode_request(data, self._encoded_resource)

@@ -17,6 +17,7 @@ import grpc
 from grpc_overhead.instrumentation.clock import now
 from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.executor import timed_executor
+from grpc_overhead.instrumentation.handlers import Unsampled, wrap_unsampled
 from grpc_overhead.instrumentation.originals import ORIGINALS
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
@@ -43,8 +44,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None
         record = start_server_record(self._recorder, handler_call_details, handler, started)
-        if record is None:
-            return handler
+        if type(record) is Unsampled:
+            return wrap_unsampled(handler, record, aio=False)
         # Runs inside the call's contextvars.Context: the executor and the handler find it.
         CURRENT_SERVER_CALL.set(record)
         return wrap_handler(handler, record, aio=False)
@@ -66,8 +67,8 @@ class AioServerInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         record = start_server_record(self._recorder, handler_call_details, handler, started)
-        if record is None:
-            return handler
+        if type(record) is Unsampled:
+            return wrap_unsampled(handler, record, aio=True)
         return wrap_handler(handler, record, aio=True)
 
 

@@ -12,7 +12,6 @@ decides how to run a handler by inspecting it.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +21,15 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from grpc_overhead.instrumentation.clock import now
+from grpc_overhead.instrumentation.coexistence import fold_enclosing
+from grpc_overhead.instrumentation.handlers import (
+    ASYNC_GENERATOR,
+    BEHAVIOR_ATTRIBUTES,
+    PLAIN,
+    Unsampled,
+    behavior_kind,
+    replace_behavior,
+)
 from grpc_overhead.instrumentation.propagation import parse_traceparent, read_incoming
 from grpc_overhead.instrumentation.recorder import Recorder, new_span_id
 from grpc_overhead.instrumentation.records import (
@@ -46,16 +54,15 @@ _CALL_TYPES = {
     (True, False): "stream_unary",
     (True, True): "stream_stream",
 }
-_PLAIN, _COROUTINE, _ASYNC_GENERATOR = 0, 1, 2
 #: gRPC core's longest deadline (27,000 hours); beyond it means "no deadline".
 _LONGEST_DEADLINE_S = 27_000 * 3600 + 1
-_behavior_kinds: dict[Any, int] = {}
 
 
 def start_server_record(
     recorder: Recorder, details: grpc.HandlerCallDetails, handler: Any, started: int
-) -> CallRecord | None:
-    """The call's record, or None when the call is not sampled (then nothing is wrapped)."""
+) -> CallRecord | Unsampled:
+    """The call's record, or, when the call is not sampled, the trace context to make
+    current for its handler (then nothing is timed and no span is built)."""
     traceparent, run_id = read_incoming(details.invocation_metadata)
     parent = parse_traceparent(traceparent) if traceparent else None
     if parent is None:
@@ -63,7 +70,7 @@ def start_server_record(
     else:
         trace_id, parent_span_id, parent_sampled = parent
     if not recorder.sampler.should_sample(trace_id, parent_sampled):
-        return None
+        return Unsampled(trace_id, parent_span_id or new_span_id(64) or 1, parent is not None)
     call_type = _CALL_TYPES[(handler.request_streaming, handler.response_streaming)]
     record = CallRecord(
         recorder,
@@ -76,7 +83,7 @@ def start_server_record(
         started,
     )
     record.event(SERVER_CALL_STARTED, started)
-    record.run_id = run_id
+    record.run_id = run_id or recorder.run_id
     return record
 
 
@@ -170,20 +177,6 @@ def read_deadline(record: CallRecord, context: Any) -> None:
         record.deadline = now() + int(remaining * 1_000_000_000)
 
 
-def _behavior_kind(behavior: Any) -> int:
-    kind = _behavior_kinds.get(behavior)
-    if kind is None:
-        if inspect.isasyncgenfunction(behavior):
-            kind = _ASYNC_GENERATOR
-        elif inspect.iscoroutinefunction(behavior):
-            kind = _COROUTINE
-        else:
-            kind = _PLAIN
-        if len(_behavior_kinds) < 4096:
-            _behavior_kinds[behavior] = kind
-    return kind
-
-
 def wrap_handler(handler: Any, record: CallRecord, aio: bool) -> Any:
     """A copy of ``handler`` whose deserializer, behavior and serializer time this call.
 
@@ -223,7 +216,7 @@ def wrap_handler(handler: Any, record: CallRecord, aio: bool) -> Any:
                 record.finish(sent)
         return payload
 
-    attribute = _BEHAVIOR_ATTRIBUTES[(handler.request_streaming, handler.response_streaming)]
+    attribute = BEHAVIOR_ATTRIBUTES[(handler.request_streaming, handler.response_streaming)]
     behavior = getattr(handler, attribute)
     if getattr(behavior, "experimental_non_blocking", False):
         wrapped = behavior  # callback-style streaming: timed by the executor and (de)serializers
@@ -237,29 +230,7 @@ def wrap_handler(handler: Any, record: CallRecord, aio: bool) -> Any:
             from grpc_overhead.instrumentation.executor import timed_executor
 
             wrapped.experimental_thread_pool = timed_executor(pool)
-    # Positional construction: namedtuple._replace costs several times more per call.
-    behaviors = [handler.unary_unary, handler.unary_stream, handler.stream_unary,
-                 handler.stream_stream]  # fmt: skip
-    behaviors[_BEHAVIOR_INDEX[attribute]] = wrapped
-    return _RpcMethodHandler(
-        handler.request_streaming,
-        handler.response_streaming,
-        deserialize,
-        serialize,
-        *behaviors,
-    )
-
-
-# grpcio's own handler type, reached through its public factory (custom handler classes
-# are accepted as input; what we return is always grpcio's).
-_RpcMethodHandler = type(grpc.unary_unary_rpc_method_handler(lambda request, context: None))
-_BEHAVIOR_INDEX = {"unary_unary": 0, "unary_stream": 1, "stream_unary": 2, "stream_stream": 3}
-_BEHAVIOR_ATTRIBUTES = {
-    (False, False): "unary_unary",
-    (False, True): "unary_stream",
-    (True, False): "stream_unary",
-    (True, True): "stream_stream",
-}
+    return replace_behavior(handler, attribute, wrapped, deserialize, serialize)
 
 
 class _ResponseIterator:
@@ -311,6 +282,8 @@ def _wrap_sync_behavior(
         record.context = context
         record.peer = _peer(context)
         read_deadline(record, context)
+        if record.recorder.folding:
+            fold_enclosing(record)
         token = _activate(record)
         try:
             result = behavior(request, context)
@@ -336,8 +309,8 @@ def _wrap_sync_behavior(
 def _wrap_aio_behavior(
     behavior: Callable[..., Any], record: CallRecord, unary_response: bool
 ) -> Callable[..., Any]:
-    kind = _behavior_kind(behavior)
-    if kind == _PLAIN:
+    kind = behavior_kind(behavior)
+    if kind == PLAIN:
         return _wrap_sync_behavior(behavior, record, unary_response, scheduled_here=True)
 
     def fail(context: Any, exception: BaseException) -> None:
@@ -353,7 +326,7 @@ def _wrap_aio_behavior(
             _set_residence_trailer(record, done)
             record.finish(done)
 
-    if kind == _ASYNC_GENERATOR:
+    if kind == ASYNC_GENERATOR:
 
         async def timed_async_generator(request: Any, context: Any) -> Any:
             record.event(CALL_SCHEDULED, now())
@@ -361,6 +334,8 @@ def _wrap_aio_behavior(
             record.peer = _peer(context)
             read_deadline(record, context)
             CURRENT_SERVER_CALL.set(record)
+            if record.recorder.folding:
+                fold_enclosing(record)
             token = _activate(record)
             try:
                 async for response in behavior(request, context):
@@ -380,6 +355,8 @@ def _wrap_aio_behavior(
         record.peer = _peer(context)
         read_deadline(record, context)
         CURRENT_SERVER_CALL.set(record)
+        if record.recorder.folding:
+            fold_enclosing(record)
         token = _activate(record)
         try:
             result = await behavior(request, context)

@@ -124,26 +124,9 @@ class SpanDescription:
     def __init__(self, record: CallRecord) -> None:
         offset = clock.wall_offset_ns()
         self.record = record
-        service, method = split_method(record.method)
-        attributes: dict[str, Any] = {
-            RPC_SYSTEM: "grpc",
-            RPC_SERVICE: service,
-            RPC_METHOD: method,
-            RPC_GRPC_STATUS_CODE: record.status_code,
-            CALL_TYPE: record.call_type,
-        }
-        if record.compression:
-            attributes[COMPRESSION] = record.compression
-        if record.peer:
-            address, port = (parse_target if record.client else parse_peer)(record.peer)
-            if address is not None:
-                attributes[SERVER_ADDRESS if record.client else PEER_ADDRESS] = address
-            if port is not None:
-                attributes[SERVER_PORT if record.client else PEER_PORT] = port
+        attributes = call_attributes(record)
         if record.residence_ns >= 0:
             attributes[SERVER_RESIDENCE_NS] = record.residence_ns
-        if record.run_id:
-            attributes[RUN_ID] = record.run_id
         budget = deadline_budget(record)
         if budget is not None:
             attributes[DEADLINE_BUDGET_NS] = budget
@@ -152,7 +135,7 @@ class SpanDescription:
         self.attributes = attributes
 
         events: list[tuple[str, int, dict[str, Any] | None]] = [
-            (event[0], event[1] + offset, _message_attributes(event, record))
+            (event[0], event[1] + offset, message_attributes(event, record))
             for event in record.events
         ]
         code = record.status_code
@@ -190,6 +173,30 @@ class SpanDescription:
         return max(self.record.end, self.record.start) + clock.wall_offset_ns()
 
 
+def call_attributes(record: CallRecord) -> dict[str, Any]:
+    """The attributes every call of one method, peer, status and run shares (the
+    export path caches their encoding: see otlp_fast.py)."""
+    service, method = split_method(record.method)
+    attributes: dict[str, Any] = {
+        RPC_SYSTEM: "grpc",
+        RPC_SERVICE: service,
+        RPC_METHOD: method,
+        RPC_GRPC_STATUS_CODE: record.status_code,
+        CALL_TYPE: record.call_type,
+    }
+    if record.compression:
+        attributes[COMPRESSION] = record.compression
+    if record.peer:
+        address, port = (parse_target if record.client else parse_peer)(record.peer)
+        if address is not None:
+            attributes[SERVER_ADDRESS if record.client else PEER_ADDRESS] = address
+        if port is not None:
+            attributes[SERVER_PORT if record.client else PEER_PORT] = port
+    if record.run_id:
+        attributes[RUN_ID] = record.run_id
+    return attributes
+
+
 def deadline_budget(record: CallRecord) -> int | None:
     """Time left before the deadline when the request left the client (its first
     outboundMessageSent) or when the server saw the call (serverCallStarted).
@@ -211,7 +218,7 @@ def deadline_budget(record: CallRecord) -> int | None:
     return None
 
 
-def _message_attributes(event: tuple, record: CallRecord) -> dict[str, Any] | None:
+def message_attributes(event: tuple, record: CallRecord) -> dict[str, Any] | None:
     name, _timestamp, message_id, size, payload = event
     if not message_id:
         return None

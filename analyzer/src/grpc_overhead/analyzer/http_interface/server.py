@@ -1,0 +1,198 @@
+"""The socket side of the HTTP interface: a threaded HTTP/1.1 server in front of ``Answerer``.
+
+Credentials come the ways ClickHouse takes them: basic auth, the
+``X-ClickHouse-User``/``X-ClickHouse-Key`` headers, or ``user``/``password``
+URL parameters. A client that hangs up while its query runs gets the query
+killed in the engine (``abandoned``: the socket is polled beside the query),
+as ClickHouse's ``cancel_http_readonly_queries_on_client_close`` does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import select
+import socket
+import threading
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
+
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.http_interface.answers import (
+    MAX_QUERY_BYTES,
+    Answer,
+    Answerer,
+    Request,
+)
+
+DEFAULT_HTTP_PORT = 8123
+DEFAULT_HTTP_HOST = "127.0.0.1"
+
+
+class HttpInterface:
+    """Serves ``answerer`` on ``host:port`` (0: a free port) in a background thread."""
+
+    def __init__(self, answerer: Answerer, host: str = DEFAULT_HTTP_HOST, port: int = 0) -> None:
+        handler = type("Handler", (_Handler,), {"answerer": answerer})
+        try:
+            self._server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise BadInput(
+                f"cannot listen on {host}:{port} for the ClickHouse HTTP interface: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self._server.server_address[0])
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> HttpInterface:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="clickhouse-http", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    answerer: Answerer
+    protocol_version = "HTTP/1.1"
+    server_version = "grpc-overhead"
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def do_HEAD(self) -> None:
+        self._handle(send_body=False)
+
+    def _handle(self, *, send_body: bool = True) -> None:
+        parts = urlsplit(self.path)
+        parameters = dict(parse_qsl(parts.query, keep_blank_values=True))
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        try:
+            body = self._body(headers)
+        except _BadBody as error:
+            self._send(Answer(error.status, f"{error}\n".encode()), send_body)
+            self.close_connection = True
+            return
+        user, password = _credentials(headers, parameters)
+        request = Request(
+            self.command if self.command != "HEAD" else "GET",
+            parts.path,
+            parameters,
+            headers,
+            body,
+            user,
+            password,
+        )
+        answer = self.answerer.answer(request, abandoned=self._client_gone)
+        self._send(answer, send_body)
+
+    def _body(self, headers: dict[str, str]) -> bytes:
+        if self.command != "POST":
+            return b""
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            data = self._chunked()
+        else:
+            try:
+                length = int(headers.get("content-length", "0") or 0)
+            except ValueError:
+                raise _BadBody(400, "bad Content-Length") from None
+            if length > MAX_QUERY_BYTES:
+                raise _BadBody(413, f"the query is over {MAX_QUERY_BYTES} bytes")
+            data = self.rfile.read(length)
+        encoding = headers.get("content-encoding", "identity").lower()
+        if encoding in ("gzip", "deflate"):
+            try:
+                return zlib.decompress(data, 16 + zlib.MAX_WBITS if encoding == "gzip" else 0)
+            except zlib.error as exc:
+                raise _BadBody(400, f"cannot decompress the {encoding} body: {exc}") from exc
+        if encoding not in ("identity", ""):
+            raise _BadBody(415, f"Content-Encoding {encoding} is not supported (gzip, deflate)")
+        return data
+
+    def _chunked(self) -> bytes:
+        data = bytearray()
+        while True:
+            line = self.rfile.readline(64).strip()
+            try:
+                size = int(line.split(b";")[0], 16)
+            except ValueError:
+                raise _BadBody(400, "bad chunk in a chunked body") from None
+            if size == 0:
+                self.rfile.readline(64)
+                return bytes(data)
+            data += self.rfile.read(size)
+            self.rfile.readline(64)
+            if len(data) > MAX_QUERY_BYTES:
+                raise _BadBody(413, f"the query is over {MAX_QUERY_BYTES} bytes")
+
+    def _client_gone(self) -> bool:
+        """True once the client closed its end (a readable socket with nothing to read)."""
+        connection = self.connection
+        try:
+            readable, _, _ = select.select([connection], [], [], 0)
+            if not readable:
+                return False
+            return connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def _send(self, answer: Answer, send_body: bool) -> None:
+        with contextlib.suppress(OSError):  # the client may have gone: nothing to tell it
+            self.send_response(answer.status)
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(answer.body)))
+            self.end_headers()
+            if send_body:
+                self.wfile.write(answer.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: one line per request would drown serve's own output."""
+
+
+class _BadBody(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _credentials(
+    headers: dict[str, str], parameters: dict[str, str]
+) -> tuple[str | None, str | None]:
+    """(user, password) from basic auth, X-ClickHouse-User/Key, or URL parameters."""
+    authorization = headers.get("authorization", "")
+    if authorization.lower().startswith("basic "):
+        try:
+            decoded = base64.b64decode(authorization[6:].strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return "", ""  # present but unreadable: fails the check
+        user, _, password = decoded.partition(":")
+        return user, password
+    if "x-clickhouse-user" in headers or "x-clickhouse-key" in headers:
+        return headers.get("x-clickhouse-user"), headers.get("x-clickhouse-key", "")
+    if "user" in parameters or "password" in parameters:
+        return parameters.get("user"), parameters.get("password", "")
+    return None, None

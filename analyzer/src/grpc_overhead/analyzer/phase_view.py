@@ -1,0 +1,150 @@
+"""``grpc_call_phases``: one row per call with every phase as a column, for people writing SQL.
+
+``grpc_calls`` is what the engine assembles (two half rows per call until a
+merge, 50 raw timestamps, no phases): reading it right takes ``FINAL`` and the
+phase definitions. This view is ``per_call_sql`` (the very query ``report``
+and the app read), so its numbers are the report's, on chDB and on a
+ClickHouse server alike:
+
+* one row per call, halves merged while reading (``FINAL`` inside the view:
+  a span delivered twice, the at-least-once case, is still one call);
+* identity columns named as a user would look for them (``IDENTITY``);
+* every phase of ``ALL_PHASES`` as ``<phase>_us``, ``Nullable(Float64)``,
+  NULL where the call did not record what the phase needs.
+
+A view takes no query parameters, so the analysis' own bound values are
+fixed in its text (``VIEW_DEFAULTS``: all time, every call, clock offsets per
+host and 60 s window, as ``report`` defaults to). They are constants of ours,
+never user input; users filter with their own ``WHERE``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
+from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
+from grpc_overhead.analyzer.store.base import Store
+
+PHASES_VIEW = "grpc_call_phases"
+
+#: (column, expression over ``per_call_sql``'s row, what it is): the identity columns.
+IDENTITY: tuple[tuple[str, str, str], ...] = (
+    ("trace_id", "TraceId", "W3C trace id (hex)"),
+    ("client_span_id", "ClientSpanId", "the client span's id: with trace_id, the call's key"),
+    (
+        "start_time",
+        "fromUnixTimestamp64Nano(call_start_ns, 'UTC')",
+        "DateTime64(9, 'UTC'): the client span's start (the server's if no client half)",
+    ),
+    (
+        "service_name",
+        "toString(if(client_service != '', client_service, server_service))",
+        "OTel service.name of the caller (of the server for a call without client half)",
+    ),
+    ("client_service_name", "toString(client_service)", "OTel service.name of the client"),
+    ("server_service_name", "toString(server_service)", "OTel service.name of the server"),
+    ("rpc_service", "toString(service)", "gRPC service (rpc.service), e.g. predict.Predictor"),
+    ("rpc_method", "toString(method)", "gRPC method (rpc.method), e.g. Predict"),
+    ("call_type", "toString(call_type)", "unary_unary, unary_stream, ... ('' when not recorded)"),
+    ("run_id", "toString(run_id)", "grpc_overhead.run_id of the load run ('' when none)"),
+    ("client_instance", "toString(client_instance)", "service.instance.id of the client"),
+    ("server_instance", "toString(server_instance)", "service.instance.id of the server"),
+    ("client_host", "toString(client_host)", "host.name of the client"),
+    ("server_host", "toString(server_host)", "host.name of the server"),
+    ("server_span_id", "toString(ServerSpanId)", "the server span's id ('' without server half)"),
+    (
+        "status_code",
+        "if(status_code >= 0, toNullable(toInt16(status_code)), NULL)",
+        "gRPC status code (0 = OK), NULL when neither half recorded one",
+    ),
+    ("error", "error", "1 when either span has status Error"),
+    ("compression", "toString(compression)", "grpc.compression ('' = none)"),
+    ("request_bytes", "toUInt64(request_uncompressed_bytes)", "request bytes, uncompressed"),
+    ("response_bytes", "toUInt64(response_uncompressed_bytes)", "response bytes, uncompressed"),
+    (
+        "request_compressed_bytes",
+        "toUInt64(request_compressed_bytes)",
+        "request bytes after compression where sampled (0 otherwise)",
+    ),
+    (
+        "response_compressed_bytes",
+        "toUInt64(response_compressed_bytes)",
+        "response bytes after compression where sampled (0 otherwise)",
+    ),
+    (
+        "clock_offset_us",
+        "if(clock_defined, clock_offset_ns / 1000, NULL)",
+        "server clock minus client clock applied to one-way phases (0 on one host)",
+    ),
+    (
+        "clock_uncertainty_us",
+        "if(clock_defined, clock_uncertainty_ns / 1000, NULL)",
+        "the bound on that offset (half the best round trip)",
+    ),
+)
+
+#: The analysis' bound values the view fixes: all time, every call, report's clock defaults.
+VIEW_DEFAULTS: dict[str, Any] = query_parameters(CallFilters(), ClockOptions())
+
+_PLACEHOLDER = re.compile(r"\{(\w+):([\w()]+)\}")
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"no literal for {value!r}")  # only our own ints and '' get here
+    if isinstance(value, int):
+        return str(value)
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def view_select_sql(options: CallsOptions | None = None) -> str:
+    """The view's SELECT: ``per_call_sql`` with ``VIEW_DEFAULTS`` in place of its parameters."""
+    identity = [f"{expression} AS {name}" for name, expression, _ in IDENTITY]
+    phases = [
+        f"if({name}_defined, toFloat64({name}_value) / 1000, NULL) AS {name}_us"
+        for name in ALL_PHASES
+    ]
+    sql = (
+        "SELECT\n    " + ",\n    ".join(identity + phases) + f"\nFROM (\n{per_call_sql(options)}\n)"
+    )
+
+    def substitute(match: re.Match[str]) -> str:
+        return _literal(VIEW_DEFAULTS[match.group(1)])
+
+    return _PLACEHOLDER.sub(substitute, sql)
+
+
+def create_view_sql(options: CallsOptions | None = None) -> str:
+    options = options or CallsOptions()
+    return (
+        f"CREATE OR REPLACE VIEW {options.qualified(PHASES_VIEW)}{options.on_cluster()} AS\n"
+        + view_select_sql(options)
+    )
+
+
+def create_phase_view(store: Store, options: CallsOptions | None = None) -> None:
+    """Create ``grpc_call_phases``, or replace one an older version made (cheap: a view
+    holds no data, and ``CREATE OR REPLACE`` swaps it atomically for readers)."""
+    store.command(create_view_sql(options))
+
+
+def create_call_tables(
+    store: Store, options: CallsOptions | None = None, *, backfill: bool = True
+) -> bool:
+    """``create_calls`` and the phase view: everything readers of calls need, idempotent.
+
+    Returns True when the calls' materialized view was created now (``create_calls``).
+    """
+    created = create_calls(store, options, backfill=backfill)
+    create_phase_view(store, options)
+    return created
+
+
+def view_columns() -> list[tuple[str, str]]:
+    """(column, what it is) for every column of the view, in order (docs, ``sql --help``)."""
+    described = [(name, text) for name, _, text in IDENTITY]
+    phases = [(f"{name}_us", f"phase {name}, µs (NULL: undefined)") for name in ALL_PHASES]
+    return described + phases

@@ -1,0 +1,223 @@
+"""``ClickHouseHttpStore``: a store read over ClickHouse's HTTP interface (the third backend).
+
+The way ``report``, ``sql`` and ``app`` read a chDB store that a running
+``serve`` owns (serve's interface, ``http_interface``, advertised in the
+store directory: ``owner``), and a way to read any ClickHouse server's
+HTTP port (``http://user:password@host:8123/database``).
+
+Results travel as ArrowStream and become DataFrames exactly as chDB's do
+(``text.arrow_frame``); ``{name:Type}`` placeholders travel as
+``param_name`` in ClickHouse's text form (``chdb_values.bind_parameters``),
+bound by the server. A user's query runs with its ``QueryLimits`` as URL
+settings and is cancelled, when its caller goes away, by closing the
+connection (ClickHouse and serve's interface both kill a query whose client
+hung up). A read-only store (``read_only=True``, or a server that answers
+read-only, as serve's interface does) refuses ``command`` and ``insert`` here
+with the READONLY code, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote, urlencode, urlsplit
+
+import pandas as pd
+import pyarrow as pa
+
+from grpc_overhead.analyzer.errors import (
+    READONLY_ERROR_CODE,
+    BadInput,
+    QueryError,
+    StoreUnavailable,
+)
+from grpc_overhead.analyzer.store.base import (
+    Abandoned,
+    Backend,
+    Columns,
+    Parameters,
+    QueryLimits,
+    Store,
+    split_clickhouse_error,
+)
+from grpc_overhead.analyzer.store.chdb_values import bind_parameters
+from grpc_overhead.analyzer.store.text import arrow_frame
+from grpc_overhead.analyzer.store.watch import watch
+
+HTTP_READER = Backend("clickhouse-http", owns_data=False, encoded_inserts=False, writable=False)
+HTTP = Backend("clickhouse-http", owns_data=False, encoded_inserts=False)
+#: Seconds to wait for an answer beyond a query's own time limit.
+GRACE_S = 30.0
+
+
+class ClickHouseHttpStore(Store):
+    """ClickHouse's HTTP interface at ``url`` (``http://[user:password@]host:port[/database]``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        read_only: bool = False,
+        description: str = "",
+        timeout_s: float = QueryLimits().max_execution_time_s + GRACE_S,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadInput(f"not a ClickHouse HTTP URL: {url!r} (expected http://host:8123)")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (8443 if self._https else 8123)
+        self._database = unquote(parts.path.strip("/"))
+        user = user if user is not None else unquote(parts.username or "") or None
+        password = password if password is not None else unquote(parts.password or "") or None
+        self._headers = {"Content-Type": "text/plain; charset=UTF-8"}
+        if user or password:
+            token = base64.b64encode(f"{user or 'default'}:{password or ''}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+        self.url = f"{parts.scheme}://{self._host}:{self._port}"
+        self.backend = HTTP_READER
+        self.description = description or f"ClickHouse HTTP {self.url}"
+        self._timeout_s = timeout_s
+        self._closed = threading.Event()
+        # Fail now, with a clear message, rather than at the first query; and ask whether
+        # this user may write at all (serve's interface, a read-only ClickHouse user: no).
+        found = self.query("SELECT toUInt8(getSetting('readonly')) AS readonly")
+        if not read_only and int(found["readonly"].iloc[0]) == 0:
+            self.backend = HTTP
+
+    # -- the Store contract ---------------------------------------------------------------
+
+    def query(
+        self, sql: str, parameters: Parameters | None = None, *, readonly: bool = False
+    ) -> pd.DataFrame:
+        settings = {"readonly": "1"} if readonly and self.backend.writable else {}
+        body = self._post(sql, parameters, {"default_format": "ArrowStream", **settings})
+        return _frame(body)
+
+    def user_query(
+        self,
+        sql: str,
+        limits: QueryLimits,
+        *,
+        parameters: Parameters | None = None,
+        abandoned: Abandoned | None = None,
+        output: str | None = None,
+        database: str | None = None,
+    ) -> pd.DataFrame | bytes:
+        settings = {name: str(value) for name, value in limits.settings().items()}
+        if not self.backend.writable:  # serve's interface is read-only and refuses settings
+            settings = {
+                name: settings[name]
+                for name in ("max_execution_time", "max_memory_usage", "max_result_rows")
+            }
+        settings["default_format"] = output or "ArrowStream"
+        if database:
+            settings["database"] = database
+        body = self._post(sql, parameters, settings, abandoned=abandoned)
+        return body if output is not None else _frame(body)
+
+    def command(self, sql: str, parameters: Parameters | None = None) -> None:
+        self._refuse_writes(sql)
+        self._post(sql, parameters, {})
+
+    def insert(self, table: str, columns: Sequence[str], data: Columns) -> int:
+        self._refuse_writes(f"INSERT INTO {table}")
+        raise BadInput(f"{self.description}: inserts go through the intake, not the HTTP store")
+
+    def close(self) -> None:
+        self._closed.set()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _refuse_writes(self, sql: str) -> None:
+        if not self.backend.writable:
+            raise QueryError(
+                f"{self.description} is read-only: the process that owns the store writes it",
+                sql=sql,
+                code=READONLY_ERROR_CODE,
+            )
+
+    def _post(
+        self,
+        sql: str,
+        parameters: Parameters | None,
+        settings: dict[str, str],
+        *,
+        abandoned: Abandoned | None = None,
+    ) -> bytes:
+        if self._closed.is_set():
+            raise StoreUnavailable(f"{self.description} is closed", location=self.url)
+        query = dict(settings)
+        if self._database and "database" not in query:
+            query["database"] = self._database
+        for name, value in bind_parameters(parameters).items():
+            query[f"param_{name}"] = _text(value)
+        connection_class = (
+            http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        )
+        connection = connection_class(self._host, self._port, timeout=self._timeout_s)
+        try:
+            with watch(abandoned, lambda: _hang_up(connection)):
+                connection.request("POST", "/?" + urlencode(query), sql.encode(), self._headers)
+                response = connection.getresponse()
+                body = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            if abandoned is not None and abandoned():
+                raise QueryError("the query was cancelled", sql=sql, parameters=parameters) from exc
+            raise StoreUnavailable(
+                f"cannot reach {self.description}: {exc}", location=self.url
+            ) from exc
+        finally:
+            connection.close()
+        if response.status != 200:
+            text = body.decode("utf-8", "replace")
+            code, message = split_clickhouse_error(text)
+            header = response.getheader("X-ClickHouse-Exception-Code")
+            if code is None and header and header.isdigit():
+                code = int(header)
+            if response.status in (401, 403):
+                raise StoreUnavailable(
+                    f"{self.description} refused the credentials: {message} (serve's "
+                    "--http-user/--http-password; readers send GRPC_OVERHEAD_HTTP_USER and "
+                    "GRPC_OVERHEAD_HTTP_PASSWORD)",
+                    location=self.url,
+                )
+            if code is None:
+                message = f"HTTP {response.status} from {self.description}: {message}"
+            raise QueryError(message, sql=sql, parameters=parameters, code=code)
+        return body
+
+
+def _text(value: Any) -> str:
+    """A bound value as the HTTP interface's ``param_`` text."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _hang_up(connection: http.client.HTTPConnection) -> None:
+    """Close the socket under a waiting request: the server sees the client go and kills
+    the query; the waiting thread gets an error."""
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _frame(body: bytes) -> pd.DataFrame:
+    if not body:
+        return pd.DataFrame()
+    try:
+        table = pa.ipc.open_stream(body).read_all()
+    except pa.ArrowInvalid as exc:
+        raise QueryError(f"unreadable ArrowStream answer: {exc}", sql="") from exc
+    return arrow_frame(table)

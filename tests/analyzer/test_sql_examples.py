@@ -1,0 +1,77 @@
+"""The README's ten SQL questions: each one is shown, runs, and answers from the data."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from grpc_overhead.analyzer.phase_view import PHASES_VIEW, view_columns
+from grpc_overhead.analyzer.sql_examples import EXAMPLES
+from grpc_overhead.analyzer.store.base import QueryLimits
+from grpc_overhead.cli.sql import parser
+from tests.analyzer import seed
+from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def readme_examples() -> list[str]:
+    """The ```sql blocks of the README's "Querying with SQL" section, dedented."""
+    section = README.split("## Querying with SQL", 1)[1].split("\n## ", 1)[0]
+    return [
+        textwrap.dedent(block).strip()
+        for block in re.findall(r"```sql\n(.*?)```", section, re.DOTALL)
+    ]
+
+
+@pytest.mark.unit
+def test_the_readme_shows_exactly_the_ten_examples():
+    assert len(EXAMPLES) == 10
+    assert readme_examples() == [sql for _, sql in EXAMPLES]
+    for question, _ in EXAMPLES:
+        assert f"**{question}**" in README
+
+
+@pytest.mark.unit
+def test_sql_help_documents_the_view():
+    text = parser().format_help()
+    assert PHASES_VIEW in text and "no FINAL" in text
+    for name, _ in view_columns():
+        assert f"  {name} " in text
+
+
+@pytest.mark.e2e
+def test_every_example_runs_and_answers(store):
+    spans = []
+    for index, codec in enumerate(("", "gzip", "", "zstd", "", "")):
+        truth = replace(Truth(), start=seed.BASE_NS + index * 70 * seed.MS)
+        client, server = seed.synthetic_call(truth, request_bytes=(index + 1) * 40_000)
+        for span in (client, server):
+            span.attributes["grpc.compression"] = codec
+            if index == 5:
+                span.attributes["rpc.grpc.status_code"] = "14"
+        spans += [client, server]
+    for pair in seed.calls_across_hosts(4, server_offset=MS, request_network=90 * US,
+                                        response_network=90 * US):  # fmt: skip
+        spans += pair
+    # Example 3 asks about the last hour: one call a minute ago.
+    spans += seed.synthetic_call(replace(Truth(), start=time.time_ns() - 60 * 10**9))
+    seed.insert_spans(store, spans)
+    answers = {}
+    for question, sql in EXAMPLES:
+        store.check_user_statement(sql)
+        answers[question] = store.user_query(sql, QueryLimits())
+    by_index = [answers[question] for question, _ in EXAMPLES]
+    assert by_index[0]["calls"].sum() == 11
+    assert len(by_index[2]) == 1
+    assert by_index[0]["total"].iloc[0] == Truth().expected_phases_us()["total"]
+    assert set(by_index[3]["status_code"]) == {0, 14}
+    assert set(by_index[4]["compression"]) == {"", "gzip", "zstd"}
+    assert set(by_index[5]["server_instance"]) == {"s-1"}
+    assert set(by_index[9]["server_host"]) == {"host-a", "host-b"}
+    assert all(len(answer) for answer in by_index)

@@ -1,0 +1,35 @@
+"""Which ports serve takes OTLP on, from its options (the decision; the processes: e2e tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpc_overhead.cli.serve import OtlpPorts, parser
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], OtlpPorts(4327, 4317, standard_required=False)),  # plain serve: both
+        (["--otlp-port", "0"], OtlpPorts(0, None, standard_required=False)),  # wired: alone
+        (["--otlp-port", "5000"], OtlpPorts(5000, None, standard_required=False)),
+        (["--standard-otlp-port", "off"], OtlpPorts(4327, None, standard_required=False)),
+        (["--otlp-port", "0", "--standard-otlp-port", "4317"], OtlpPorts(0, 4317, True)),
+        (["--standard-otlp-port=4400"], OtlpPorts(4327, 4400, standard_required=True)),
+        (["--otlp-port", "4317"], OtlpPorts(4317, None, standard_required=False)),  # same port
+    ],
+)
+def test_standard_port_decision(argv: list[str], expected: OtlpPorts) -> None:
+    assert OtlpPorts.from_args(parser().parse_args(argv)) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "70000", "x", ""])
+def test_bad_standard_port_values_are_usage_errors(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["--standard-otlp-port", value])
+    assert exited.value.code == 2
+    assert "--standard-otlp-port" in capsys.readouterr().err
