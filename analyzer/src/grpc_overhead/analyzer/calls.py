@@ -16,9 +16,8 @@ into one complete row, with no JOIN, in real time, on chDB and on a cluster
 alike. ``max`` is also idempotent, so inserting the same span twice (a
 collector retry, a backfill run while the view is live) changes nothing.
 
-Until a background merge has run, the two halves may sit in different parts,
-so every read aggregates again (``calls_source``: ``FINAL``; ``READ_STRATEGIES``
-says why not ``GROUP BY``).
+Until a background merge has run, the halves may sit in different parts, so
+every read merges again (``calls_source``: ``FINAL``, ``READ_STRATEGIES``).
 
 There is deliberately no ``PARTITION BY``: a partition key is computed per
 row, and the server half's timestamps differ from the client half's, so a
@@ -47,6 +46,7 @@ from grpc_overhead.analyzer.options import CALLS_VIEW as CALLS_VIEW
 from grpc_overhead.analyzer.options import HALF_MARGIN_NS as HALF_MARGIN_NS
 from grpc_overhead.analyzer.options import INT64_MAX as INT64_MAX
 from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
+from grpc_overhead.analyzer.options import ROLLUP_FILTER as ROLLUP_FILTER
 from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
 from grpc_overhead.analyzer.options import ROW_START_INDEX as ROW_START_INDEX
 from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
@@ -422,18 +422,21 @@ def backfill_calls(store: Store, options: CallsOptions | None = None) -> None:
 # -- reading -----------------------------------------------------------------------------------
 
 
-def calls_source(options: CallsOptions | None = None) -> str:
-    """A subquery with one complete row per call (every column of ``COLUMN_NAMES``),
-    pre-filtered by ``ROW_FILTER``, its halves merged the ``options.read`` way."""
+def calls_source(options: CallsOptions | None = None, keys: str = "") -> str:
+    """One complete row per call (every column of ``COLUMN_NAMES``), pre-filtered by
+    ``ROW_FILTER`` (and to the (TraceId, ClientSpanId) pairs of the ``keys`` subquery:
+    a key holds for both halves, so it filters before the merge), merged the
+    ``options.read`` way."""
     options = options or CallsOptions()
     read = options.read
+    row_filter = f"{ROW_FILTER} AND (TraceId, ClientSpanId) IN ({keys})" if keys else ROW_FILTER
     if read == "final":
-        return f"SELECT * FROM {options.calls} FINAL PREWHERE {ROW_FILTER}"
+        return f"SELECT * FROM {options.calls} FINAL PREWHERE {row_filter}"
     if read == "group_by":
         merged = ", ".join(f"max({column.name}) AS {column.name}" for column in COLUMNS)
         return (
             f"SELECT TraceId, ClientSpanId, {merged}"
-            f" FROM (SELECT * FROM {options.calls} WHERE {ROW_FILTER})"
+            f" FROM (SELECT * FROM {options.calls} WHERE {row_filter})"
             " GROUP BY TraceId, ClientSpanId"
         )
     raise ValueError(f"read must be one of {READ_STRATEGIES}, not {read!r}")
