@@ -94,3 +94,41 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, experiment) -> None:
     assert "Traceback" not in missing.stderr
     one = _command("compare", "only-one", "--store", str(store))
     assert one.returncode == 2 and "at least two runs" in one.stderr
+
+
+def test_rest_and_grpc_cells_split_into_the_same_phases(tmp_path) -> None:
+    """The REST baseline (uvicorn + starlette, requests; OpenTelemetry's HTTP spans plus our
+    events) and gRPC, both sending an image: every call of both is assembled with every phase."""
+    spec = tmp_path / "rest.yaml"
+    spec.write_text(
+        "name: rest-vs-grpc\ncalls: 20\nconcurrency: 2\npayload: image\nimage_bytes: 20000\n"
+        "matrix:\n  transport: [grpc, rest]\n  rest_body: [json, binary]\n"
+        "exclude:\n  - {transport: grpc, rest_body: binary}\n"
+    )
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
+                    "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cells = json.loads(done.stdout)["cells"]
+    assert [(c["config"]["transport"], c["config"]["rest_body"]) for c in cells] == [
+        ("grpc", "json"), ("rest", "json"), ("rest", "binary"),
+    ]  # fmt: skip
+    for cell in cells:
+        assert cell["errors"] == 0 and cell["traced_calls"] == 20, cell
+        assert cell["predictions_per_s"] == pytest.approx(cell["calls_per_s"], rel=1e-3)
+        for phase in (
+            "client_serialize",
+            "request_network",
+            "server_queue",
+            "request_deserialize",
+            "processing",
+            "response_serialize",
+            "response_network",
+            "client_deserialize",
+            "total",
+            "server_duration",
+        ):
+            assert cell["phases"][phase]["calls"] == 20, (cell["config"]["transport"], phase)
+    _, base64_cell, binary_cell = cells
+    # base64 inside JSON costs the client encoding time that raw bytes do not
+    assert (base64_cell["phases"]["client_serialize"]["p50_us"]
+            > 5 * binary_cell["phases"]["client_serialize"]["p50_us"])  # fmt: skip

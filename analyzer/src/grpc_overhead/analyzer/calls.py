@@ -48,6 +48,7 @@ from grpc_overhead.analyzer.options import INT64_MAX as INT64_MAX
 from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
 from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
 from grpc_overhead.analyzer.options import ROW_START_INDEX as ROW_START_INDEX
+from grpc_overhead.analyzer.options import SPAN_SELECTION as SPAN_SELECTION
 from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
 from grpc_overhead.analyzer.options import CallFilters as CallFilters
 from grpc_overhead.analyzer.options import CallsOptions as CallsOptions
@@ -337,7 +338,7 @@ def extract_select_sql(options: CallsOptions) -> str:
         + "\nSELECT\n"
         + ",\n".join(outputs)
         + f"\nFROM {options.traces}\n"
-        + "WHERE SpanAttributes['rpc.system'] = 'grpc'\n"
+        + f"WHERE {SPAN_SELECTION}\n"
         + f"  AND SpanKind IN {CLIENT_KINDS + SERVER_KINDS!r}\n"
         + "  AND TraceId != ''"
     )
@@ -360,7 +361,7 @@ def view_exists(store: Store, options: CallsOptions) -> bool:
 
 
 def _view_is_current(store: Store, options: CallsOptions) -> bool:
-    """Whether the existing view fills every column this version knows."""
+    """Whether the existing view fills every column this version knows (and takes REST spans)."""
     found = store.query(
         "SELECT create_table_query AS query FROM system.tables WHERE name = {name:String}"
         " AND database = if({database:String} = '', currentDatabase(), {database:String})",
@@ -369,7 +370,9 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
     if found.empty:
         return False
     query = str(found["query"].iloc[0])
-    return all(f"AS {column.name}" in query for column in COLUMNS)
+    return "grpc_overhead.transport" in query and all(
+        f"AS {column.name}" in query for column in COLUMNS
+    )
 
 
 def create_calls(

@@ -111,8 +111,11 @@ class Comparison:
         cause = self.explained_by()
         if cause is not None and cause.diff_us is not None:
             share = cause.diff_us / total.diff_us
-            verb = "explains most of it" if share >= 0.5 else "moved most"
-            text += f"; {cause.phase} {verb} ({cause.diff_us:+,.0f} µs, {share:.0%} of it)"
+            if share > 1:  # p50s do not add up
+                text += f"; {cause.phase} explains it ({cause.diff_us:+,.0f} µs at its own p50)"
+            else:
+                verb = "explains most of it" if share >= 0.5 else "moved most"
+                text += f"; {cause.phase} {verb} ({cause.diff_us:+,.0f} µs, {share:.0%} of it)"
         return text
 
     def to_json(self) -> dict[str, Any]:

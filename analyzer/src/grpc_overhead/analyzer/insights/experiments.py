@@ -135,5 +135,8 @@ def explain_pair(fast: pd.Series, slow: pd.Series) -> str:
     phase, move = max(moves.items(), key=lambda item: item[1])
     if move <= 0:
         return text + "; no single phase explains it (the difference is spread)."
-    verb = "explains most of it" if move / difference >= 0.5 else "moved most"
-    return text + f"; {phase} {verb} ({move:+,.0f} µs, {move / difference:.0%} of it)."
+    share = move / difference
+    if share > 1:  # p50s do not add up: a phase's p50 can move more than the total's
+        return text + f"; {phase} explains it ({move:+,.0f} µs at its own p50)."
+    verb = "explains most of it" if share >= 0.5 else "moved most"
+    return text + f"; {phase} {verb} ({move:+,.0f} µs, {share:.0%} of it)."
