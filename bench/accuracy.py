@@ -2,7 +2,7 @@
 
 Writes bench/results/accuracy.json (every check, every case's p50 phases,
 calibrations and observations) and accuracy.md (the "Injected vs measured"
-table the README quotes). Exit status 1 when a check that must pass did not;
+table docs/benchmarks.md quotes). Exit status 1 when a check that must pass did not;
 documented limits (``Check.limit``) are listed, not failed.
 
     python -m bench.run accuracy                         # all scenarios, full

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(figures: dict[str, Any]) -> str:
-    """The figures as the README's Reliability section shows them."""
+    """The figures as docs/reliability.md shows them."""
     flood_, crash_ = figures["flood"], figures["crash"]
     lines = [
         "# Fault-injection suite",

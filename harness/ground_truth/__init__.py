@@ -7,7 +7,7 @@ size is known independently of our instrumentation and of the analyzer
 grpcio client on the same payloads: ``serialize_probe``), then
 compares the report's p50 phases with it (``checks``). ``make test`` runs each
 scenario in its reduced profile (tests/ground_truth), ``make bench`` in full
-(bench/accuracy.py -> bench/results/accuracy.json and the README table).
+(bench/accuracy.py -> bench/results/accuracy.json and the table in docs/benchmarks.md).
 
 Scenarios:
 

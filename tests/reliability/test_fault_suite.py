@@ -40,7 +40,7 @@ def test_faults_lose_nothing_acknowledged_and_store_nothing_refused(
     # The collector's on-disk queue: what it acknowledged survives its kill -9.
     assert (through["lost"], through["refused_but_stored"], through["poison_stored"]) == (0, 0, 0)
     # A kill -9 between a commit and its answer can store a retried request twice (see the
-    # README's Reliability section): bounded by what was in flight, never a flood of copies.
+    # docs/reliability.md): bounded by what was in flight, never a flood of copies.
     duplicates = direct["duplicates"] + through["duplicates"]
     assert duplicates <= 0.05 * (direct["spans_acknowledged"] + through["spans_acknowledged"])
     assert crash["reports_readable"]
