@@ -10,8 +10,8 @@ difference is the consecutive phase (``CONSECUTIVE_PHASES``) whose p50 moved
 most in the total's direction; its share is that move over the total's move
 (p50s do not add up exactly, so a share is a guide, not an identity).
 
-Pure computation over per-call frames (``runs.run_calls``) and ``grpc_runs``
-rows: no SQL here.
+Computation over per-call frames (``runs.run_calls``) and ``grpc_runs`` rows;
+the SQL stays in ``runs``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
-from grpc_overhead.analyzer.runs import CELL_PHASES
+from grpc_overhead.analyzer.runs import CELL_PHASES, list_runs, run_calls
+from grpc_overhead.analyzer.store.base import Store
 
 DEFAULT_RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -233,3 +235,25 @@ def compare(
                 comparison.throughput[f"{key}_ratio"] = second / first if first else None
         comparisons.append(comparison)
     return comparisons
+
+
+def compare_stored(
+    store: Store,
+    baseline: str,
+    other: str,
+    *,
+    options: CallsOptions | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> pd.DataFrame:
+    """Two stored runs compared (the app's two-run compare): one row per phase, the
+    ``PhaseDelta.to_json`` columns, and the comparison's ``summary`` on every row.
+
+    Empty when either run has no calls in the store.
+    """
+    frames = {run_id: run_calls(store, run_id, options) for run_id in (baseline, other)}
+    if any(frame.empty for frame in frames.values()):
+        return pd.DataFrame(columns=["phase", "summary"])
+    (comparison,) = compare(frames, list_runs(store, options=options), resamples=resamples)
+    frame = pd.DataFrame([{"phase": d.phase, **d.to_json()} for d in comparison.phases])
+    frame["summary"] = comparison.summary()
+    return frame
