@@ -124,6 +124,8 @@ class Cell:
 
 
 def _show(value: Any) -> str:
+    if value is None:
+        return "off"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -193,7 +195,9 @@ def parse(document: Any, default_name: str = "experiment", source: str = "") -> 
 
 
 def _check(key: str, value: Any, where: str) -> Any:
-    checker, _ = SETTINGS[key]
+    checker, default = SETTINGS[key]
+    if value is None and default is None:  # "off": e.g. bandwidth_kb_s: [null, 5000]
+        return None
     try:
         return checker(value)
     except SpecError as error:

@@ -54,6 +54,8 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _show(value: Any) -> str:
+    if value is None:
+        return "off"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
