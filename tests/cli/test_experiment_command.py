@@ -132,3 +132,18 @@ def test_rest_and_grpc_cells_split_into_the_same_phases(tmp_path) -> None:
     # base64 inside JSON costs the client encoding time that raw bytes do not
     assert (base64_cell["phases"]["client_serialize"]["p50_us"]
             > 5 * binary_cell["phases"]["client_serialize"]["p50_us"])  # fmt: skip
+
+
+def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
+    """``latency_ms`` puts a real toxiproxy between load and service: each direction's
+    network phase carries the injected delay, the server's phases do not."""
+    spec = tmp_path / "path.yaml"
+    spec.write_text("name: path\ncalls: 10\nconcurrency: 1\nentities: 10\nlatency_ms: 15\n")
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
+                    "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (cell,) = json.loads(done.stdout)["cells"]
+    phases = cell["phases"]
+    assert phases["request_network"]["p50_us"] + phases["server_queue"]["p50_us"] >= 14_000
+    assert phases["response_network"]["p50_us"] >= 14_000
+    assert phases["processing"]["p50_us"] < 10_000
