@@ -24,7 +24,7 @@ pytestmark = pytest.mark.unit
 def _record(run_id: str, cell: int, compression: str, calls_per_s: float, total: float,
             network: float) -> RunRecord:  # fmt: skip
     return RunRecord(
-        run_id=run_id, experiment="exp", cell=cell,
+        run_id=run_id, experiment="exp", invocation="exp-1", cell=cell,
         config={"compression": compression, "calls": 100, "tls": False},
         started_ns=1_700_000_000_000_000_000 + cell, ended_ns=1_700_000_001_000_000_000 + cell,
         calls=100, errors=cell, calls_per_s=calls_per_s, predictions_per_s=calls_per_s * 200,

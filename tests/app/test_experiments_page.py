@@ -27,7 +27,8 @@ def seed_experiment(store) -> None:
     for cell, (run_id, (path, _, rate)) in enumerate(cells.items()):
         phases = phase_summary(run_calls(store, run_id))
         record_run(store, RunRecord(
-            run_id=run_id, experiment="bw", cell=cell, config={"path": path, "calls": 30},
+            run_id=run_id, experiment="bw", invocation="bw-1", cell=cell,
+            config={"path": path, "calls": 30},
             started_ns=BASE_NS, ended_ns=BASE_NS + 30 * MS, calls=30, errors=0,
             calls_per_s=rate, predictions_per_s=rate * 200,
             p50_us=phases["total"]["p50_us"], p99_us=phases["total"]["p50_us"] * 2,

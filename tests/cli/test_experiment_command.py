@@ -54,7 +54,8 @@ def test_every_cell_is_a_run_with_its_phases(experiment) -> None:
         for phase in ("client_serialize", "request_network", "processing", "total"):
             assert cell["phases"][phase]["calls"] == 40, phase
     cheap, costly = (cell["phases"]["processing"]["p50_us"] for cell in cells)
-    assert costly - cheap == pytest.approx(3000, abs=1200)  # the injected 3 ms of CPU
+    # the injected 3 ms of CPU: at least 3 ms of wall time (more on a busy machine)
+    assert costly - cheap >= 2_500
     assert document["winners"][0]["metric"] == "calls_per_s"
     assert document["winners"][0]["cell"] == "model_cost_ms=0.0"
     assert "processing explains most of it" in document["explanation"]

@@ -12,6 +12,7 @@ ReplacingMergeTree on ``recorded``; readers use ``FINAL``):
 ============================  ===============================================
 run_id String                 the cell's run id (the spans' grpc_overhead.run_id)
 experiment LowCardinality     the experiment's name (FILE's ``name``)
+invocation String             one ``experiment`` command's cells share it (name-timestamp)
 cell UInt32                   the cell's index in the matrix (0-based)
 config String                 the cell's whole configuration, JSON
 transport LowCardinality      grpc | rest
@@ -49,6 +50,7 @@ CELL_PHASES: tuple[str, ...] = (*DESIGN_PHASES, "pool_wait", "server_duration")
 RUN_COLUMNS = (
     "run_id",
     "experiment",
+    "invocation",
     "cell",
     "config",
     "transport",
@@ -70,6 +72,7 @@ def create_runs_sql(options: CallsOptions) -> str:
         f"CREATE TABLE IF NOT EXISTS {options.qualified(RUNS_TABLE)}{options.on_cluster()} (\n"
         "    run_id String,\n"
         "    experiment LowCardinality(String),\n"
+        "    invocation String,\n"
         "    cell UInt32,\n"
         "    config String,\n"
         "    transport LowCardinality(String),\n"
@@ -98,6 +101,7 @@ class RunRecord:
 
     run_id: str
     experiment: str
+    invocation: str
     cell: int
     config: dict[str, Any]
     started_ns: int
@@ -125,6 +129,7 @@ def record_run(store: Store, record: RunRecord, options: CallsOptions | None = N
     values = [
         record.run_id,
         record.experiment,
+        record.invocation,
         int(record.cell),
         json.dumps(record.config, sort_keys=True),
         record.transport,

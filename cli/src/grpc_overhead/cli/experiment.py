@@ -97,15 +97,17 @@ def _run(args: argparse.Namespace, experiment: Experiment) -> int:
             create_calls(store, options)
             create_runs(store, options)
             endpoint = f"http://{intake.address}"
-            stamp = time.strftime("%Y%m%d-%H%M%S")
+            invocation = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
             total = len(experiment.cells)
             _say(f"experiment {experiment.name}: {total} cells, store {store.description}")
             for cell in experiment.cells:
-                run_id = f"{experiment.name}-{stamp}-c{cell.index:02d}"
+                run_id = f"{invocation}-c{cell.index:02d}"
                 _say(f"[{cell.index + 1}/{total}] {cell.label()} ...")
                 started = time.monotonic()
                 try:
-                    outcome = run_cell(cell, experiment.name, run_id, store, options, endpoint)
+                    outcome = run_cell(
+                        cell, experiment.name, invocation, run_id, store, options, endpoint
+                    )
                 except (CellFailed, ToxiproxyError) as error:
                     failed.append({"cell": cell.index, "label": cell.label(), "error": str(error)})
                     _say(f"[{cell.index + 1}/{total}] failed: {error}")

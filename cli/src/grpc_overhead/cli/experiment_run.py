@@ -103,6 +103,7 @@ class CellResult:
 def run_cell(
     cell: Cell,
     experiment: str,
+    invocation: str,
     run_id: str,
     store: Store,
     options: CallsOptions,
@@ -144,6 +145,7 @@ def run_cell(
     record = RunRecord(
         run_id=run_id,
         experiment=experiment,
+        invocation=invocation,
         cell=cell.index,
         config=config,
         started_ns=ended_ns - int(float(summary["duration_s"]) * 1e9),

@@ -37,7 +37,19 @@ experiment = st.selectbox(
     key="experiment_name",
 )
 st.query_params["experiment"] = experiment
-cells = insights.cells(shared.load(runs.list_runs, experiment))
+rows = shared.load(runs.list_runs, experiment)
+invocations = list(dict.fromkeys(rows["invocation"]))[::-1]  # latest first
+if len(invocations) > 1:
+    wanted = st.query_params.get("invocation")
+    invocation = st.selectbox(
+        "Run of the experiment",
+        invocations,
+        index=invocations.index(wanted) if wanted in invocations else 0,
+        key="experiment_invocation",
+    )
+    st.query_params["invocation"] = invocation
+    rows = rows[rows["invocation"] == invocation]
+cells = insights.cells(rows)
 
 columns = st.columns(4)
 columns[0].metric("Cells", formatting.count(len(cells)))
