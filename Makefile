@@ -5,10 +5,11 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COLLECTOR := collector/dist/otelcol-grpc-overhead
 TOXIPROXY := tools/bin/toxiproxy-server
+JAEGER := tools/bin/jaeger
 PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
 INSTRUMENTATION := instrumented-service/instrumentation
 
-.PHONY: setup system-packages collector toxiproxy protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy jaeger protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -34,13 +35,20 @@ toxiproxy: $(TOXIPROXY)
 $(TOXIPROXY): scripts/build-toxiproxy.sh
 	bash scripts/build-toxiproxy.sh
 
+jaeger: $(JAEGER)
+
+# Jaeger v2 (the fan-out's second exporter, `import jaeger`, `demo --jaeger`), built from Go
+# modules through a wrapper module; the first build takes minutes, so it runs niced.
+$(JAEGER): scripts/build-jaeger.sh
+	nice -n 10 bash scripts/build-jaeger.sh
+
 protos: setup
 	$(PYTHON) -m grpc_overhead.prediction.protos.generate
 
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector toxiproxy
+test: setup system-packages collector toxiproxy jaeger
 	$(VENV)/bin/pytest
 
 test-fast: setup

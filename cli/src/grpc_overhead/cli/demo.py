@@ -1,7 +1,7 @@
 """``grpc-overhead demo``: the whole stack on the embedded store, with load that shows every phase.
 
     grpc-overhead demo [--store DIR] [--duration S] [--no-browser] [--app-port 8501]
-                       [--no-collector] [--logs DIR]
+                       [--no-collector] [--logs DIR] [--jaeger]
 
 Starts, in this order, each as a child process in its own session (so Ctrl-C
 reaches only the demo, which then stops them in the order that loses no span):
@@ -25,6 +25,11 @@ Stops on Ctrl-C, SIGTERM or after ``--duration`` seconds of load: load first,
 then the services (they flush their spans), the collector (flushes its queue),
 serve last (flushes the intake, closes the store). The data stays in DIR for
 ``report``, ``sql`` and ``app``.
+
+``--jaeger`` also builds (once) and runs Jaeger v2 with in-memory storage,
+started first: the collector then uses the ``embedded-jaeger`` config (every
+span to the intake and to Jaeger), and the app's call explorer links each call
+to its trace there (Jaeger's query API and UI routes on 16686, or a free port).
 """
 
 from __future__ import annotations
@@ -84,6 +89,11 @@ def parser() -> argparse.ArgumentParser:
         "--no-collector",
         action="store_true",
         help="send spans straight to the intake (no Go needed)",
+    )
+    result.add_argument(
+        "--jaeger",
+        action="store_true",
+        help="also run Jaeger (built on first use) and fan every span out to it",
     )
     result.add_argument(
         "--logs",
@@ -161,6 +171,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
         say(f"logs: {demo.logs}")
         try:
+            demo.start_jaeger()
+            if demo.jaeger is not None:
+                say(f"jaeger: {demo.jaeger.url}")
             demo.start_serve()
             say(f"app: {demo.status.app_url}")
             if not args.no_browser:

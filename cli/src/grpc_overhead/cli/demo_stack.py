@@ -36,8 +36,10 @@ from grpc_overhead.cli.demo_scenarios import (
 )
 from grpc_overhead.cli.processes import Child, ComponentFailed, child_env, free_port
 from grpc_overhead.cli.serve import read_serve_info
+from grpc_overhead.instrumentation import environment
 
 if TYPE_CHECKING:
+    from grpc_overhead.cli.jaeger import Jaeger
     from grpc_overhead.collector.runner import CollectorProcess
 
 SERVE_START_TIMEOUT_S = 120.0
@@ -86,6 +88,7 @@ class Demo:
         self.status = Status()
         self.children: list[Child] = []
         self.collector: CollectorProcess | None = None
+        self.jaeger: Jaeger | None = None
         self.service_targets: dict[str, str] = {}
         self.load: Child | None = None
         self.intake_port = free_port()
@@ -118,7 +121,11 @@ class Demo:
         )
 
         if self.args.no_collector:
+            if self.args.jaeger:
+                raise DemoError("--jaeger needs the collector (it sends every span to Jaeger too)")
             return
+        if self.args.jaeger:
+            self.build_jaeger()
         binary = collector_binary()
         if not (binary.is_file() and os.access(binary, os.X_OK)):
             self.console.print(
@@ -130,13 +137,43 @@ class Demo:
         except CollectorUnavailable as error:
             raise DemoError(f"{error}\n{NO_COLLECTOR_HINT}") from None
 
+    def build_jaeger(self) -> None:
+        from grpc_overhead.cli.jaeger import BINARY, JaegerError, build
+
+        if not BINARY.is_file():
+            self.console.print("Building Jaeger (first time: several minutes of compiling)...")
+        try:
+            build()
+        except JaegerError as error:
+            raise DemoError(str(error)) from None
+
     # -- starting ------------------------------------------------------------------------------
+
+    def start_jaeger(self) -> None:
+        """Jaeger on free OTLP ports (the collector's is 4317), its UI/API on 16686 if free."""
+        if not self.args.jaeger:
+            return
+        from grpc_overhead.cli.jaeger import Jaeger, JaegerError, JaegerPorts
+
+        query = 16686
+        try:
+            check_port("127.0.0.1", query)
+        except AppServerError:
+            query = free_port()
+        ports = JaegerPorts(free_port(), free_port(), query, free_port())
+        self.status.components["jaeger"] = "starting"
+        try:
+            self.jaeger = Jaeger(ports, log=self.logs / "jaeger.log").start()
+        except JaegerError as error:
+            raise ComponentFailed(f"jaeger: {error}") from None
+        self.status.components["jaeger"] = f"{self.jaeger.url} (OTLP {self.jaeger.otlp_grpc})"
 
     def start_serve(self) -> None:
         serve = Child(
             "serve",
             ["serve", "--store", self.store, "--otlp-port", str(self.intake_port),
-             "--app-port", str(self.args.app_port)],
+             "--app-port", str(self.args.app_port),
+             *(["--jaeger-url", self.jaeger.url] if self.jaeger else [])],
             child_env(),
             self.logs / "serve.log",
         ).start()  # fmt: skip
@@ -153,11 +190,13 @@ class Demo:
             return f"http://127.0.0.1:{self.intake_port}"
         from grpc_overhead.collector.runner import CollectorError, CollectorProcess
 
+        fanout = {environment.JAEGER_ENDPOINT: self.jaeger.otlp_grpc} if self.jaeger else {}
         collector = CollectorProcess(
-            "embedded",
+            "embedded-jaeger" if self.jaeger else "embedded",
             otlp_port=free_port(),
             intake=f"127.0.0.1:{self.intake_port}",
             health_port=free_port(),
+            env=fanout,
         )
         self.status.components["collector"] = "starting"
         try:
@@ -165,8 +204,8 @@ class Demo:
         except CollectorError as error:
             raise ComponentFailed(f"collector: {error}") from None
         self.collector = collector
-        self.status.components["collector"] = (
-            f"OTLP {collector.otlp_endpoint} -> intake (embedded config)"
+        self.status.components["collector"] = f"OTLP {collector.otlp_endpoint} -> intake" + (
+            " and Jaeger (embedded-jaeger config)" if self.jaeger else " (embedded config)"
         )
         return f"http://{collector.otlp_endpoint}"
 
@@ -272,6 +311,9 @@ class Demo:
         collector = self.collector
         if collector is not None and collector.returncode is not None:
             raise ComponentFailed(f"collector exited:\n{collector.logs()[-2000:]}")
+        jaeger = self.jaeger
+        if jaeger is not None and jaeger.process is not None and jaeger.process.poll() is not None:
+            raise ComponentFailed(f"jaeger exited:\n{jaeger.tail()}")
 
     # -- stopping ------------------------------------------------------------------------------
 
@@ -294,3 +336,6 @@ class Demo:
                 self.status.components["serve"] = "stopping (flushing, closing the store)"
                 child.stop()
                 self.status.components["serve"] = "stopped"
+        if self.jaeger is not None:
+            self.jaeger.stop()
+            self.status.components["jaeger"] = "stopped (its traces were in memory)"

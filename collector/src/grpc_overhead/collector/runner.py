@@ -37,7 +37,7 @@ ENV_HEALTH_PORT = environment.COLLECTOR_HEALTH_PORT
 ENV_STORAGE = environment.COLLECTOR_STORAGE_DIR
 
 DIST_NAME = "otelcol-grpc-overhead"
-CONFIG_NAMES: tuple[str, ...] = ("embedded", "clickhouse")
+CONFIG_NAMES: tuple[str, ...] = ("embedded", "clickhouse", "embedded-jaeger")
 DEFAULT_OTLP_PORT = 4317
 DEFAULT_HEALTH_PORT = 13133
 DEFAULT_INTAKE = "127.0.0.1:4327"

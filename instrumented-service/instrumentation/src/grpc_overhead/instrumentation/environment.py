@@ -31,6 +31,7 @@ JAEGER_URL = "GRPC_OVERHEAD_JAEGER_URL"
 TIMING_DEADLINE_S = "GRPC_OVERHEAD_TIMING_DEADLINE_S"
 # Read by the collector driver (grpc_overhead.collector) and its YAML configs.
 COLLECTOR_BIN = "GRPC_OVERHEAD_COLLECTOR_BIN"
+JAEGER_ENDPOINT = "GRPC_OVERHEAD_JAEGER_ENDPOINT"
 COLLECTOR_OTLP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_PORT"
 COLLECTOR_HEALTH_PORT = "GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT"
 INTAKE_ENDPOINT = "GRPC_OVERHEAD_INTAKE_ENDPOINT"
@@ -121,9 +122,10 @@ DOCUMENTED: tuple[Variable, ...] = (
     Variable("GRPC_OVERHEAD_CLICKHOUSE_PASSWORD", "(empty)", "its password"),
     Variable("GRPC_OVERHEAD_CLICKHOUSE_TTL", "72h", "how long otel_traces keeps rows"),
     Variable(
-        "GRPC_OVERHEAD_JAEGER_ENDPOINT",
+        JAEGER_ENDPOINT,
         "127.0.0.1:14317",
-        "optional second OTLP exporter to Jaeger (commented out in clickhouse.yaml)",
+        "Jaeger's OTLP/gRPC address: the embedded-jaeger config's second exporter "
+        "(commented out in clickhouse.yaml)",
     ),
 )
 

@@ -1,0 +1,297 @@
+"""The Grafana dashboards: their JSON model, and every panel's query on a real chDB store.
+
+Each panel's rawSql goes through the datasource's own expansion steps
+(``datasource.expand``) and runs on a chDB store seeded with known calls; the
+numbers are checked against the seed and against ``report`` on the same store.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from grpc_overhead.analyzer.calls import CallFilters
+from grpc_overhead.analyzer.grafana.__main__ import main as write_dashboards
+from grpc_overhead.analyzer.grafana.dashboards import DASHBOARDS, TABLE_PHASES
+from grpc_overhead.analyzer.grafana.panels import (
+    DATASOURCE,
+    FILTERS,
+    PLUGIN,
+    SCHEMA_VERSION,
+    VARIABLE_QUERIES,
+)
+from grpc_overhead.analyzer.report import build_report
+from grpc_overhead.analyzer.store.base import Store
+from tests.dashboards import seeded
+from tests.dashboards.datasource import QueryContext, Variable, expand
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "dashboards"
+PANEL_TYPES = {"table": 1, "timeseries": 0, "barchart": 1, "stat": 1}
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((FOLDER / name).read_text())
+
+
+def panels() -> Iterator[tuple[str, dict[str, Any]]]:
+    for name in DASHBOARDS:
+        for panel in load(name)["panels"]:
+            yield name, panel
+
+
+def panel(name: str, title: str) -> dict[str, Any]:
+    for candidate in load(name)["panels"]:
+        if candidate["title"] == title:
+            return candidate
+    raise KeyError(title)
+
+
+# -- the JSON model -----------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_the_committed_files_are_what_the_generator_writes() -> None:
+    assert write_dashboards([str(FOLDER), "--check"]) == 0
+
+
+@pytest.mark.unit
+def test_every_dashboard_follows_the_datasources_conventions() -> None:
+    uids = set()
+    for name in DASHBOARDS:
+        model = load(name)
+        assert model["schemaVersion"] == SCHEMA_VERSION
+        assert model["uid"].startswith("grpc-overhead-") and model["uid"] not in uids
+        uids.add(model["uid"])
+        required = {item["id"]: item for item in model["__requires"]}
+        assert required[PLUGIN]["type"] == "datasource"
+        names = [variable["name"] for variable in model["templating"]["list"]]
+        assert names == [
+            "datasource",
+            "database",
+            "service",
+            "method",
+            "run",
+            "instance",
+            "jaeger_url",
+        ]
+        for variable in model["templating"]["list"]:
+            if variable["name"] in ("service", "method", "run", "instance"):
+                assert variable["includeAll"] and variable["multi"]
+                assert variable["datasource"] == DATASOURCE
+        ids = [item["id"] for item in model["panels"]]
+        assert len(ids) == len(set(ids))
+
+
+@pytest.mark.unit
+def test_every_panel_is_a_sql_target_on_the_clickhouse_datasource() -> None:
+    count = 0
+    for name, item in panels():
+        count += 1
+        assert item["datasource"] == DATASOURCE, (name, item["title"])
+        assert item["type"] in PANEL_TYPES, (name, item["title"])
+        assert item["description"] and item["title"]
+        (target,) = item["targets"]
+        assert target["datasource"] == DATASOURCE
+        assert target["editorType"] == "sql"
+        assert target["format"] == PANEL_TYPES[item["type"]]
+        sql = target["rawSql"]
+        assert "$__timeFilter(start_time)" in sql
+        assert "${database}.`grpc_calls` FINAL" in sql.replace("`${database}`", "${database}")
+        for condition in FILTERS:
+            assert condition in sql, (name, item["title"], condition)
+    assert count >= 18
+
+
+@pytest.mark.unit
+def test_trace_ids_link_to_jaeger() -> None:
+    linked = 0
+    for _, item in panels():
+        columns = item["targets"][0]["rawSql"].split("FROM", 1)[0]
+        if "trace_id" not in columns:
+            continue
+        linked += 1
+        (override,) = [
+            override
+            for override in item["fieldConfig"]["overrides"]
+            if override["matcher"] == {"id": "byName", "options": "trace_id"}
+        ]
+        (links,) = [prop["value"] for prop in override["properties"] if prop["id"] == "links"]
+        assert links[0]["url"] == "${jaeger_url}/trace/${__value.raw}"
+    assert linked == 2  # the slowest calls and the failed calls
+
+
+@pytest.mark.unit
+def test_provisioning_files_name_the_plugin_and_the_folder() -> None:
+    datasources = yaml.safe_load(
+        (FOLDER / "provisioning/datasources/grpc-overhead-clickhouse.yaml").read_text()
+    )
+    (source,) = datasources["datasources"]
+    assert datasources["apiVersion"] == 1
+    assert source["type"] == PLUGIN
+    assert source["jsonData"]["protocol"] in ("native", "http")
+    assert source["jsonData"]["traces"]["defaultTable"] == "otel_traces"
+    providers = yaml.safe_load((FOLDER / "provisioning/dashboards/grpc-overhead.yaml").read_text())
+    (provider,) = providers["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"]
+
+
+# -- every query on a real store ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", name="store")
+def store_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    yield from seeded.seeded_store(tmp_path_factory.mktemp("dashboards"))
+
+
+def run(
+    store: Store,
+    item: dict[str, Any],
+    variables: dict[str, Variable] | None = None,
+    context: QueryContext = seeded.CONTEXT,
+) -> pd.DataFrame:
+    sql = expand(item["targets"][0]["rawSql"], variables or seeded.variables(), context)
+    assert "$" not in sql.replace("'$'", ""), "an unexpanded macro or variable is left"
+    return store.query(sql, readonly=True)
+
+
+@pytest.mark.e2e
+def test_every_panel_query_runs_and_shows_the_seeded_calls(store: Store) -> None:
+    for name, item in panels():
+        frame = run(store, item)
+        assert len(frame) > 0, (name, item["title"])
+        empty = run(store, item, context=seeded.EMPTY_RANGE)
+        if item["type"] != "stat":
+            assert empty.empty, (name, item["title"])
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None or (isinstance(a, float) and math.isnan(a)):
+        return (a is None or math.isnan(a)) and (b is None or math.isnan(b))
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def _assert_breakdown_is_the_reports(dashboard: pd.DataFrame, report: pd.DataFrame) -> None:
+    expected = report[report["phase"].isin(TABLE_PHASES)]
+    assert len(dashboard) == len(expected) > 0
+    merged = dashboard.merge(expected, on=["service", "method", "phase"], suffixes=("", "_r"))
+    assert len(merged) == len(expected)
+    for row in merged.itertuples(index=False):
+        assert row.calls == row.calls_r and row.phase_calls == row.phase_calls_r, row
+        for statistic in ("p50_us", "p90_us", "p99_us", "mean_us"):
+            ours, theirs = getattr(row, statistic), getattr(row, f"{statistic}_r")
+            ours = None if row.phase_calls == 0 else ours
+            assert _close(ours, theirs), (row.method, row.phase, statistic, ours, theirs)
+
+
+@pytest.mark.e2e
+def test_phase_breakdown_is_the_reports(store: Store) -> None:
+    table = panel("grpc-overhead-phases.json", "Phase breakdown (p50 / p90 / p99 / mean, µs)")
+    _assert_breakdown_is_the_reports(run(store, table), build_report(store).breakdown)
+    # Filters select what report's filters select.
+    selected = run(store, table, seeded.variables(method=["PredictBatch"], run=["run-2"]))
+    filters = CallFilters(method="PredictBatch", run_id="run-2")
+    _assert_breakdown_is_the_reports(selected, build_report(store, filters).breakdown)
+    assert set(selected["method"]) == {"PredictBatch"}
+    assert set(run(store, table, seeded.variables(run=["run-2", "run-1"]))["method"]) == {
+        "Predict",
+        "PredictBatch",
+        "Remote",
+    }
+
+
+@pytest.mark.e2e
+def test_instance_filter_and_load_balance(store: Store) -> None:
+    table = panel("grpc-overhead-instances.json", "Per server instance")
+    frame = run(store, table).set_index("server_instance")
+    half = seeded.PREDICT_CALLS // 2
+    assert frame["calls"].to_dict() == {
+        "s-1": half + seeded.BATCH_CALLS,
+        "s-2": half,
+        "s-3": seeded.REMOTE_CALLS,
+    }
+    assert math.isclose(frame["share_pct"].sum(), 100, abs_tol=0.05)
+    assert frame.loc["s-1", "errors"] + frame.loc["s-2", "errors"] == seeded.FAILED_CALLS
+    only = run(store, table, seeded.variables(instance=["s-2"]))
+    assert only["server_instance"].tolist() == ["s-2"] and only["calls"].tolist() == [half]
+    # A client instance selects the calls it made, whichever server served them.
+    by_client = run(store, table, seeded.variables(instance=["c-2"]))
+    assert by_client["calls"].sum() == seeded.BATCH_CALLS
+
+
+@pytest.mark.e2e
+def test_tail_compares_each_phase_with_the_reports_median(store: Store) -> None:
+    frame = run(store, panel("grpc-overhead-tail.json", "Slowest 1% vs median, per phase (µs)"))
+    report = build_report(store).breakdown.set_index(["method", "phase"])
+    for row in frame.itertuples(index=False):
+        expected = report.loc[(row.method, row.phase)]
+        assert _close(row.median_us if expected.phase_calls else None, expected.p50_us)
+        assert _close(row.tail_from_us, report.loc[(row.method, "total")].p99_us)
+    predict = frame[(frame["method"] == "Predict") & (frame["phase"] == "processing")].iloc[0]
+    # The slowest Predict calls are the ones with the longest processing (10 µs steps).
+    assert predict.slowest_1pct_mean_us > predict.median_us + 500
+    slowest = run(store, panel("grpc-overhead-tail.json", "Slowest calls"))
+    assert slowest["total_us"].is_monotonic_decreasing and len(slowest) == 50
+    assert slowest["trace_id"].str.fullmatch("[0-9a-f]{32}").all()
+
+
+@pytest.mark.e2e
+def test_clock_offsets_are_the_reports(store: Store) -> None:
+    frame = run(store, panel("grpc-overhead-clock-offsets.json", "Offset per host pair"))
+    report = build_report(store).offsets.set_index(["client_host", "server_host"])
+    remote = frame[frame["server_host"] == "host-b"].iloc[0]
+    expected = report.loc[("host-a", "host-b")]
+    assert remote.calls == seeded.REMOTE_CALLS == expected.calls
+    assert _close(remote.offset_us, expected.offset_us)
+    assert _close(remote.uncertainty_us, expected.uncertainty_us)
+    # The jitter-free estimate is the true offset within its uncertainty; the raw
+    # one-way phases carry the offset, the corrected ones do not, the sum is exact.
+    assert abs(remote.offset_us - seeded.SERVER_OFFSET_NS / 1000) <= remote.uncertainty_us
+    shift = remote.request_network_raw_mean_us - remote.request_network_mean_us
+    assert _close(shift, remote.offset_us)
+    raw_sum = remote.request_network_raw_mean_us + remote.response_network_raw_mean_us
+    assert _close(raw_sum, remote.both_directions_mean_us)
+    local = frame[frame["server_host"] == "host-a"].iloc[0]
+    assert local.offset_us == 0 and local.calls == seeded.PREDICT_CALLS + seeded.BATCH_CALLS
+
+
+@pytest.mark.e2e
+def test_errors_and_payload_show_the_seed(store: Store) -> None:
+    codes = run(store, panel("grpc-overhead-errors.json", "Status codes per method"))
+    failed = codes[codes["status_code"] == 14]
+    assert failed[["method", "calls"]].values.tolist() == [
+        [f"{seeded.SERVICE}/Predict", seeded.FAILED_CALLS]
+    ]
+    calls = run(store, panel("grpc-overhead-errors.json", "Failed calls"))
+    assert len(calls) == seeded.FAILED_CALLS and set(calls["status_code"]) == {14}
+    payload = run(store, panel("grpc-overhead-payload.json", "Per method and compression"))
+    batch = payload[payload["method"] == f"{seeded.SERVICE}/PredictBatch"].iloc[0]
+    assert batch.compression_used == "gzip" and batch.calls == seeded.BATCH_CALLS
+    assert batch.request_bytes == seeded.BATCH_REQUEST_BYTES
+
+
+@pytest.mark.e2e
+def test_variable_queries_list_what_the_store_holds(store: Store) -> None:
+    def options(name: str, variables: dict[str, Variable] | None = None) -> list[str]:
+        sql = expand(VARIABLE_QUERIES[name], variables or seeded.variables(), seeded.CONTEXT)
+        return store.query(sql, readonly=True).iloc[:, 0].tolist()
+
+    assert options("service") == [seeded.SERVICE]
+    assert options("method") == ["Predict", "PredictBatch", "Remote"]
+    assert options("run") == ["run-1", "run-2"]
+    assert options("instance") == ["c-1", "c-2", "s-1", "s-2", "s-3"]
+    assert options("method", seeded.variables(service=["other.Service"])) == []
+    database = next(
+        variable
+        for variable in load("grpc-overhead-phases.json")["templating"]["list"]
+        if variable["name"] == "database"
+    )
+    found = store.query(expand(database["query"]["rawSql"], seeded.variables(), seeded.CONTEXT))
+    assert found.iloc[:, 0].tolist()[0] == "default"
