@@ -45,6 +45,7 @@ PAGES: tuple[tuple[str, str], ...] = (
     ("instances", "Instances"),
     ("explorer", "Call explorer"),
     ("clock-offsets", "Clock offsets"),
+    ("experiments", "Experiments"),
     ("sql", "SQL"),
 )
 EXCEPTION = '[data-testid="stException"]'

@@ -210,3 +210,15 @@ def test_every_legend_entry_is_visible_at_the_default_width(app, page, path, met
     for chart in charts:
         assert chart["clipped"] == [], chart
         assert not chart.get("scrolls"), chart
+
+
+def test_the_experiments_page_compares_two_runs_and_shares_them_in_the_url(app, page):
+    open_page(page, f"{app.url}/experiments?experiment=seeded&a=run-b&b=run-a")
+    assert page.locator(EXCEPTION).count() == 0
+    assert query_params(page.url) == {"experiment": "seeded", "a": "run-b", "b": "run-a"}
+    assert page.get_by_text("Compare two runs").count() == 1
+    # the cells table and the compare table; the compare's verdict in words
+    assert page.locator('[data-testid="stDataFrame"]').count() == 2
+    summary = page.locator('[data-testid="stAlertContentInfo"]').nth(1).inner_text()
+    assert summary.startswith("run-a is ") and "than run-b at the p50" in summary
+    assert page.locator(f"{PLOTLY} {PLOT_DRAWN}").count() >= 3

@@ -49,6 +49,7 @@ from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
 from grpc_overhead.analyzer.options import ROLLUP_FILTER as ROLLUP_FILTER
 from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
 from grpc_overhead.analyzer.options import ROW_START_INDEX as ROW_START_INDEX
+from grpc_overhead.analyzer.options import SPAN_SELECTION as SPAN_SELECTION
 from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
 from grpc_overhead.analyzer.options import CallFilters as CallFilters
 from grpc_overhead.analyzer.options import CallsOptions as CallsOptions
@@ -339,7 +340,7 @@ def extract_select_sql(options: CallsOptions) -> str:
         + "\nSELECT\n"
         + ",\n".join(outputs)
         + f"\nFROM {options.traces}\n"
-        + "WHERE SpanAttributes['rpc.system'] = 'grpc'\n"
+        + f"WHERE {SPAN_SELECTION}\n"
         + f"  AND SpanKind IN {CLIENT_KINDS + SERVER_KINDS!r}\n"
         + "  AND TraceId != ''\n"
         + f"  AND {SKIP_FOLDED}"
@@ -363,7 +364,7 @@ def view_exists(store: Store, options: CallsOptions) -> bool:
 
 
 def _view_is_current(store: Store, options: CallsOptions) -> bool:
-    """Whether the existing view fills every column this version knows."""
+    """Whether the existing view fills every column this version knows (and takes REST spans)."""
     found = store.query(
         "SELECT create_table_query AS query FROM system.tables WHERE name = {name:String}"
         " AND database = if({database:String} = '', currentDatabase(), {database:String})",
@@ -372,7 +373,11 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
     if found.empty:
         return False
     query = str(found["query"].iloc[0])
-    return FOLDED_INTO in query and all(f"AS {column.name}" in query for column in COLUMNS)
+    return (
+        FOLDED_INTO in query
+        and "grpc_overhead.transport" in query
+        and all(f"AS {column.name}" in query for column in COLUMNS)
+    )
 
 
 def create_calls(

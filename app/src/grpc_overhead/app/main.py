@@ -27,6 +27,7 @@ PAGES: tuple[tuple[str, str, str, str], ...] = (
     ("instances.py", "Instances", ":material/dns:", "instances"),
     ("explorer.py", "Call explorer", ":material/timeline:", "explorer"),
     ("clock_offsets.py", "Clock offsets", ":material/schedule:", "clock-offsets"),
+    ("experiments.py", "Experiments", ":material/science:", "experiments"),
     ("sql_console.py", "SQL", ":material/terminal:", "sql"),
 )
 
