@@ -16,6 +16,7 @@ from concurrent import futures
 import grpc
 import pytest
 from google.protobuf.wrappers_pb2 import BytesValue
+from opentelemetry import trace
 from opentelemetry.instrumentation.grpc import client_interceptor, server_interceptor
 from opentelemetry.instrumentation.grpc.grpcext import intercept_channel
 from opentelemetry.sdk.trace import TracerProvider
@@ -108,6 +109,9 @@ def test_their_spans_fold_into_ours_in_one_trace(
         [their_client] = [s for s in their_spans if s.kind.name == "CLIENT"]
         assert key is None
         assert our_client.parent.span_id == their_client.context.span_id
+    # Nothing stays current in the caller once the call is over (their streaming
+    # generator restores the context it found: ours must be gone by then).
+    assert not trace.get_current_span().get_span_context().is_valid
 
 
 def _ours(captured):

@@ -57,8 +57,10 @@ from grpc_overhead.analyzer.options import CALLS_VIEW as CALLS_VIEW
 from grpc_overhead.analyzer.options import HALF_MARGIN_NS as HALF_MARGIN_NS
 from grpc_overhead.analyzer.options import INT64_MAX as INT64_MAX
 from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
+from grpc_overhead.analyzer.options import ROLLUP_FILTER as ROLLUP_FILTER
 from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
 from grpc_overhead.analyzer.options import ROW_START_INDEX as ROW_START_INDEX
+from grpc_overhead.analyzer.options import SPAN_SELECTION as SPAN_SELECTION
 from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
 from grpc_overhead.analyzer.options import CallFilters as CallFilters
 from grpc_overhead.analyzer.options import CallsOptions as CallsOptions
@@ -112,7 +114,7 @@ def extract_select_sql(options: CallsOptions) -> str:
         + ",\n".join(outputs)
         + f"\nFROM {options.traces}\n"
         + "WHERE "
-        + src.IS_GRPC_SPAN.format(kinds=repr(CLIENT_KINDS + SERVER_KINDS))
+        + src.IS_GRPC_SPAN.format(selection=SPAN_SELECTION, kinds=repr(CLIENT_KINDS + SERVER_KINDS))
         + "\n  AND TraceId != ''\n"
         + f"  AND {SKIP_FOLDED}"
     )
@@ -135,7 +137,7 @@ def view_exists(store: Store, options: CallsOptions) -> bool:
 
 
 def _view_is_current(store: Store, options: CallsOptions) -> bool:
-    """Whether the existing view fills every column this version knows."""
+    """Whether the existing view fills every column this version knows (and takes REST spans)."""
     found = store.query(
         "SELECT create_table_query AS query FROM system.tables WHERE name = {name:String}"
         " AND database = if({database:String} = '', currentDatabase(), {database:String})",
@@ -144,7 +146,11 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
     if found.empty:
         return False
     query = str(found["query"].iloc[0])
-    return FOLDED_INTO in query and all(f"AS {column.name}" in query for column in COLUMNS)
+    return (
+        FOLDED_INTO in query
+        and "grpc_overhead.transport" in query
+        and all(f"AS {column.name}" in query for column in COLUMNS)
+    )
 
 
 def create_calls(
@@ -194,22 +200,25 @@ def backfill_calls(store: Store, options: CallsOptions | None = None) -> None:
 # -- reading -----------------------------------------------------------------------------------
 
 
-def calls_source(options: CallsOptions | None = None) -> str:
-    """A subquery with one complete row per call (every column of ``COLUMN_NAMES``),
-    pre-filtered by ``ROW_FILTER``, its halves merged the ``options.read`` way."""
+def calls_source(options: CallsOptions | None = None, keys: str = "") -> str:
+    """One complete row per call (every column of ``COLUMN_NAMES``), pre-filtered by
+    ``ROW_FILTER`` (and to the (TraceId, ClientSpanId) pairs of the ``keys`` subquery:
+    a key holds for both halves, so it filters before the merge), merged the
+    ``options.read`` way; A72 calls folded into one row each (``attempts``)."""
     options = options or CallsOptions()
     read = options.read
+    row_filter = f"{ROW_FILTER} AND (TraceId, ClientSpanId) IN ({keys})" if keys else ROW_FILTER
     # The keys of A72 rows (call span, attempts): a cheap scan of three columns that
     # lets the fold's branch read only those calls, so stores without A72 spans pay
     # next to nothing for it. Key columns are equal in both halves, so the filter is
     # safe before the halves merge.
     a72_keys = (
         "(TraceId, ClientSpanId) IN (SELECT TraceId, ClientSpanId"
-        f" FROM {options.calls} WHERE CallSpanId != '' AND {ROW_FILTER})"
+        f" FROM {options.calls} WHERE CallSpanId != '' AND {row_filter})"
     )
     if read == "final":
-        base = f"SELECT * FROM {options.calls} FINAL PREWHERE {ROW_FILTER}"
-        a72 = f"SELECT * FROM {options.calls} FINAL PREWHERE {ROW_FILTER} AND {a72_keys}"
+        base = f"SELECT * FROM {options.calls} FINAL PREWHERE {row_filter}"
+        a72 = f"SELECT * FROM {options.calls} FINAL PREWHERE {row_filter} AND {a72_keys}"
     elif read == "group_by":
         merged = ", ".join(f"max({column.name}) AS {column.name}" for column in COLUMNS)
 
@@ -220,7 +229,7 @@ def calls_source(options: CallsOptions | None = None) -> str:
                 " GROUP BY TraceId, ClientSpanId"
             )
 
-        base, a72 = grouped(ROW_FILTER), grouped(f"{ROW_FILTER} AND {a72_keys}")
+        base, a72 = grouped(row_filter), grouped(f"{row_filter} AND {a72_keys}")
     else:
         raise ValueError(f"read must be one of {READ_STRATEGIES}, not {read!r}")
     # A72 calls span several rows (call, attempts): folded into one per call.

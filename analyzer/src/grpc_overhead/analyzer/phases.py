@@ -30,7 +30,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions, rows_to_scan
+from grpc_overhead.analyzer.calls import (
+    CALL_FILTER,
+    ROLLUP_FILTER,
+    CallFilters,
+    CallsOptions,
+    rows_to_scan,
+)
 from grpc_overhead.analyzer.clock_offsets import (
     CALL_OFFSET_COLUMNS,
     CLOCK_TABLE,
@@ -242,9 +248,11 @@ def per_call_sql(
     *,
     clock: bool = True,
     columns: Sequence[str] | None = None,
+    keys: str = "",
 ) -> str:
     """The one per-call query: a row per call, each phase as ``{name}_value`` and
-    ``{name}_defined`` (ns), after ``columns``.
+    ``{name}_defined`` (ns), after ``columns`` (only the calls ``keys`` names, if
+    given: ``calls.calls_source``).
 
     ``clock=True`` estimates clock offsets (a second pass over every call) and,
     with the default ``columns``, adds the offset applied (``clock_offset_ns``,
@@ -267,7 +275,7 @@ def per_call_sql(
     default = columns is None
     if columns is None:
         columns = (*CALL_COLUMNS, "call_start_ns", *_status_columns())
-    ctes = [merged_cte(options or CallsOptions())]
+    ctes = [merged_cte(options or CallsOptions(), keys)]
     if clock:
         ctes += [OFFSET_CTES, CLOCK_TABLE]
         if default:  # given columns may select them already (``*``)
@@ -367,7 +375,7 @@ def breakdown_sql(
             f"FROM {options.qualified(options.rollup_table)}\n"
             "WHERE window_start_ns >= {settled_from_ns:Int64}"
             " AND window_start_ns < {settled_until_ns:Int64}"
-            f" AND calls > 0 AND {CALL_FILTER}",
+            f" AND calls > 0 AND {ROLLUP_FILTER}",
         )
     source = "\nUNION ALL\n".join(sources)
     merged = []

@@ -55,7 +55,7 @@ A72_ROLE = (
 )
 #: Whether a span is a gRPC span of any source (the view's WHERE clause).
 IS_GRPC_SPAN = (
-    "(((SpanAttributes['rpc.system'] = 'grpc' OR SpanAttributes['rpc.system.name'] = 'grpc')"
+    "((({selection} OR SpanAttributes['rpc.system.name'] = 'grpc')"
     " AND SpanKind IN {kinds}) OR a72_role != '')"
 )
 

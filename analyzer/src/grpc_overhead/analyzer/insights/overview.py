@@ -34,6 +34,7 @@ from grpc_overhead.analyzer.insights.rows import (
     time_span,
 )
 from grpc_overhead.analyzer.phases import QUANTILE_FUNCTION
+from grpc_overhead.analyzer.status import CALL_STATUS, with_names
 from grpc_overhead.analyzer.store.base import Store
 
 #: Both one-way network phases recorded: their sum is exact across clocks.
@@ -47,7 +48,7 @@ STATISTICS = ("mean", "p50")
 TARGET_BUCKETS = 120
 
 #: ``overview`` rows: one per level.
-ALL, METHOD, BUCKET = "all", "method", "bucket"
+ALL, METHOD, BUCKET, STATUS = "all", "method", "bucket", "status"
 
 
 def overview(
@@ -69,8 +70,9 @@ def overview(
     ``complete_{total,processing,network}_ns`` sums over them, per phase of
     ``STACKED_PHASES`` and ``total`` its ``statistic`` (mean or p50) over the
     calls with every event as ``{phase}_us``, and network (request + response
-    network) and overhead (total - processing) means and p99. Read it with
-    ``summary``, ``phases_by_method`` and ``network_over_time``.
+    network) and overhead (total - processing) means and p99; ``status`` rows count
+    the calls per (service, method, gRPC status code). Read it with ``summary``,
+    ``phases_by_method``, ``network_over_time`` and ``statuses``.
     """
     if statistic not in STATISTICS:
         raise BadInput(f"statistic must be one of {', '.join(STATISTICS)}, not {statistic!r}")
@@ -84,9 +86,9 @@ def overview(
 
     network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
     sql = (
-        "SELECT multiIf(grouping(service) = 0, 'method', grouping(bucket_ns) = 0, 'bucket',"
-        " 'all') AS level,\n"
-        "    service, method, bucket_ns, count() AS calls,\n"
+        "SELECT multiIf(grouping(status_code) = 0, 'status', grouping(service) = 0, 'method',"
+        " grouping(bucket_ns) = 0, 'bucket', 'all') AS level,\n"
+        "    service, method, bucket_ns, status_code, count() AS calls,\n"
         "    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns,\n"
         "    countIf(total_defined) AS total_calls,\n"
         f"    {QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined)"
@@ -108,8 +110,10 @@ def overview(
         "    countIf(network_overhead_defined) AS overhead_calls,\n"
         f"    avgIf({overhead}, network_overhead_defined) AS overhead_mean_us\n"
         "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
-        f" AS bucket_ns FROM ({rows_for(store, filters, options)}))\n"
-        "GROUP BY GROUPING SETS ((), (service, method), (bucket_ns))\n"
+        f" AS bucket_ns, {CALL_STATUS} AS status_code"
+        f" FROM ({rows_for(store, filters, options)}))\n"
+        "GROUP BY GROUPING SETS\n"
+        "    ((), (service, method), (bucket_ns), (service, method, status_code))\n"
         "ORDER BY level, calls DESC, service, method, bucket_ns"
     )
     frame = store.query(
@@ -278,3 +282,11 @@ def _missing_where(frame: pd.DataFrame, columns: list[str], counts: pd.Series) -
 
 def _timestamp(ns: int) -> pd.Timestamp:
     return pd.Timestamp(ns, unit="ns", tz="UTC")
+
+
+def statuses(frame: pd.DataFrame) -> pd.DataFrame:
+    """Calls per (service, method, status code) from ``overview``'s ``status`` rows
+    (``status.STATUS_COLUMNS``: the code's name, and its share of the method's calls)."""
+    rows = frame[frame["level"] == STATUS][["service", "method", "status_code", "calls"]]
+    rows = rows.sort_values(["service", "method", "calls"], ascending=[True, True, False])
+    return with_names(rows)

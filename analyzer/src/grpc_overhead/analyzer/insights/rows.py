@@ -51,7 +51,7 @@ CLIENT_ONLY = "total_defined AND NOT server_duration_defined"
 BUCKET_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
 
-def rows_sql(options: CallsOptions | None = None, clock: bool = False) -> str:
+def rows_sql(options: CallsOptions | None = None, clock: bool = False, keys: str = "") -> str:
     """One row per call matching the filters: every column of ``grpc_calls``,
     ``call_start_ns``, ``algorithm``, and per phase ``{name}_value`` (ns) and
     ``{name}_defined``: ``phases.per_call_sql`` with these columns. Parameters:
@@ -61,12 +61,14 @@ def rows_sql(options: CallsOptions | None = None, clock: bool = False) -> str:
     with ``clock`` (calls across hosts: ``needs_clock``) corrected by the offset
     estimate too.
     """
-    return per_call_sql(options, clock=clock, columns=("*", f"{ALGORITHM} AS algorithm"))
+    return per_call_sql(options, clock=clock, columns=("*", f"{ALGORITHM} AS algorithm"), keys=keys)
 
 
-def rows_for(store: Store, filters: CallFilters | None, options: CallsOptions | None = None) -> str:
+def rows_for(
+    store: Store, filters: CallFilters | None, options: CallsOptions | None = None, keys: str = ""
+) -> str:
     """``rows_sql`` for these filters: with the clock estimate only where it is needed."""
-    return rows_sql(options, clock=needs_clock(store, filters, options))
+    return rows_sql(options, clock=needs_clock(store, filters, options), keys=keys)
 
 
 def needs_clock(

@@ -9,7 +9,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer.insights import distributions, rows
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import charts, formatting, shared
 
 st.title("Phases")
 filters = shared.filters()
@@ -127,7 +127,8 @@ else:
         category_orders={"phase": list(STACKED_PHASES)},
         labels={"mean_us": "mean (µs)", "calls": ""},
     )
-    comparison.update_layout(barmode="stack", height=260)
+    comparison.update_layout(barmode="stack")
+    charts.legend_on_top(comparison, 180, title="phase")
     st.plotly_chart(comparison, width="stretch", key="phases_tail")
     st.dataframe(
         tail[["phase", "median_us", "slowest_us", "extra_us", "extra_share"]],

@@ -285,23 +285,43 @@ class StreamingCall:
 class LazyStreamingCall(StreamingCall):
     """A stream another instrumentation's client interceptor returned as a generator
     (opentelemetry-instrumentation-grpc, unary-stream): it starts the call, and its span,
-    on the first ``next()``, so that one runs with our call current (coexistence.py)."""
+    on the first ``next()``, so that one runs with our call current (coexistence.py).
 
-    __slots__ = ("_started",)
+    Their generator keeps its span current from the first ``next()`` until the stream
+    ends, and then restores the context it found: ours. So ours is left only after
+    theirs (at the stream's end, an error, or when the reader drops the stream);
+    leaving it at the first ``next()`` would let their restore make our span current
+    in the caller for good.
+    """
+
+    __slots__ = ("_started", "_tokens")
 
     def __init__(self, call: Any, record: CallRecord) -> None:
         super().__init__(call, record)
         self._started = False
+        self._tokens: tuple[object, object] | None = None
 
     def __next__(self) -> Any:
-        if self._started:
-            return super().__next__()
-        self._started = True
-        tokens = enter_client_call(self._record)
+        if not self._started:
+            self._started = True
+            self._tokens = enter_client_call(self._record)
         try:
             return super().__next__()
-        finally:
-            leave_client_call(tokens)
+        except BaseException:
+            self._leave()
+            raise
+
+    def _leave(self) -> None:
+        tokens, self._tokens = self._tokens, None
+        if tokens is not None:
+            try:
+                leave_client_call(tokens)
+            except ValueError:  # dropped in another context (garbage collection)
+                pass
+
+    def __del__(self) -> None:
+        super().__del__()
+        self._leave()
 
 
 def instrument_channel(
