@@ -19,7 +19,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError, StoreUnavailable
-from grpc_overhead.analyzer.insights import catalog
+from grpc_overhead.analyzer.insights import catalog, sources
 from grpc_overhead.app import runtime
 
 #: Seconds an analyzer answer is reused. Under the 5 s freshness target.
@@ -337,6 +337,20 @@ SEND_DATA = (
     "(or any OTLP/gRPC SDK exporter) at the intake address `grpc-overhead serve` prints "
     '(see the README\'s "Instrument your own service").'
 )
+
+
+def note_unavailable_phases(filters: CallFilters) -> None:
+    """Say which phases the selected calls cannot have because of who traced them: gRPC's
+    own tracing (A72), semconv message events and plain spans record fewer moments than
+    our instrumentation. Silent when every call is ours on both sides."""
+    missing = sources.unavailable_phases(load(sources.source_mix, filters))
+    for row in missing.itertuples(index=False):
+        st.info(
+            f"{row.calls:,} calls here are traced by {row.client_source} (client) and "
+            f"{row.server_source} (server): their events do not mark the moments of "
+            f"{row.unavailable_phases}, so those phases are empty for them (the call "
+            "explorer says why, phase by phase)."
+        )
 
 
 def require_calls(filters: CallFilters) -> None:

@@ -14,6 +14,7 @@ from grpc_overhead.app import charts, formatting, shared
 st.title("Overview")
 filters = shared.filters()
 shared.require_calls(filters)
+shared.note_unavailable_phases(filters)
 
 statistic = st.session_state.get("overview_statistic", "mean")
 answer = shared.load(overview.overview, filters, statistic)

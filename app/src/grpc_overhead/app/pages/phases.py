@@ -14,6 +14,7 @@ from grpc_overhead.app import charts, formatting, shared
 st.title("Phases")
 filters = shared.filters()
 shared.require_calls(filters)
+shared.note_unavailable_phases(filters)
 
 quantiles = shared.load(distributions.phase_quantiles, filters)
 sides = shared.load(rows.sides, filters).iloc[0]
