@@ -60,7 +60,6 @@ from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
 from grpc_overhead.analyzer.options import ROLLUP_FILTER as ROLLUP_FILTER
 from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
 from grpc_overhead.analyzer.options import ROW_START_INDEX as ROW_START_INDEX
-from grpc_overhead.analyzer.options import SPAN_SELECTION as SPAN_SELECTION
 from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
 from grpc_overhead.analyzer.options import CallFilters as CallFilters
 from grpc_overhead.analyzer.options import CallsOptions as CallsOptions

@@ -90,12 +90,6 @@ class CallsOptions:
 
 INT64_MAX = (1 << 63) - 1
 
-#: Which spans are calls: gRPC's, and the REST baseline's (HTTP spans from OpenTelemetry's
-#: own instrumentations that our REST client and server mark, ``prediction.rest``).
-SPAN_SELECTION = (
-    "(SpanAttributes['rpc.system'] = 'grpc' OR SpanAttributes['grpc_overhead.transport'] = 'rest')"
-)
-
 #: How a read merges the halves that background merges have not combined yet.
 #: "final": ``SELECT ... FROM grpc_calls FINAL`` (the engine merges while
 #: reading, by sorting key, streaming, and skips the merge for parts that

@@ -55,7 +55,8 @@ A72_ROLE = (
 )
 #: Whether a span is a gRPC span of any source (the view's WHERE clause).
 IS_GRPC_SPAN = (
-    "((({selection} OR SpanAttributes['rpc.system.name'] = 'grpc')"
+    "(((SpanAttributes['rpc.system'] = 'grpc' OR SpanAttributes['rpc.system.name'] = 'grpc'"
+    " OR SpanAttributes['grpc_overhead.transport'] = 'rest')"  # the REST baseline (issue 14)
     " AND SpanKind IN {kinds}) OR a72_role != '')"
 )
 
