@@ -16,9 +16,8 @@ into one complete row, with no JOIN, in real time, on chDB and on a cluster
 alike. ``max`` is also idempotent, so inserting the same span twice (a
 collector retry, a backfill run while the view is live) changes nothing.
 
-Until a background merge has run, the two halves may sit in different parts,
-so every read aggregates again (``calls_source``: ``FINAL``; ``READ_STRATEGIES``
-says why not ``GROUP BY``).
+Until a background merge has run, the halves may sit in different parts, so
+every read merges again (``calls_source``: ``FINAL``, ``READ_STRATEGIES``).
 
 There is deliberately no ``PARTITION BY``: a partition key is computed per
 row, and the server half's timestamps differ from the client half's, so a
@@ -113,7 +112,7 @@ def extract_select_sql(options: CallsOptions) -> str:
         + ",\n".join(outputs)
         + f"\nFROM {options.traces}\n"
         + "WHERE "
-        + src.IS_GRPC_SPAN.format(selection=SPAN_SELECTION, kinds=repr(CLIENT_KINDS + SERVER_KINDS))
+        + src.IS_GRPC_SPAN.format(kinds=repr(CLIENT_KINDS + SERVER_KINDS))
         + "\n  AND TraceId != ''\n"
         + f"  AND {SKIP_FOLDED}"
     )
@@ -203,7 +202,7 @@ def calls_source(options: CallsOptions | None = None, keys: str = "") -> str:
     """One complete row per call (every column of ``COLUMN_NAMES``), pre-filtered by
     ``ROW_FILTER`` (and to the (TraceId, ClientSpanId) pairs of the ``keys`` subquery:
     a key holds for both halves, so it filters before the merge), merged the
-    ``options.read`` way; A72 calls folded into one row each (``attempts``)."""
+    ``options.read`` way."""
     options = options or CallsOptions()
     read = options.read
     row_filter = f"{ROW_FILTER} AND (TraceId, ClientSpanId) IN ({keys})" if keys else ROW_FILTER
