@@ -290,7 +290,6 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 KEY = ("TraceId", "ClientSpanId")
-
 COLUMN_NAMES: tuple[str, ...] = (*KEY, *(column.name for column in COLUMNS))
 
 
@@ -423,12 +422,9 @@ def backfill_calls(store: Store, options: CallsOptions | None = None) -> None:
 
 
 def calls_source(options: CallsOptions | None = None, keys: str = "") -> str:
-    """One complete row per call (every column of ``COLUMN_NAMES``), pre-filtered by
-    ``ROW_FILTER`` (and to the (TraceId, ClientSpanId) pairs of the ``keys`` subquery:
-    a key holds for both halves, so it filters before the merge), merged the
-    ``options.read`` way."""
-    options = options or CallsOptions()
-    read = options.read
+    """One row per call, pre-filtered by ``ROW_FILTER`` (and to the key pairs ``keys``
+    selects: a key holds for both halves, so before the merge), merged as ``options.read``."""
+    options, read = options or CallsOptions(), (options or CallsOptions()).read
     row_filter = f"{ROW_FILTER} AND (TraceId, ClientSpanId) IN ({keys})" if keys else ROW_FILTER
     if read == "final":
         return f"SELECT * FROM {options.calls} FINAL PREWHERE {row_filter}"
