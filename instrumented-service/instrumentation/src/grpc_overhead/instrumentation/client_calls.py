@@ -9,7 +9,7 @@ the call's record (creating one costs about as much as an interceptor hop).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from opentelemetry import context as otel_context
@@ -101,6 +101,36 @@ def bind_serializers(
         return payload
 
     def deserialize(payload: bytes) -> Any:
+        started = now()
+        try:
+            return deserializer(payload) if deserializer is not None else payload
+        finally:
+            record.received(started, now(), len(payload))
+
+    return serialize, deserialize
+
+
+class _Slot(Protocol):
+    record: CallRecord | None
+
+
+def bind_slot_serializers(
+    slot: _Slot,
+    serializer: Callable[[Any], bytes] | None,
+    deserializer: Callable[[bytes], Any] | None,
+) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
+    """``bind_serializers`` for a call whose record is in ``slot`` while it runs (a blocking
+    unary call: both run on the calling thread), so they are made once, not per call."""
+
+    def serialize(message: Any) -> bytes:
+        record = slot.record
+        started = now()
+        payload = serializer(message) if serializer is not None else message
+        record.outbound(started, now(), payload)
+        return payload
+
+    def deserialize(payload: bytes) -> Any:
+        record = slot.record
         started = now()
         try:
             return deserializer(payload) if deserializer is not None else payload
