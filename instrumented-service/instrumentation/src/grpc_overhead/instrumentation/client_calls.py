@@ -15,6 +15,7 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 from grpc_overhead.instrumentation.annotations import CALL_ATTRIBUTES
 from grpc_overhead.instrumentation.clock import now, wall_offset_ns
@@ -30,8 +31,8 @@ from grpc_overhead.instrumentation.vocabulary import (
     TRACEPARENT_HEADER,
 )
 
-_get_current_span = trace.get_current_span
-_get_value = otel_context.get_value
+_get_current = otel_context.get_current
+_Span = trace.Span
 Metadata = tuple[tuple[str, str | bytes], ...]
 #: gRPC core caps deadlines at 27,000 hours; longer timeouts are sent as that.
 _LONGEST_TIMEOUT_S = 27_000 * 3600
@@ -52,10 +53,12 @@ def start_client_call(
     server's, it times the server's dispatch wait (spans.deadline_budget).
     """
     started = now()
-    if _get_value(_SUPPRESS_INSTRUMENTATION_KEY):  # an exporter's own calls
+    current = _get_current()  # one context lookup for both keys
+    if current.get(_SUPPRESS_INSTRUMENTATION_KEY):  # an exporter's own calls
         return None, metadata
-    parent = _get_current_span().get_span_context()
-    if parent.is_valid:
+    span = current.get(_SPAN_KEY)  # what trace.get_current_span reads
+    parent = span.get_span_context() if span is not None and isinstance(span, _Span) else None
+    if parent is not None and parent.is_valid:
         trace_id, parent_span_id = parent.trace_id, parent.span_id
         parent_sampled: bool | None = parent.trace_flags.sampled
     else:
@@ -77,7 +80,7 @@ def start_client_call(
     record = CallRecord(
         recorder, True, method, call_type, trace_id, span_id, parent_span_id, started
     )
-    record.event(REQUEST_CREATED, started)
+    record.events.append((REQUEST_CREATED, started, 0, -1, None))  # record.event, inlined
     record.peer = target
     if timeout is not None and 0 < timeout < _LONGEST_TIMEOUT_S:
         record.deadline = started + int(timeout * 1_000_000_000)
