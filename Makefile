@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 COLLECTOR := collector/dist/otelcol-grpc-overhead
 TOXIPROXY := tools/bin/toxiproxy-server
 JAEGER := tools/bin/jaeger
+GRPC_GO_PEER := tools/bin/grpc-go-peer
+GRPC_JAVA_PEER := tools/grpc-java-peer/grpc-java-peer.jar
 PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
 INSTRUMENTATION := instrumented-service/instrumentation
 
-.PHONY: setup system-packages collector toxiproxy jaeger protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -42,19 +44,36 @@ jaeger: $(JAEGER)
 $(JAEGER): scripts/build-jaeger.sh
 	nice -n 10 bash scripts/build-jaeger.sh
 
+# A user's venv (grpc-overhead-instrumentation as a built wheel + the OpenTelemetry packages
+# users have) for the coexistence tests: build/user-venv/KEY, KEY a hash of what it is built from.
+user-venv: setup
+	$(PYTHON) -m harness.user_venv
+
+grpc-go-peer: $(GRPC_GO_PEER)
+
+# A real grpc-go client/server with gRPC's own OpenTelemetry tracing (gRFC A72) or otelgrpc.
+$(GRPC_GO_PEER): scripts/build-grpc-go-peer.sh $(wildcard peers/grpc-go/*.go) peers/grpc-go/go.mod peers/grpc-go/go.sum
+	bash scripts/build-grpc-go-peer.sh
+
+grpc-java-peer: system-packages $(GRPC_JAVA_PEER)
+
+# A real grpc-java client/server with grpc-opentelemetry tracing (gRFC A72), built by Maven.
+$(GRPC_JAVA_PEER): scripts/build-grpc-java-peer.sh peers/grpc-java/pom.xml $(shell find peers/grpc-java/src -name '*.java')
+	bash scripts/build-grpc-java-peer.sh
+
 protos: setup
 	$(PYTHON) -m grpc_overhead.prediction.protos.generate
 
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector toxiproxy jaeger
+test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer
 	$(VENV)/bin/pytest
 
 test-fast: setup
 	$(VENV)/bin/pytest -m unit
 
-bench: setup system-packages collector toxiproxy
+bench: setup system-packages collector toxiproxy grpc-go-peer grpc-java-peer
 	$(PYTHON) -m bench.run
 
 lint: setup

@@ -20,6 +20,11 @@ is the navigation until Streamlit's script run is over and every plotly chart ha
   do for a user. The explorer is reached without a trace id this way (its table, no
   waterfall).
 
+Before and after. ``--before PYTHON`` names the interpreter of another checkout (main's
+virtualenv): its app and this checkout's then serve the same store in turn, app start by app
+start (``--rounds``), so both code paths meet the same machine load, and the table puts
+their medians side by side. ``make bench`` measures this checkout alone.
+
 Freshness. ``grpc-overhead serve`` (intake + store + app), the collector with the embedded
 config (when built; else straight to the intake), one prediction service. Per probe, the
 load generator makes one call with its own run id while the browser shows the Overview
@@ -35,7 +40,7 @@ Results: bench/results/app.json and app.md.
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import shutil
 import subprocess
 import sys
@@ -48,13 +53,14 @@ from urllib.parse import urlparse
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from bench.analysis import generate
-from bench.common import log, machine_info, markdown_table, median, percentile, publish
+from bench.app_freshness import freshness
+from bench.common import log, machine_info, markdown_table, median, publish
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.app import shared
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env
-from harness.browser import PAGES, chromium, open_page, start_app, start_serve, wait_loaded
+from grpc_overhead.cli.processes import offline_env
+from harness.browser import PAGES, chromium, open_page, start_app, wait_loaded
 
 PAGE_TARGET_S = 2.0
 FRESHNESS_TARGET_S = 5.0
@@ -113,169 +119,95 @@ def switch_to(page: Any, path: str, title: str, timeout_s: float = 120.0) -> flo
     return time.perf_counter() - started
 
 
-def page_loads(store: Path, trace: str, starts: int, repeats: int) -> dict[str, Any]:
-    """Load every page: cold once per app start, then (first start only) ``repeats`` times
-    a full load after the cache lifetime, and a switch to it from the previous page."""
+#: The code paths a run compares: "before" (another checkout, ``--before PYTHON``: main's
+#: virtualenv) and "after" (this checkout), each in its own app process on the same store.
+CODE_PATHS = ("before", "after")
+#: The 1-minute load average after each round of loads (the machine is shared).
+LOAD_SAMPLES: list[float] = []
+#: Where main's app (before issue 13) serves a page, where it differs: Overview at "/" only.
+BEFORE_PATHS = {"overview": ""}
+
+
+def page_loads(
+    store: Path, trace: str, rounds: int, repeats: int, pythons: dict[str, str]
+) -> dict[str, Any]:
+    """Per code path (``pythons``: name -> interpreter), interleaved in ``rounds``: an app
+    start, every page cold, then ``repeats`` times a full load after the cache lifetime
+    and a switch to it from the previous page."""
     suffix = {"explorer": f"?trace={trace}"}
-    kinds: dict[str, dict[str, list[float]]] = {
-        kind: {path: [] for path, _ in PAGES} for kind in KINDS
+    kinds: dict[str, dict[str, dict[str, list[float]]]] = {
+        name: {kind: {path: [] for path, _ in PAGES} for kind in KINDS} for name in pythons
     }
-    app_start_s: list[float] = []
-    for start in range(starts):
-        started = time.perf_counter()
-        app = start_app(store, offline_env())
-        app_start_s.append(time.perf_counter() - started)
-        log(f"app started in {app_start_s[-1]:.1f} s ({app.url})")
-        try:
-            with chromium() as browser:
-                page = browser.new_page()
-                for path, _ in PAGES:
-                    seconds = open_page(page, f"{app.url}/{path}{suffix.get(path, '')}", 120)
-                    kinds["cold"][path].append(seconds)
-                    log(f"  cold {TITLES[path]}: {seconds:.2f} s")
-                if start > 0:
-                    continue
-                for repeat in range(repeats):
-                    for index, (path, _title) in enumerate(PAGES):
-                        time.sleep(shared.TTL_S + 0.5)
-                        # A range starting at a different instant before any call: the same
-                        # calls, but a new cache key, so every query of the page runs again.
-                        since = f"range=custom&since=2000-01-01T00:{repeat:02d}:{index:02d}"
-                        query = suffix.get(path, "")
-                        url = f"{app.url}/{path}{query + '&' if query else '?'}{since}"
-                        kinds["load"][path].append(open_page(page, url, 120))
-                        time.sleep(shared.TTL_S + 0.5)
-                        after, after_title = PAGES[(index + 1) % len(PAGES)]
-                        kinds["switch"][after].append(switch_to(page, after, after_title))
-                    log("  " + ", ".join(
-                        f"{TITLES[p]} {kinds['load'][p][-1]:.2f}/{kinds['switch'][p][-1]:.2f}"
-                        for p, _ in PAGES
-                    ))  # fmt: skip
-        finally:
-            app.stop()
+    app_start_s: dict[str, list[float]] = {name: [] for name in pythons}
+    for _round_index in range(rounds):
+        for name, python in pythons.items():
+            started = time.perf_counter()
+            app = start_app(store, offline_env(), python=python)
+            app_start_s[name].append(time.perf_counter() - started)
+            log(f"{name}: app started in {app_start_s[name][-1]:.1f} s ({app.url})")
+            try:
+                where = BEFORE_PATHS if name == "before" else {}
+                _load_pages(app.url, suffix, repeats, kinds[name], name, where)
+            finally:
+                app.stop()
     return {
-        "app_start_s": [round(value, 2) for value in app_start_s],
+        "code_paths": {name: python for name, python in pythons.items()},
+        "app_start_s": {
+            name: [round(v, 2) for v in values] for name, values in app_start_s.items()
+        },
         "pages": [
             {
                 "page": TITLES[path],
                 "path": f"/{path}",
-                **{f"{kind}_median_s": _round(median(kinds[kind][path])) for kind in KINDS},
-                **{f"{kind}_s": [round(v, 3) for v in kinds[kind][path]] for kind in KINDS},
+                **{
+                    f"{name}_{kind}_median_s": _round(median(kinds[name][kind][path]))
+                    for name in pythons
+                    for kind in KINDS
+                },
+                **{
+                    f"{name}_{kind}_s": [round(v, 3) for v in kinds[name][kind][path]]
+                    for name in pythons
+                    for kind in KINDS
+                },
             }
             for path, _ in PAGES
         ],
     }
 
 
+def _load_pages(
+    url: str, suffix: dict[str, str], repeats: int, kinds: dict[str, dict[str, list[float]]],
+    name: str, where: dict[str, str],
+) -> None:  # fmt: skip
+    with chromium() as browser:
+        page = browser.new_page()
+        for path, _ in PAGES:
+            at = where.get(path, path)
+            seconds = open_page(page, f"{url}/{at}{suffix.get(path, '')}", 120)
+            kinds["cold"][path].append(seconds)
+            log(f"  {name} cold {TITLES[path]}: {seconds:.2f} s")
+        for repeat in range(repeats):
+            for index, (path, _title) in enumerate(PAGES):
+                time.sleep(shared.TTL_S + 0.5)
+                # A range starting at a different instant before any call: the same
+                # calls, but a new cache key, so every query of the page runs again.
+                since = f"range=custom&since=2000-01-01T00:{repeat:02d}:{index:02d}"
+                query = suffix.get(path, "")
+                target = f"{url}/{where.get(path, path)}{query + '&' if query else '?'}{since}"
+                kinds["load"][path].append(open_page(page, target, 120))
+                time.sleep(shared.TTL_S + 0.5)
+                after, after_title = PAGES[(index + 1) % len(PAGES)]
+                switched = switch_to(page, where.get(after, after), after_title)
+                kinds["switch"][after].append(switched)
+            LOAD_SAMPLES.append(round(os.getloadavg()[0], 1))
+            log(f"  {name} " + ", ".join(
+                f"{TITLES[p]} {kinds['load'][p][-1]:.2f}/{kinds['switch'][p][-1]:.2f}"
+                for p, _ in PAGES
+            ))  # fmt: skip
+
+
 def _round(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
-
-
-# -- freshness ------------------------------------------------------------------------------------
-
-
-def _calls_shown(page: Any) -> int:
-    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Calls").first
-    if metric.count() == 0:
-        return 0
-    return int(metric.locator('[data-testid="stMetricValue"]').inner_text().replace(",", ""))
-
-
-def _collector(intake_port: int) -> Any:
-    from grpc_overhead.collector.runner import CollectorError, CollectorProcess
-
-    collector = CollectorProcess(
-        "embedded",
-        otlp_port=free_port(),
-        intake=f"127.0.0.1:{intake_port}",
-        health_port=free_port(),
-    )
-    try:
-        return collector.start()
-    except CollectorError as error:
-        log(f"no collector ({error}); spans go straight to the intake")
-        return None
-
-
-def freshness(probes: int, timeout_s: float = 60.0) -> dict[str, Any]:
-    directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-fresh-"))
-    intake_port = free_port()
-    shown_at: dict[str, tuple[str, int]] = {}
-    serve = start_serve(directory / "store", intake_port, offline_env())
-    collector = None
-    try:
-        collector = _collector(intake_port)
-        endpoint = (
-            f"http://{collector.otlp_endpoint}" if collector else f"http://127.0.0.1:{intake_port}"
-        )
-        env = offline_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_SERVICE_NAME="predictor")
-        with ServiceProcess(["--workers", "2"], env=env) as service, chromium() as browser:
-            page = browser.new_page()
-            for probe in range(probes):
-                mode = "reload" if probe % 2 == 0 else "auto-refresh"
-                run = f"fresh-{probe}"
-                url = f"{serve.url}/?run={run}"
-                open_page(page, url)
-                load = subprocess.Popen(
-                    [sys.executable, "-m", "grpc_overhead", "load", "--quiet", "--target",
-                     service.target, "--calls", "1", "--concurrency", "1", "--run-id", run],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                    env=offline_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-                                    OTEL_SERVICE_NAME="loadgen"),
-                )  # fmt: skip
-                deadline = time.monotonic() + timeout_s
-                while time.monotonic() < deadline:
-                    if mode == "reload":
-                        open_page(page, url)
-                    else:
-                        page.wait_for_timeout(50)
-                    if _calls_shown(page) >= 1:
-                        shown_at[run] = (mode, time.time_ns())
-                        break
-                load.wait(60)
-                log(f"  probe {run} ({mode}): {'shown' if run in shown_at else 'NOT shown'}")
-    finally:
-        if collector is not None:
-            collector.stop()
-        serve.stop()
-    ends = _client_ends(directory / "store")
-    shutil.rmtree(directory, ignore_errors=True)
-    by_mode: dict[str, list[float]] = {"reload": [], "auto-refresh": []}
-    missing = 0
-    for probe in range(probes):
-        run = f"fresh-{probe}"
-        if run not in shown_at or run not in ends:
-            missing += 1
-            continue
-        mode, shown = shown_at[run]
-        by_mode[mode].append((shown - ends[run]) / 1e9)
-    return {
-        "probes": probes,
-        "through_collector": collector is not None,
-        "not_shown_within_s": {"count": missing, "timeout_s": timeout_s},
-        "modes": {
-            mode: {
-                "median_s": _round(median(values)),
-                "p90_s": _round(percentile(values, 90)),
-                "max_s": _round(max(values) if values else None),
-                "samples_s": [round(value, 3) for value in values],
-            }
-            for mode, values in by_mode.items()
-        },
-    }
-
-
-def _client_ends(store: Path) -> dict[str, int]:
-    """run id -> the client span end (unix ns) of its call, read after serve stopped."""
-    done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store), "--format", "json",
-         "SELECT run_id, max(client_end_ns) AS end_ns FROM grpc_calls "
-         "WHERE run_id LIKE 'fresh-%' GROUP BY run_id"],
-        capture_output=True, text=True, timeout=120, env=offline_env(),
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"reading the freshness store failed: {done.stderr}")
-    return {row["run_id"]: int(row["end_ns"]) for row in json.loads(done.stdout)}
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -297,28 +229,35 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Page loads with {results['calls']:,} calls in the store (chDB), real browser; "
         f"median seconds from navigation until the script run is over and every chart is "
-        f"drawn. cold: first load per app start ({len(loads['app_start_s'])} starts); "
+        f"drawn. cold: first load per app start ({results['rounds']} starts per code path); "
         "load: full load (new session) with a time range not used before, so every query "
         "runs again; "
         f"switch: click in the sidebar from the previous page, answers from the app's "
-        f"{results['static_ttl_s']:g} s cache ({results['repeats']} each). "
-        f"Target < {PAGE_TARGET_S:g} s.",
+        f"{results['static_ttl_s']:g} s cache ({results['repeats'] * results['rounds']} "
+        f"each). Target < {PAGE_TARGET_S:g} s. "
+        + _paths_sentence(loads["code_paths"], results["load_average_1m"]),
         "",
     ]
-    rows = [
-        [
-            page["page"],
-            page["cold_median_s"],
-            page["load_median_s"],
-            page["switch_median_s"],
-            _verdict(page["load_median_s"], PAGE_TARGET_S),
-        ]
-        for page in loads["pages"]
-    ]
-    lines.append(markdown_table(["page", "cold s", "load s", "switch s", "target (load)"], rows))
+    names = list(loads["code_paths"])
+    headers = ["page"]
+    for kind in ("load", "cold", "switch"):
+        headers += [f"{kind} s ({name})" for name in names]
+    headers.append("target (load, after)")
+    rows = []
+    for page in loads["pages"]:
+        row = [page["page"]]
+        for kind in ("load", "cold", "switch"):
+            row += [page[f"{name}_{kind}_median_s"] for name in names]
+        row.append(_verdict(page[f"{names[-1]}_load_median_s"], PAGE_TARGET_S))
+        rows.append(row)
+    lines.append(markdown_table(headers, rows))
     lines.append(
-        f"App start on that store (open, roll up, serve): "
-        f"{', '.join(f'{s:g}' for s in loads['app_start_s'])} s."
+        "App start on that store (open, roll up, serve): "
+        + "; ".join(
+            f"{name} {', '.join(f'{s:g}' for s in values)} s"
+            for name, values in loads["app_start_s"].items()
+        )
+        + "."
     )
     fresh = results["freshness"]
     path = "load generator -> collector -> intake" if fresh["through_collector"] else "intake"
@@ -351,6 +290,17 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _paths_sentence(paths: dict[str, str], load: list[float]) -> str:
+    if len(paths) == 1 or not load:
+        return ""
+    return (
+        f"before: {paths['before']} (main's code, the Overview at /); after: this checkout; "
+        "each in its own app process on the same store, interleaved in rounds. 1-minute "
+        f"load average during the run: {min(load):.1f} to {max(load):.1f} on "
+        f"{os.cpu_count()} CPUs (a shared machine: compare the columns, not the absolutes)."
+    )
+
+
 def _chromium_version() -> str:
     try:
         done = subprocess.run(
@@ -364,20 +314,33 @@ def _chromium_version() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.app", description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=CALLS)
-    parser.add_argument("--starts", type=int, default=3, help="app starts (cold loads)")
-    parser.add_argument("--repeats", type=int, default=5, help="loads and switches per page")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="app starts per code path (cold loads), interleaved"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="loads and switches per page per app start"
+    )
+    parser.add_argument(
+        "--before",
+        metavar="PYTHON",
+        help="the interpreter of another checkout to compare with, side by side in this run "
+        "(e.g. main's .venv/bin/python); without it only this checkout is measured",
+    )
     parser.add_argument("--probes", type=int, default=10, help="freshness probes")
     parser.add_argument(
         "--quick", action="store_true", help="100k calls, 1 start, 1 repeat, 4 probes; printed"
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.calls, args.starts, args.repeats, args.probes = 100_000, 1, 1, 4
+        args.calls, args.rounds, args.repeats, args.probes = 100_000, 1, 1, 4
+    pythons = {"after": sys.executable}
+    if args.before:
+        pythons = {"before": args.before, **pythons}
     directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-app-"))
     try:
         log(f"generating {args.calls:,} calls")
         trace = seed(directory / "store", args.calls)
-        loads = page_loads(directory / "store", trace, args.starts, args.repeats)
+        loads = page_loads(directory / "store", trace, args.rounds, args.repeats, pythons)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     log("freshness")
@@ -388,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         "ttl_s": shared.TTL_S,
         "static_ttl_s": shared.STATIC_TTL_S,
         "repeats": args.repeats,
+        "rounds": args.rounds,
+        "load_average_1m": LOAD_SAMPLES,
         "page_target_s": PAGE_TARGET_S,
         "freshness_target_s": FRESHNESS_TARGET_S,
         "page_loads": loads,

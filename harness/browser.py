@@ -37,14 +37,15 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-#: (url path, title) of every page, as app/main.py names them; the default page is at "/".
+#: (url path, title) of every page, as app/main.py names them; "/" leads to the first.
 PAGES: tuple[tuple[str, str], ...] = (
-    ("", "Overview"),
+    ("overview", "Overview"),
     ("phases", "Phases"),
     ("payload", "Payload & compression"),
     ("instances", "Instances"),
     ("explorer", "Call explorer"),
     ("clock-offsets", "Clock offsets"),
+    ("experiments", "Experiments"),
     ("sql", "SQL"),
 )
 EXCEPTION = '[data-testid="stException"]'
@@ -156,15 +157,17 @@ def start_command(
     timeout_s: float = 120.0,
     *,
     ready: str = r"^app: (http\S+)$",
+    python: str = sys.executable,
 ) -> RunningApp:
     """Run ``grpc-overhead ARGS`` and wait for its ``app: URL`` line (or the line ``ready``
     matches: its group 1 is the URL; stdout and stderr are read by a thread, so the
-    child never blocks on a full pipe)."""
+    child never blocks on a full pipe). ``python``: the interpreter (and so the
+    checkout) to run it with, e.g. another branch's virtualenv."""
     import queue
     import threading
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "grpc_overhead", *args],
+        [python, "-m", "grpc_overhead", *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=env,
     )  # fmt: skip
@@ -195,9 +198,10 @@ def start_command(
             return RunningApp(process, found.group(1), output)
 
 
-def start_app(store: Path, env: dict[str, str]) -> RunningApp:
+def start_app(store: Path, env: dict[str, str], python: str = sys.executable) -> RunningApp:
     """``grpc-overhead app --store STORE --port 0 --no-browser``."""
-    return start_command(["app", "--store", str(store), "--port", "0", "--no-browser"], env)
+    args = ["app", "--store", str(store), "--port", "0", "--no-browser"]
+    return start_command(args, env, python=python)
 
 
 def start_serve(store: Path, otlp_port: int, env: dict[str, str]) -> RunningApp:

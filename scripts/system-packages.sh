@@ -2,6 +2,7 @@
 # Installs the Debian packages the tests and the demo use, only where missing.
 # chromium: the browser tests (tests/app/test_browser.py) and bench/app.py drive Debian's
 # Chromium through Playwright, whose own browser download cannot work offline.
+# default-jdk-headless + maven: the grpc-java peer (scripts/build-grpc-java-peer.sh).
 # Runs unattended (CI has no stdin); without root it says what to install instead.
 set -euo pipefail
 
@@ -12,6 +13,8 @@ needed=(
   "tc iproute2"
   "chromium chromium"
   "curl curl"
+  "javac default-jdk-headless"
+  "mvn maven"
 )
 missing=()
 for pair in "${needed[@]}"; do

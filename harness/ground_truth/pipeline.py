@@ -27,6 +27,7 @@ from grpc_overhead.cli.processes import (
     run_load,
     stop_process,
 )
+from grpc_overhead.collector.runner import CollectorProcess
 
 SKEWED_HOST = "skewed-host"
 
@@ -53,6 +54,24 @@ class ServeProcess:
 
     def stop(self) -> None:
         stop_process(self.process)
+
+
+@contextmanager
+def through_collector(store: Path) -> Iterator[int]:
+    """``serve`` on ``store`` behind the real embedded collector; yields the collector's OTLP
+    port. Leaving stops the collector first (SIGTERM: it flushes to the intake), then serve."""
+    intake_port, collector_port = free_port(), free_port()
+    serve = ServeProcess(store, intake_port)
+    try:
+        with CollectorProcess(
+            "embedded",
+            otlp_port=collector_port,
+            intake=f"127.0.0.1:{intake_port}",
+            health_port=free_port(),
+        ):
+            yield collector_port
+    finally:
+        serve.stop()
 
 
 def report(store: Path, *extra: str) -> dict:

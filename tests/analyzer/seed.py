@@ -120,6 +120,7 @@ class Span:
     events: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
     status: str = "Unset"
     name: str = "predict.Predictor/Predict"
+    scope: str = "grpc_overhead"
 
     def row(self) -> list[Any]:
         duration = (self.end - self.start) & ((1 << 64) - 1)  # the exporter's uint64 wrap
@@ -133,7 +134,7 @@ class Span:
             self.kind,
             self.service_name,
             self.resource,
-            "grpc_overhead",
+            self.scope,
             "0.1.0",
             self.attributes,
             duration,

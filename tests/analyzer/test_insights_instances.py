@@ -103,3 +103,60 @@ def test_nothing_matches_gives_empty_frames(store):
     load = instances.instance_load(store, CallFilters(method="Nope"))
     assert instances.summary(load).empty and instances.timeline(load).empty
     assert math.isnan(instances.imbalance(load))
+
+
+def _together(store, spans) -> object:
+    seed.insert_spans(store, spans)
+    return instances.concurrent(instances.instance_load(store))
+
+
+@pytest.mark.e2e
+def test_uneven_load_among_instances_serving_together(store):
+    """20 s, one call per second on s-1 and every third second on s-2 too."""
+    spans = []
+    for index in range(20):
+        spans += call(seed.BASE_NS + index * SECOND, "s-1")
+        if index % 3 == 0:
+            spans += call(seed.BASE_NS + index * SECOND + 100 * MS, "s-2")
+    together = _together(store, spans)
+    assert len(together) == 1
+    row = together.iloc[0]
+    assert row["server_service"] == "prediction-service"
+    assert row["dialled"] == "10.0.0.2:50051"
+    assert row["instances"] == 2 and row["busiest"] == "s-1"
+    # s-2 serves from 0 s to 18.1 s (1 s buckets): 19 shared buckets, in which s-1 has
+    # 19 calls and s-2 its 7: 19 against a mean of 13.
+    assert row["shared_buckets"] == 19 and row["calls"] == 26
+    assert row["imbalance"] == pytest.approx(19 / 13)
+    assert row["busiest_share"] == pytest.approx(19 / 26)
+
+
+@pytest.mark.e2e
+def test_instances_one_after_another_are_not_compared(store):
+    """s-1 serves 0-19 s, then s-2 takes over for 20-39 s: a hand-over, not an imbalance,
+    even though the whole-range ratio says 1.6 (40 calls against a mean of 25)."""
+    spans = []
+    for index in range(20):
+        spans += call(seed.BASE_NS + index * SECOND, "s-1")
+        spans += call(seed.BASE_NS + index * SECOND + 200 * MS, "s-1")
+    for index in range(20, 30):
+        spans += call(seed.BASE_NS + index * SECOND, "s-2")
+    together = _together(store, spans)
+    assert together.empty
+    assert instances.imbalance(instances.instance_load(store)) == pytest.approx(40 / 25)
+
+
+@pytest.mark.e2e
+def test_a_client_that_dialled_one_instance_chose_it(store):
+    """Two instances at the same time, but each reached through its own address (a
+    scenario aimed at s-1, another at s-2, with different rates): no balancing to judge."""
+    spans = []
+    for index in range(20):
+        for instance, count in (("s-1", 3), ("s-2", 1)):
+            for repeat in range(count):
+                client, server = call(seed.BASE_NS + index * SECOND + repeat * 10 * MS, instance)
+                client.attributes["server.address"] = f"{instance}.internal"
+                spans += [client, server]
+    together = _together(store, spans)
+    assert together.empty
+    assert instances.imbalance(instances.instance_load(store)) == pytest.approx(1.5)

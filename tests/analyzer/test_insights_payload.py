@@ -123,3 +123,61 @@ def test_sample_is_bounded_and_stable(store):
 def test_nothing_matches(store):
     frame = payload.by_algorithm(store, CallFilters(run_id="nope"))
     assert payload.costs(frame).empty and payload.algorithms(frame).empty
+
+
+@pytest.mark.parametrize(
+    ("slope", "r2", "calls", "finding", "said"),
+    [
+        (400.0, 0.99, 12, True, "400 µs per MB (R² 0.99)"),
+        (2_500.0, 0.7, 12, True, "2.5 ms per MB (R² 0.70)"),
+        (-57.2, 0.01, 900, False, "no size effect measurable: R² 0.01"),
+        (57.2, 0.49, 900, False, "no size effect measurable: R² 0.49"),
+        (-935_624_612.7, 0.8, 900, False, "larger payloads were faster (R² 0.80)"),
+        (math.nan, math.nan, 3, False, "one payload size only"),
+        (0.0, math.nan, 3, False, "no size effect: the phase did not change with size"),
+    ],
+)
+def test_verdict_headlines_only_real_costs(slope, r2, calls, finding, said):
+    is_finding, text = payload.verdict(slope, r2, calls)
+    assert is_finding is finding
+    assert text.startswith(said)
+
+
+def test_fits_per_method_and_run_not_across_them(store):
+    """Lookup: small requests (10-40 kB) on a slow run; Predict: large ones (0.4-1 MB) on a
+    fast one. Each costs 1,000 µs/MB of request_network, but fitted together the large
+    calls are the fast ones: a negative slope that is no cost."""
+    spans = []
+    for index in range(8):
+        small = index < 4
+        size = (10_000 + index * 10_000) if small else 100_000 * (index)
+        truth = replace(
+            Truth(),
+            start=seed.BASE_NS + index * MS,
+            request_network=(5_000 * US if small else 0) + size * 1000 // 1000,
+        )
+        spans += seed.synthetic_call(
+            truth,
+            method="Lookup" if small else "Predict",
+            run_id="slow" if small else "fast",
+            request_bytes=size,
+        )
+    seed.insert_spans(store, spans)
+    frame = payload.by_algorithm(store)
+    together = payload.costs(frame)
+    mixed = together[(together["algorithm"] == payload.ALL)].set_index("phase")
+    assert mixed.loc["request_network", "slope_us_per_mb"] < 0
+    assert not mixed.loc["request_network", "finding"]
+    assert mixed.loc["request_network", "verdict"].startswith("larger payloads were faster")
+    fits = payload.method_fits(frame)
+    assert list(fits.columns) == list(payload.METHOD_FIT_COLUMNS)
+    network = fits[(fits["phase"] == "request_network") & (fits["algorithm"] == payload.ALL)]
+    by_method = network.set_index("method")
+    assert set(by_method.index) == {"Lookup", "Predict"}
+    assert by_method.loc["Lookup", "run_id"] == "slow"
+    for method in ("Lookup", "Predict"):
+        assert by_method.loc[method, "slope_us_per_mb"] == pytest.approx(1000.0)
+        assert by_method.loc[method, "calls"] == 4
+        assert by_method.loc[method, "finding"]
+        assert by_method.loc[method, "verdict"] == "1 ms per MB (R² 1.00)"
+    assert by_method.loc["Lookup", "intercept_us"] == pytest.approx(5_000.0)

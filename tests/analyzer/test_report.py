@@ -42,7 +42,7 @@ def mixed_calls(store) -> None:
 def test_json_contract(store):
     mixed_calls(store)
     document = json.loads(json.dumps(to_json(build_report(store))))
-    assert set(document) == {"calls", "methods", "clock_offsets"}
+    assert {"calls", "methods", "clock_offsets", "status_codes"} == set(document)
     assert document["calls"] == 10
     methods = {(m["service"], m["method"]): m for m in document["methods"]}
     assert set(methods) == {
@@ -85,6 +85,8 @@ def test_csv_and_table(store):
     rows = list(csv.DictReader(io.StringIO(to_csv(report))))
     assert len(rows) == 3 * len(ALL_PHASES)
     assert set(rows[0]) == {
+        "errors",
+        "status_codes",
         "service",
         "method",
         "calls",
@@ -126,6 +128,54 @@ def test_command_errors_before_opening_a_store(tmp_path, capsys):
     assert f"no store at {missing}" in capsys.readouterr().err
     assert not missing.exists()  # the report never creates a store
     assert main(["--store", str(tmp_path), "--window", "0"]) == 2
+
+
+def calls_with_statuses(store) -> None:
+    """Predict: 3 OK, 2 DEADLINE_EXCEEDED (client saw it), 1 UNAVAILABLE the server alone
+    reported (its client half is missing); Health: 2 OK from another OTel client service."""
+    spans = []
+    for index in range(6):
+        client, server = seed.synthetic_call(Truth(start=seed.BASE_NS + index * MS))
+        if index in (3, 4):
+            client.attributes["rpc.grpc.status_code"] = "4"
+            client.status = "Error"
+        if index == 5:
+            server.attributes["rpc.grpc.status_code"] = "14"
+            spans.append(server)
+            continue
+        spans += [client, server]
+    for index in range(2):
+        client, server = seed.synthetic_call(
+            Truth(start=seed.BASE_NS + (10 + index) * MS), method="Health"
+        )
+        client.service_name = "health-checker"
+        spans += [client, server]
+    seed.insert_spans(store, spans)
+
+
+@pytest.mark.e2e
+def test_status_codes_in_json_csv_and_table(store):
+    calls_with_statuses(store)
+    report = build_report(store)
+    document = json.loads(json.dumps(to_json(report)))
+    assert {"calls", "methods", "clock_offsets", "status_codes"} <= set(document)
+    methods = {m["method"]: m for m in document["methods"]}
+    assert methods["Predict"]["errors"] == 3
+    assert methods["Predict"]["status_codes"] == [
+        {"code": 0, "status": "OK", "calls": 3, "share": 0.5},
+        {"code": 4, "status": "DEADLINE_EXCEEDED", "calls": 2, "share": 0.3333},
+        {"code": 14, "status": "UNAVAILABLE", "calls": 1, "share": 0.1667},
+    ]
+    assert methods["Health"]["errors"] == 0
+    assert document["status_codes"][0] == {"code": 0, "status": "OK", "calls": 5, "share": 0.625}
+    assert sum(entry["calls"] for entry in document["status_codes"]) == document["calls"] == 8
+
+    rows = list(csv.DictReader(io.StringIO(to_csv(report))))
+    predict = [row for row in rows if row["method"] == "Predict"]
+    assert {row["errors"] for row in predict} == {"3"}
+    assert predict[0]["status_codes"] == "OK=3;DEADLINE_EXCEEDED=2;UNAVAILABLE=1"
+    text = render_table(report, width=160)
+    assert "status codes: OK 3 (50.0%), DEADLINE_EXCEEDED 2 (33.3%), UNAVAILABLE 1" in text
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

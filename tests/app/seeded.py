@@ -80,7 +80,33 @@ def seed(directory: Path, calls: int = DEFAULT_CALLS, start_ns: int | None = Non
     from tests.analyzer.seed import BASE_NS
 
     with analysis_store(directory) as store:
-        return insert_spans(store, spans(calls, BASE_NS if start_ns is None else start_ns))
+        written = insert_spans(store, spans(calls, BASE_NS if start_ns is None else start_ns))
+        record_runs(store)
+        return written
+
+
+def record_runs(store) -> None:
+    """``run-a`` and ``run-b`` as the two cells of an experiment ``seeded`` (the Experiments
+    page), their phases taken from the seeded calls."""
+    from grpc_overhead.analyzer.runs import (
+        RunRecord,
+        create_runs,
+        phase_summary,
+        record_run,
+        run_calls,
+    )
+
+    create_runs(store)
+    for cell, run in enumerate(("run-a", "run-b")):
+        phases = phase_summary(run_calls(store, run))
+        total = phases["total"]["p50_us"]
+        record_run(store, RunRecord(
+            run_id=run, experiment="seeded", invocation="seeded-1", cell=cell,
+            config={"run": run, "calls": 0},
+            started_ns=0, ended_ns=10**9, calls=phases["total"]["calls"], errors=0,
+            calls_per_s=100.0 * (cell + 1), predictions_per_s=2e4 * (cell + 1),
+            p50_us=total, p99_us=None if total is None else total * 2, phases=phases,
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":

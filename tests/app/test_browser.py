@@ -168,3 +168,57 @@ def test_the_sql_console_runs_a_query_and_downloads_its_csv(app, page):
     other = DEFAULT_CALLS // 10
     assert csv == ["method,calls", f"Lookup,{other}", f"Predict,{PREDICT_CALLS}",
                    f"PredictBatch,{other}"]  # fmt: skip
+
+
+def test_the_root_url_leads_to_the_overview_with_its_filters(app, page):
+    open_page(page, f"{app.url}/?method=Predict")
+    assert page.url.split("?")[0].rstrip("/").endswith("/overview")
+    assert query_params(page.url) == {"method": "Predict"}
+    assert page.locator("h1").first.inner_text().strip() == "Overview"
+    assert calls_shown(page) == PREDICT_CALLS
+    assert page.get_by_text("Page not found").count() == 0
+
+
+#: Per plotly chart: its legend entries that are not fully inside the legend's visible box
+#: and the chart (clipped entries hide behind plotly's legend scrollbar).
+_CLIPPED_LEGEND_ENTRIES = """
+() => Array.from(document.querySelectorAll('.js-plotly-plot')).map((plot) => {
+  const legend = plot.querySelector('g.legend');
+  if (!legend) return {entries: 0, clipped: []};
+  const box = legend.querySelector('rect.bg').getBoundingClientRect();
+  const chart = plot.getBoundingClientRect();
+  const entries = Array.from(legend.querySelectorAll('g.traces'));
+  const scrollbar = legend.querySelector('rect.scrollbar');
+  const clipped = entries.filter((entry) => {
+    const r = entry.getBoundingClientRect();
+    return r.top < box.top - 1 || r.bottom > box.bottom + 1 || r.left < chart.left - 1
+      || r.right > chart.right + 1 || r.bottom > chart.bottom + 1 || r.height === 0;
+  }).map((entry) => entry.textContent);
+  const scrolls = scrollbar ? scrollbar.getBoundingClientRect().height > 0 : false;
+  return {entries: entries.length, clipped, scrolls};
+})
+"""
+
+
+@pytest.mark.parametrize("method", ["Lookup", None], ids=["one method", "every method"])
+@pytest.mark.parametrize("path", ["overview", "phases", "payload", "instances", "clock-offsets"])
+def test_every_legend_entry_is_visible_at_the_default_width(app, page, path, method):
+    open_page(page, f"{app.url}/{path}" + (f"?method={method}" if method else ""))
+    charts = page.evaluate(_CLIPPED_LEGEND_ENTRIES)
+    assert charts, "no chart drawn"
+    assert any(chart["entries"] for chart in charts), "no chart with a legend"
+    for chart in charts:
+        assert chart["clipped"] == [], chart
+        assert not chart.get("scrolls"), chart
+
+
+def test_the_experiments_page_compares_two_runs_and_shares_them_in_the_url(app, page):
+    open_page(page, f"{app.url}/experiments?experiment=seeded&a=run-b&b=run-a")
+    assert page.locator(EXCEPTION).count() == 0
+    assert query_params(page.url) == {"experiment": "seeded", "a": "run-b", "b": "run-a"}
+    assert page.get_by_text("Compare two runs").count() == 1
+    # the cells table and the compare table; the compare's verdict in words
+    assert page.locator('[data-testid="stDataFrame"]').count() == 2
+    summary = page.locator('[data-testid="stAlertContentInfo"]').nth(1).inner_text()
+    assert summary.startswith("run-a is ") and "than run-b at the p50" in summary
+    assert page.locator(f"{PLOTLY} {PLOT_DRAWN}").count() >= 3

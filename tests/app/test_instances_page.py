@@ -42,7 +42,10 @@ def test_shares_imbalance_and_latency_come_from_the_calls(served_store):
     assert shown["Calls"] == "10"
     assert shown["Imbalance (max / mean)"] == "1.60"  # 8 / (10 / 2)
     assert shown["Busiest instance"] == "80.0 %"
-    assert any("Load is uneven" in warning.value for warning in at.warning)
+    # s-1 served 0-35 s, then s-2 40-45 s: one after the other, nothing to balance.
+    assert shown["Imbalance serving together"] == "n/a"
+    assert not any("Load is uneven" in warning.value for warning in at.warning)
+    assert any("ran one after another" in caption.value for caption in at.caption)
     table = at.dataframe[0].value.set_index("instance")
     assert table.loc["s-1", "calls"] == 8 and table.loc["s-2", "calls"] == 2
     assert table.loc["s-1", "host"] == "host-s-1"
@@ -92,3 +95,25 @@ def test_empty_store_shows_how_to_send_data(served_store):
     assert not at.exception
     assert any("No calls stored yet" in info.value for info in at.info)
     assert not at.get("plotly_chart")
+
+
+def test_uneven_load_while_serving_together_is_a_warning(served_store):
+    """s-1 and s-2 side by side for 30 s, through the same address: s-1 takes 3 calls a
+    second, s-2 one."""
+    spans = []
+    for index in range(30):
+        for instance, count in (("s-1", 3), ("s-2", 1)):
+            for repeat in range(count):
+                truth = Truth(start=BASE_NS + index * SECOND + repeat * 100 * MS)
+                client, server = synthetic_call(truth, server_host=f"host-{instance}")
+                server.resource["service.instance.id"] = instance
+                spans += [client, server]
+    insert_spans(served_store, spans)
+    at = run_page("instances")
+    assert not at.exception and not at.error
+    assert metrics(at)["Imbalance serving together"] == "1.50"
+    warning = next(w.value for w in at.warning if "Load is uneven" in w.value)
+    assert "2 instances of prediction-service served side by side through 10.0.0.2:50051" in (
+        warning
+    )
+    assert "s-1 took 75.0 % of their calls" in warning

@@ -124,3 +124,53 @@ def test_empty_store_and_no_match(served_store):
     at = run_page("overview", {"method": "Nope"})
     assert any("No calls match the filters" in info.value for info in at.info)
     assert not at.get("plotly_chart")
+
+
+def test_calls_by_status_code(served_store):
+    """3 Predict calls OK, 2 DEADLINE_EXCEEDED; 1 PredictBatch UNAVAILABLE seen only by
+    its server (no client half); 1 Lookup with no code recorded (unknown, not an error)."""
+    spans = []
+    for index in range(5):
+        client, server = synthetic_call(Truth(start=BASE_NS + index * MS))
+        if index >= 3:
+            client.attributes["rpc.grpc.status_code"] = "4"
+        spans += [client, server]
+    _, lonely = synthetic_call(Truth(start=BASE_NS + 6 * MS), method="PredictBatch")
+    lonely.attributes["rpc.grpc.status_code"] = "14"
+    client, server = synthetic_call(Truth(start=BASE_NS + 7 * MS), method="Lookup")
+    del client.attributes["rpc.grpc.status_code"], server.attributes["rpc.grpc.status_code"]
+    insert_spans(served_store, [*spans, lonely, client, server])
+    at = run_page("overview")
+    assert not at.exception and not at.error
+    assert metrics(at)["Errors"] == "42.9 %"  # 3 of 7
+    bars = traces(figures(at)["overview_status_codes"])
+    assert bars["OK"]["x"] == [3] and bars["OK"]["y"] == ["predict.Predictor/Predict"]
+    assert bars["DEADLINE_EXCEEDED"]["x"] == [2]
+    assert bars["UNAVAILABLE"]["y"] == ["predict.Predictor/PredictBatch"]
+    assert bars["unknown"]["y"] == ["predict.Predictor/Lookup"]
+    table = at.dataframe[-1].value
+    # Methods by name (Lookup, Predict, PredictBatch), the commonest code first.
+    assert list(table["status"]) == ["unknown", "OK", "DEADLINE_EXCEEDED", "UNAVAILABLE"]
+    assert list(table["calls"]) == [1, 3, 2, 1]
+
+
+def test_filters_take_printed_method_names_and_an_otel_service(served_store):
+    seed_two_methods(served_store)
+    client, server = synthetic_call(Truth(start=BASE_NS + 2_000 * MS), method="Health")
+    client.service_name = "health-checker"
+    insert_spans(served_store, [client, server])
+    at = run_page("overview", {"method": "predict.Predictor/PredictBatch"})
+    assert not at.exception and not at.error
+    assert metrics(at)["Calls"] == "5"
+    assert at.query_params["service"] == "predict.Predictor"
+    assert at.query_params["method"] == "PredictBatch"
+    at = run_page("overview", {"otel": "health-checker"})
+    assert metrics(at)["Calls"] == "1"
+    assert at.sidebar.selectbox(key="filter_otel").value == "health-checker"
+    assert set(at.sidebar.selectbox(key="filter_otel").options) >= {
+        "health-checker",
+        "load-generator",
+        "prediction-service",
+    }
+    at = run_page("overview", {"otel": "prediction-service"})
+    assert metrics(at)["Calls"] == "16"

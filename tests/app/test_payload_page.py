@@ -52,11 +52,20 @@ def test_cost_per_mb_of_the_chosen_phase(served_store):
     # total = 2,689 - 300 + 100 + 400 x MB + compression; at zero bytes (512 response bytes
     # count as "both"): 2,489 + mean compression cost (250 / 3) - 400 x 0.000512.
     assert shown["Fixed cost"] == "2.57 ms"
-    costs = at.dataframe[0].value.set_index("phase")
-    assert costs.loc["request_network", "slope_us_per_mb"] == pytest.approx(400)
-    assert costs.loc["request_network", "intercept_us"] == pytest.approx(100)
-    assert costs.loc["processing", "slope_us_per_mb"] == pytest.approx(0, abs=1e-9)
-    assert costs.loc["request_network", "calls"] == 12
+    at.selectbox(key="payload_phase").set_value("request_network").run()
+    [row] = at.dataframe[0].value.to_dict("records")
+    assert (row["service"], row["method"], row["run_id"]) == (
+        "predict.Predictor",
+        "Predict",
+        "run-1",
+    )
+    assert row["slope_us_per_mb"] == pytest.approx(400)
+    assert row["intercept_us"] == pytest.approx(100)
+    assert row["calls"] == 12 and row["verdict"] == "400 µs per MB (R² 1.00)"
+    # Processing does not change with size: no cost is headlined, and the page says why.
+    at.selectbox(key="payload_phase").set_value("processing").run()
+    assert metrics(at)["Cost per MB"] == "no size effect"
+    assert any("did not change with size" in info.value for info in at.info)
 
 
 def test_scatter_with_the_fitted_line(served_store):
@@ -81,7 +90,6 @@ def test_algorithms_side_by_side(served_store):
     # 2,489 + 400 x 0.625 MB + the algorithm's compression cost.
     for algorithm, extra in COMPRESS_US.items():
         assert table.loc[algorithm, "total_mean_us"] == pytest.approx(2739 + extra)
-        assert table.loc[algorithm, "total_us_per_mb"] == pytest.approx(400)
         assert table.loc[algorithm, "request_bytes_mean"] == 625_000
     bars = traces(figures(at)["payload_algorithms_phases"])
     by_algorithm = dict(
@@ -89,6 +97,9 @@ def test_algorithms_side_by_side(served_store):
     )
     assert by_algorithm == {"gzip": 215.0, "none": 15.0, "zstd": 65.0}
     assert "payload_algorithms_total" in figures(at)
+    # Each algorithm's cost per MB within the method and run: 400 µs, R² 1.
+    per_algorithm = at.dataframe[2].value.set_index("algorithm")
+    assert set(per_algorithm["verdict"]) == {"400 µs per MB (R² 1.00)"}
 
 
 def test_filters_and_empty_states(served_store):
@@ -109,5 +120,43 @@ def test_one_size_has_no_slope(served_store):
     insert_spans(served_store, spans)
     at = run_page("payload")
     assert not at.exception
-    assert metrics(at)["Cost per MB"] == "n/a"
+    assert metrics(at)["Cost per MB"] == "no size effect"
+    assert any("one payload size only" in info.value for info in at.info)
     assert [name for name in traces(figures(at)["payload_scatter"]) if name.startswith("fit")] == []
+
+
+def test_a_weak_or_negative_fit_is_explained_not_headlined(served_store):
+    """Lookup (run slow): 30-60 kB requests whose request_network jumps 0/3 ms regardless
+    of size (R² near 0); Predict (run fast): 400-700 kB, fast, 10 calls. Fitted across
+    both the big calls are the fast ones: a negative slope, shown nowhere."""
+    spans = []
+    for index in range(4):
+        truth = replace(
+            Truth(),
+            start=BASE_NS + index * MS,
+            request_network=(3_000 if index in (0, 3) else 1) * US,
+        )
+        spans += synthetic_call(
+            truth, method="Lookup", run_id="slow", request_bytes=30_000 + index * 10_000
+        )
+    for index in range(10):
+        size = 400_000 + (index % 4) * 100_000
+        truth = replace(
+            Truth(), start=BASE_NS + (10 + index) * MS, request_network=size * 50 // 1_000_000 * US
+        )
+        spans += synthetic_call(truth, method="Predict", run_id="fast", request_bytes=size)
+    insert_spans(served_store, spans)
+    at = run_page("payload")
+    at.selectbox(key="payload_phase").set_value("request_network").run()
+    assert not at.exception and not at.error
+    # The busiest method and run (Predict, fast) is headlined: 50 µs per MB.
+    assert metrics(at)["Cost per MB"] == "50 µs"
+    table = at.dataframe[0].value.set_index("method")
+    assert table.loc["Predict", "verdict"] == "50 µs per MB (R² 1.00)"
+    assert table.loc["Lookup", "verdict"].startswith("no size effect measurable: R² 0.")
+    assert table["slope_us_per_mb"].isna().tolist() == [False, True]  # no cost for Lookup
+    at = run_page("payload", {"method": "Lookup"})
+    at.selectbox(key="payload_phase").set_value("request_network").run()
+    assert metrics(at)["Cost per MB"] == "no size effect"
+    assert any("no size effect measurable: R² 0." in info.value for info in at.info)
+    assert [n for n in traces(figures(at)["payload_scatter"]) if n.startswith("fit")] == []

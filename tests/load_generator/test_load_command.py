@@ -41,6 +41,13 @@ def _main(capsys, *argv: str) -> tuple[int, str, str]:
         ),
         (["--target", "h:1", "--features", "5000"], "the model supports at most"),
         (["--target", "h:1", "--tls-ca", "/nonexistent/ca.pem"], "no such file"),
+        (["--target", "h:1", "--transport", "rest", "--mode", "stream"], "unary only"),
+        (["--target", "h:1", "--transport", "rest", "--compression", "gzip"], "sends JSON"),
+        (["--target", "h:1", "--transport", "rest", "--tls"], "plaintext"),
+        (["--target", "h:1", "--payload", "image", "--mode", "chunks"], "unary or batch"),
+        (["--target", "h:1", "--payload", "image", "--compression", "lz4"], "not images"),
+        (["--target", "h:1", "--transport", "rest", "--rest-body", "binary"], "carries images"),
+        (["--target", "h:1", "--image-bytes", "0"], "must be > 0"),
     ],
 )
 def test_bad_arguments(capsys, argv: list[str], message: str) -> None:

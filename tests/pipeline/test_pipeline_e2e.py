@@ -13,8 +13,7 @@ import sys
 import pytest
 
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
-from grpc_overhead.collector.runner import CollectorProcess
-from harness.ground_truth.pipeline import ServeProcess, report
+from harness.ground_truth.pipeline import ServeProcess, report, through_collector
 
 pytestmark = pytest.mark.e2e
 
@@ -28,27 +27,17 @@ CALLS = 40
 
 def test_service_to_report_through_the_real_collector(tmp_path):
     store = tmp_path / "store"
-    intake_port, collector_port = free_port(), free_port()
-    serve = ServeProcess(store, intake_port)
-    try:
-        with CollectorProcess(
-            "embedded",
-            otlp_port=collector_port,
-            intake=f"127.0.0.1:{intake_port}",
-            health_port=free_port(),
-        ):
-            endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
-            service_env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
-            with ServiceProcess(["--workers", "2", "--model-cost-ms", "2"], env=service_env) as svc:
-                result = run_load(
-                    "--target", svc.target, "--calls", str(CALLS), "--concurrency", "2",
-                    "--entities", "50", "--features", "8", "--run-id", "pipeline-e2e", "--json",
-                    env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
-                )  # fmt: skip
-                assert result.returncode == 0, result.stderr
-        # Leaving the block stopped the collector with SIGTERM: it flushed to the intake.
-    finally:
-        serve.stop()
+    with through_collector(store) as collector_port:
+        endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
+        service_env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
+        with ServiceProcess(["--workers", "2", "--model-cost-ms", "2"], env=service_env) as svc:
+            result = run_load(
+                "--target", svc.target, "--calls", str(CALLS), "--concurrency", "2",
+                "--entities", "50", "--features", "8", "--run-id", "pipeline-e2e", "--json",
+                env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+    # Leaving the block stopped the collector with SIGTERM (it flushed to the intake), then serve.
 
     body = report(store, "--run", "pipeline-e2e")
     assert body["calls"] == CALLS

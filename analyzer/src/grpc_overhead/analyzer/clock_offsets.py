@@ -117,11 +117,12 @@ _USE_EVENTS = (
 )
 
 
-def merged_cte(options: CallsOptions) -> str:
-    """``merged``: complete calls in the time filter, with domains and windows."""
+def merged_cte(options: CallsOptions, keys: str = "") -> str:
+    """``merged``: complete calls in the time filter, with domains and windows (only the
+    calls ``keys`` names, when given: ``calls.calls_source``)."""
     return (
         f"merged AS (\n    SELECT *, {', '.join(DERIVED_COLUMNS)}\n"
-        f"    FROM ({calls_source(options)})\n    WHERE {TIME_FILTER}\n)"
+        f"    FROM ({calls_source(options, keys)})\n    WHERE {TIME_FILTER}\n)"
     )
 
 

@@ -164,10 +164,18 @@ TIME_FILTER = (
     " AND NOT (call_start_ns >= {settled_from_ns:Int64}"
     " AND call_start_ns < {settled_until_ns:Int64})"
 )
-CALL_FILTER = (
+#: ``ROLLUP_FILTER``: the part rollup rows can answer (they are kept per gRPC service,
+#: method and run). ``CALL_FILTER`` adds the OpenTelemetry service name
+#: (``OTEL_SERVICE_NAME``) of either side, which rollups do not keep: a query with it
+#: computes everything raw (``rollup.settled_range``).
+ROLLUP_FILTER = (
     "({service:String} = '' OR service = {service:String})"
     " AND ({method:String} = '' OR method = {method:String})"
     " AND ({run_id:String} = '' OR run_id = {run_id:String})"
+)
+CALL_FILTER = (
+    f"{ROLLUP_FILTER} AND ({{otel_service:String}} = ''"
+    " OR client_service = {otel_service:String} OR server_service = {otel_service:String})"
 )
 
 
@@ -176,7 +184,9 @@ class CallFilters:
     """Which calls a query covers; every field optional.
 
     ``since``/``until`` bound the call's start (client clock), ``until``
-    exclusive; naive datetimes are taken as local time.
+    exclusive; naive datetimes are taken as local time. ``service`` is the gRPC
+    service (``rpc.service``, e.g. ``predict.Predictor``); ``otel_service`` the
+    OpenTelemetry service name (``OTEL_SERVICE_NAME``) of the client or the server.
     """
 
     since: datetime | None = None
@@ -184,6 +194,7 @@ class CallFilters:
     service: str | None = None
     method: str | None = None
     run_id: str | None = None
+    otel_service: str | None = None
 
     def parameters(self, settled: tuple[int, int] | None = None) -> dict[str, Any]:
         """Bound values of every filter; ``settled``: a range rollups cover, left out."""
@@ -196,6 +207,7 @@ class CallFilters:
             "service": self.service or "",
             "method": self.method or "",
             "run_id": self.run_id or "",
+            "otel_service": self.otel_service or "",
         }
 
 

@@ -30,7 +30,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions, rows_to_scan
+from grpc_overhead.analyzer.calls import (
+    CALL_FILTER,
+    ROLLUP_FILTER,
+    CallFilters,
+    CallsOptions,
+    rows_to_scan,
+)
 from grpc_overhead.analyzer.clock_offsets import (
     CALL_OFFSET_COLUMNS,
     CLOCK_TABLE,
@@ -40,8 +46,12 @@ from grpc_overhead.analyzer.clock_offsets import (
     query_parameters,
 )
 from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
+from grpc_overhead.analyzer.result_columns import ALL_PHASES as ALL_PHASES
 from grpc_overhead.analyzer.result_columns import CALL_COLUMNS as CALL_COLUMNS
 from grpc_overhead.analyzer.result_columns import CALL_IDENTITY as CALL_IDENTITY
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES as CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.result_columns import DESIGN_PHASES as DESIGN_PHASES
+from grpc_overhead.analyzer.result_columns import EXTRA_PHASES as EXTRA_PHASES
 from grpc_overhead.analyzer.result_columns import QUANTILE_FUNCTION as QUANTILE_FUNCTION
 from grpc_overhead.analyzer.result_columns import QUANTILE_LEVELS as QUANTILE_LEVELS
 from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_TYPE as QUANTILE_STATE_TYPE
@@ -81,36 +91,6 @@ def _derived(name: str, value: str, *needs: str) -> Phase:
     return Phase(name, value, defined, only_with_clock="clock" in needs)
 
 
-#: The design's phase table, in its order (a contract: names never change).
-DESIGN_PHASES: tuple[str, ...] = (
-    "client_serialize",
-    "request_network",
-    "server_dispatch",
-    "server_queue",
-    "request_deserialize",
-    "processing",
-    "response_serialize",
-    "response_network",
-    "client_deserialize",
-    "total",
-    "server_residence",
-    "network_overhead",
-    "unattributed",
-)
-#: The nine phases that follow each other through a call.
-CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:9]
-#: Beyond the design table.
-EXTRA_PHASES: tuple[str, ...] = (
-    "pool_wait",
-    "server_duration",
-    "client_server_gap",
-    "request_network_raw",
-    "response_network_raw",
-    "request_network_corrected",
-    "response_network_corrected",
-)
-ALL_PHASES: tuple[str, ...] = DESIGN_PHASES + EXTRA_PHASES
-
 _RESIDENCE_EVENTS = _between(
     "residence_events", "server_outbound_message_sent_last_ns", "server_call_started_ns"
 )
@@ -130,6 +110,26 @@ _DISPATCH_VALUE = (
 )
 _RESPONSE_GAP = _between(
     "response_gap", "client_received_response_ns", "server_outbound_message_sent_ns"
+)
+
+
+#: Where a client attempt starts: A72/semconv's attempt span, else our requestCreated.
+_ATTEMPT_START = "if(client_attempt_start_ns != 0, client_attempt_start_ns, request_created_ns)"
+#: The request/response as read by the server/client: deserialized (ours, grpc-go,
+#: semconv), else only received (grpc-java's "Inbound message", before deserialization).
+_SERVER_READ = (
+    "if(server_inbound_message_read_ns != 0, server_inbound_message_read_ns,"
+    " server_inbound_message_ns)"
+)
+_CLIENT_READ = (
+    "if(client_inbound_message_read_ns != 0, client_inbound_message_read_ns,"
+    " client_received_response_ns)"
+)
+#: The client's first sight of the response: ours before deserializing, else (A72,
+#: semconv) the inbound event after it.
+_CLIENT_RECEIVE = (
+    "if(client_received_response_ns != 0, client_received_response_ns,"
+    " client_inbound_message_read_ns)"
 )
 
 
@@ -201,6 +201,33 @@ PHASES: tuple[Phase, ...] = (
     # Aliases of the best estimates, kept for readers of the older names.
     _derived("request_network_corrected", "request_network_value", "request_network"),
     _derived("response_network_corrected", "response_network_value", "response_network"),
+    # Attempt start (A72/semconv; ours: requestCreated) -> request handed to the
+    # transport: LB pick, serialization, compression, enqueue.
+    _between("client_pre_send", "client_outbound_message_sent_ns", _ATTEMPT_START),
+    # Server call start -> request deserialized: body arrival, decompression, unmarshal
+    # (ours: server_queue + request_deserialize).
+    _between("server_receive", _SERVER_READ, "server_call_started_ns"),
+    # Request deserialized -> response handed to the transport: handler plus response
+    # serialization (ours: processing + response_serialize).
+    _between("server_handler", "server_outbound_message_sent_ns", _SERVER_READ),
+    # Last response handed to the transport -> server span end (status, trailers).
+    _between("server_tail", "server_end_ns", "server_outbound_message_sent_last_ns"),
+    # Response handed to the server's transport -> read and deserialized by the client,
+    # clock-corrected: response_network + client_deserialize where both are known.
+    Phase(
+        "response_receive",
+        f"{_CLIENT_READ} - server_outbound_message_sent_ns + {_OFFSET}",
+        f"{_CLIENT_READ} != 0 AND server_outbound_message_sent_ns != 0",
+    ),
+    # (client receive - client send) - (server send - server receive): the network both
+    # ways, from two durations on one clock each (no clock agreement needed).
+    Phase(
+        "network_round_trip",
+        f"({_CLIENT_RECEIVE} - client_outbound_message_sent_ns)"
+        " - (server_outbound_message_sent_ns - server_call_started_ns)",
+        f"{_CLIENT_RECEIVE} != 0 AND client_outbound_message_sent_ns != 0"
+        " AND server_outbound_message_sent_ns != 0 AND server_call_started_ns != 0",
+    ),
 )
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES
 
@@ -221,9 +248,11 @@ def per_call_sql(
     *,
     clock: bool = True,
     columns: Sequence[str] | None = None,
+    keys: str = "",
 ) -> str:
     """The one per-call query: a row per call, each phase as ``{name}_value`` and
-    ``{name}_defined`` (ns), after ``columns``.
+    ``{name}_defined`` (ns), after ``columns`` (only the calls ``keys`` names, if
+    given: ``calls.calls_source``).
 
     ``clock=True`` estimates clock offsets (a second pass over every call) and,
     with the default ``columns``, adds the offset applied (``clock_offset_ns``,
@@ -246,7 +275,7 @@ def per_call_sql(
     default = columns is None
     if columns is None:
         columns = (*CALL_COLUMNS, "call_start_ns", *_status_columns())
-    ctes = [merged_cte(options or CallsOptions())]
+    ctes = [merged_cte(options or CallsOptions(), keys)]
     if clock:
         ctes += [OFFSET_CTES, CLOCK_TABLE]
         if default:  # given columns may select them already (``*``)
@@ -346,7 +375,7 @@ def breakdown_sql(
             f"FROM {options.qualified(options.rollup_table)}\n"
             "WHERE window_start_ns >= {settled_from_ns:Int64}"
             " AND window_start_ns < {settled_until_ns:Int64}"
-            f" AND calls > 0 AND {CALL_FILTER}",
+            f" AND calls > 0 AND {ROLLUP_FILTER}",
         )
     source = "\nUNION ALL\n".join(sources)
     merged = []

@@ -8,14 +8,20 @@ returns a ``Report``; ``to_json``/``render_table``/``to_csv`` only format it.
     {"calls": N,
      "methods": [{"service", "method", "calls",
                   "phases": {PHASE: {"p50_us", "p90_us", "p99_us", "mean_us"}}}],
-     "clock_offsets": [{"client_host", "server_host", "offset_us", "uncertainty_us", "calls"}]}
+     "clock_offsets": [{"client_host", "server_host", "offset_us", "uncertainty_us", "calls"}],
+     "status_codes": [{"code", "status", "calls", "share"}]}
 
 Every phase of the design table is present for every method, null where it
 is undefined (e.g. calls without transport events). Keys may be added, never
 renamed: each phase also carries ``calls`` (how many calls define it), the
 extra phases (``pool_wait``, ``server_duration``, ``client_server_gap``, the
 clock-corrected one-way phases) follow the design's, and each offset carries
-``windows``, ``offset_min_us`` and ``offset_max_us``.
+``windows``, ``offset_min_us`` and ``offset_max_us``. Each method also carries
+``errors`` (calls whose status is neither OK nor unknown) and ``status_codes``
+(its calls per gRPC status code, commonest first, ``status.py``); the top level
+``status_codes`` sums them over methods. The CSV repeats a method's ``errors``
+and ``status_codes`` (``OK=95;DEADLINE_EXCEEDED=5``) on each of its rows, after
+the breakdown's columns.
 """
 
 from __future__ import annotations
@@ -32,10 +38,14 @@ from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.phases import ALL_PHASES, BREAKDOWN_COLUMNS, DESIGN_PHASES
 from grpc_overhead.analyzer.rollup import breakdown, offsets
+from grpc_overhead.analyzer.status import NOT_RECORDED, overall, status_codes
 from grpc_overhead.analyzer.store.base import Store
 
 STATISTICS = ("p50_us", "p90_us", "p99_us", "mean_us")
+STATUS_FRAME = ("service", "method", "status_code", "status", "calls", "share")
 OFFSET_KEYS = ("client_host", "server_host", "offset_us", "uncertainty_us", "calls")
+#: Columns the CSV adds after ``BREAKDOWN_COLUMNS`` (per method, repeated on its rows).
+STATUS_CSV_COLUMNS = ("errors", "status_codes")
 
 
 @dataclass
@@ -43,6 +53,12 @@ class Report:
     breakdown: pd.DataFrame  # phases.BREAKDOWN_COLUMNS, one row per (service, method, phase)
     offsets: pd.DataFrame  # clock_offsets.pair_offsets columns
     filters: CallFilters = field(default_factory=CallFilters)
+    #: status.STATUS_COLUMNS: calls per (service, method, status code)
+    status: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STATUS_FRAME))
+
+    def method_status(self, service: str, method: str) -> pd.DataFrame:
+        rows = self.status[(self.status["service"] == service) & (self.status["method"] == method)]
+        return rows.reset_index(drop=True)
 
     @property
     def calls(self) -> int:
@@ -63,6 +79,7 @@ def build_report(
         breakdown(store, filters, clock, options=options),
         offsets(store, filters, clock, options=options),
         filters,
+        status_codes(store, filters, options=options),
     )
 
 
@@ -89,12 +106,15 @@ def to_json(report: Report) -> dict[str, Any]:
                 statistic: _number(getattr(row, statistic)) if row is not None else None
                 for statistic in STATISTICS
             } | {"calls": int(row.phase_calls) if row is not None else 0}
+        status = report.method_status(service, method)
         methods.append(
             {
                 "service": service,
                 "method": method,
                 "calls": int(rows["calls"].iloc[0]),
                 "phases": phases,
+                "errors": _errors(status),
+                "status_codes": _status_list(status),
             }
         )
     offsets = [
@@ -110,22 +130,49 @@ def to_json(report: Report) -> dict[str, Any]:
         }
         for row in report.offsets.itertuples(index=False)
     ]
-    return {"calls": report.calls, "methods": methods, "clock_offsets": offsets}
+    return {
+        "calls": report.calls,
+        "methods": methods,
+        "clock_offsets": offsets,
+        "status_codes": _status_list(overall(report.status)) if len(report.status) else [],
+    }
+
+
+def _errors(status: pd.DataFrame) -> int:
+    failed = status[(status["status_code"] != 0) & (status["status_code"] != NOT_RECORDED)]
+    return int(failed["calls"].sum())
+
+
+def _status_list(status: pd.DataFrame) -> list[dict[str, Any]]:
+    return [
+        {
+            "code": int(row.status_code),
+            "status": row.status,
+            "calls": int(row.calls),
+            "share": _number(row.share, 4),
+        }
+        for row in status.itertuples(index=False)
+    ]
+
+
+def _status_text(status: pd.DataFrame, separator: str = "=") -> list[str]:
+    return [f"{row.status}{separator}{int(row.calls)}" for row in status.itertuples(index=False)]
 
 
 def to_csv(report: Report) -> str:
     """One row per (method, phase): ``phases.BREAKDOWN_COLUMNS``, µs, empty where undefined."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(BREAKDOWN_COLUMNS)
+    writer.writerow([*BREAKDOWN_COLUMNS, *STATUS_CSV_COLUMNS])
     for row in report.breakdown.itertuples(index=False):
-        values = []
+        status = report.method_status(row.service, row.method)
+        values: list[Any] = []
         for column in BREAKDOWN_COLUMNS:
             value = getattr(row, column)
             if column in STATISTICS:
                 value = _number(value)
             values.append("" if value is None else value)
-        writer.writerow(values)
+        writer.writerow([*values, _errors(status), ";".join(_status_text(status))])
     return out.getvalue()
 
 
@@ -161,6 +208,13 @@ def render_table(report: Report, width: int | None = None) -> str:
                 end_section=row.phase == DESIGN_PHASES[-1],
             )
         console.print(table)
+        status = report.method_status(service, method)
+        if len(status):
+            shares = [
+                f"{row.status} {int(row.calls):,} ({row.share:.1%})"
+                for row in status.itertuples(index=False)
+            ]
+            console.print(f"status codes: {', '.join(shares)}", highlight=False)
         console.print()
     if len(report.offsets):
         table = Table(

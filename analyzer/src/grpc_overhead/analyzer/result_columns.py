@@ -6,6 +6,46 @@ the insights.
 
 from __future__ import annotations
 
+#: The design's phase table, in its order (a contract: names never change).
+DESIGN_PHASES: tuple[str, ...] = (
+    "client_serialize",
+    "request_network",
+    "server_dispatch",
+    "server_queue",
+    "request_deserialize",
+    "processing",
+    "response_serialize",
+    "response_network",
+    "client_deserialize",
+    "total",
+    "server_residence",
+    "network_overhead",
+    "unattributed",
+)
+#: The nine phases that follow each other through a call.
+CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:9]
+#: Beyond the design table.
+EXTRA_PHASES: tuple[str, ...] = (
+    "pool_wait",
+    "server_duration",
+    "client_server_gap",
+    "request_network_raw",
+    "response_network_raw",
+    "request_network_corrected",
+    "response_network_corrected",
+    # The coarser phases gRPC's own tracing (A72) and semconv message events define
+    # (one event per message: after serialization when sent, after deserialization
+    # when read); ours define them too, as sums of finer phases.
+    "client_pre_send",
+    "server_receive",
+    "server_handler",
+    "server_tail",
+    "response_receive",
+    "network_round_trip",
+)
+ALL_PHASES: tuple[str, ...] = DESIGN_PHASES + EXTRA_PHASES
+
+
 #: Who called what: the columns that identify a call's method, run and both parties
 #: (``calls()`` and the explorer's call summary both lead with them).
 CALL_IDENTITY: tuple[str, ...] = (
@@ -41,6 +81,13 @@ CALL_COLUMNS: tuple[str, ...] = (
     "server_events",
     "client_domain",
     "server_domain",
+    "client_source",
+    "server_source",
+    "client_language",
+    "server_language",
+    "client_scope",
+    "server_scope",
+    "client_attempts",
 )
 
 #: ``quantilesTDigest``, chosen for accuracy per cost: against exact quantiles

@@ -377,6 +377,8 @@ def settled_range(
     """The whole settled minutes inside the filters' time range, or None."""
     if (clock or ClockOptions()) != ClockOptions():
         return None
+    if filters is not None and filters.otel_service:
+        return None  # rollups are kept per gRPC service, not per OpenTelemetry service
     options = options or CallsOptions()
     if not _exists(store, options, options.rollup_table):
         return None

@@ -3,6 +3,12 @@
 Run inside a process that registered its store (``grpc-overhead serve``,
 ``app`` or ``demo``), never with a bare ``streamlit run``: a chDB data
 directory belongs to one process, so the app reads the owner's store.
+
+Every page has its own URL (``/overview``, ``/phases``, ...), so a link to
+any of them loads it. Streamlit serves its default page at ``/`` only (its
+``url_path`` is not reachable), so the default page is a hidden one that
+sends ``/`` on to ``/overview``, keeping the query parameters (a shared
+``/?run=...`` link keeps its filters).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import streamlit as st
 
 PAGES_DIR = Path(__file__).parent / "pages"
 
-#: (script, title, icon, url path); the first is the default page.
+#: (script, title, icon, url path); the first is where ``/`` leads.
 PAGES: tuple[tuple[str, str, str, str], ...] = (
     ("overview.py", "Overview", ":material/dashboard:", "overview"),
     ("phases.py", "Phases", ":material/stacked_bar_chart:", "phases"),
@@ -21,6 +27,7 @@ PAGES: tuple[tuple[str, str, str, str], ...] = (
     ("instances.py", "Instances", ":material/dns:", "instances"),
     ("explorer.py", "Call explorer", ":material/timeline:", "explorer"),
     ("clock_offsets.py", "Clock offsets", ":material/schedule:", "clock-offsets"),
+    ("experiments.py", "Experiments", ":material/science:", "experiments"),
     ("sql_console.py", "SQL", ":material/terminal:", "sql"),
 )
 
@@ -28,10 +35,15 @@ PAGES: tuple[tuple[str, str, str, str], ...] = (
 def main() -> None:
     st.set_page_config(page_title="grpc-overhead", page_icon=":material/speed:", layout="wide")
     pages = [
-        st.Page(str(PAGES_DIR / script), title=title, icon=icon, url_path=url, default=index == 0)
-        for index, (script, title, icon, url) in enumerate(PAGES)
+        st.Page(str(PAGES_DIR / script), title=title, icon=icon, url_path=url)
+        for script, title, icon, url in PAGES
     ]
-    st.navigation(pages).run()
+
+    def home() -> None:
+        st.switch_page(pages[0], query_params=st.query_params.to_dict())
+
+    root = st.Page(home, title=PAGES[0][1], url_path="home", default=True, visibility="hidden")
+    st.navigation([root, *pages]).run()
 
 
 main()

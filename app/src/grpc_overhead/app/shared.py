@@ -19,7 +19,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError, StoreUnavailable
-from grpc_overhead.analyzer.insights import catalog
+from grpc_overhead.analyzer.insights import catalog, sources
 from grpc_overhead.app import runtime
 
 #: Seconds an analyzer answer is reused. Under the 5 s freshness target.
@@ -53,7 +53,7 @@ TIME_RANGES: tuple[TimeRange, ...] = (
 _RANGES = {time_range.key: time_range for time_range in TIME_RANGES}
 
 #: Query parameters the sidebar owns; pages may keep their own under other names.
-QUERY_KEYS = ("range", "since", "until", "service", "method", "run", "refresh")
+QUERY_KEYS = ("range", "since", "until", "service", "method", "run", "otel", "refresh")
 
 
 def source() -> runtime.Served:
@@ -189,15 +189,28 @@ def filters() -> CallFilters:
     since, until = _time_bounds(range_key, params)
 
     choices = load_slow(catalog.filter_choices, CallFilters(since=since, until=until))
+    wanted_service, wanted_method = _split_method(params.get("service"), params.get("method"))
     service = _choice(
-        "Service", sorted(choices["service"].unique()), params.get("service"), "filter_service"
+        "Service",
+        sorted(choices["service"].unique()),
+        wanted_service,
+        "filter_service",
+        help="The gRPC service (rpc.service).",
     )
     in_service = choices if service is None else choices[choices["service"] == service]
     method = _choice(
-        "Method", sorted(in_service["method"].unique()), params.get("method"), "filter_method"
+        "Method", sorted(in_service["method"].unique()), wanted_method, "filter_method"
     )
     runs = sorted(run for run in choices["run_id"].unique() if run)
     run = _choice("Run", runs, params.get("run"), "filter_run")
+    named = {name for names in choices["otel_services"] for name in names}
+    otel = _choice(
+        "OpenTelemetry service",
+        sorted(named),
+        params.get("otel"),
+        "filter_otel",
+        help="OTEL_SERVICE_NAME of the client or the server of a call.",
+    )
 
     served = source()
     refresh = sidebar.toggle(
@@ -208,10 +221,21 @@ def filters() -> CallFilters:
     )
     # Only a choice that differs from the default goes into the URL.
     refresh_param = None if refresh == served.live else ("1" if refresh else "0")
-    _write_query_params(range_key, since, until, service, method, run, refresh_param)
+    _write_query_params(range_key, since, until, service, method, run, otel, refresh_param)
     if refresh:
         _auto_refresh()
-    return CallFilters(since=since, until=until, service=service, method=method, run_id=run)
+    return CallFilters(
+        since=since, until=until, service=service, method=method, run_id=run, otel_service=otel
+    )
+
+
+def _split_method(service: str | None, method: str | None) -> tuple[str | None, str | None]:
+    """A ``method`` parameter written as ``report`` prints it (``pkg.Service/Method``, also
+    with gRPC's leading ``/``) names its service too, unless ``service`` is set."""
+    if not method or "/" not in method:
+        return service, method
+    named_service, _, named_method = method.strip().lstrip("/").rpartition("/")
+    return service or named_service or None, named_method or None
 
 
 def _time_bounds(range_key: str, params: Any) -> tuple[datetime | None, datetime | None]:
@@ -248,14 +272,16 @@ def _parse_moment(text: str, label: str) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _choice(label: str, options: list[str], wanted: str | None, key: str) -> str | None:
+def _choice(
+    label: str, options: list[str], wanted: str | None, key: str, help: str | None = None
+) -> str | None:
     """A selectbox with an "(all)" entry; a value from the URL that no call has is kept
     (shown, and matching nothing) rather than silently dropped."""
     values = [ANY, *[option for option in options if option]]
     if wanted and wanted not in values:
         values.append(wanted)
     index = values.index(wanted) if wanted in values else 0
-    selected = st.sidebar.selectbox(label, values, index=index, key=key)
+    selected = st.sidebar.selectbox(label, values, index=index, key=key, help=help)
     return None if selected == ANY else selected
 
 
@@ -266,6 +292,7 @@ def _write_query_params(
     service: str | None,
     method: str | None,
     run: str | None,
+    otel: str | None,
     refresh: str | None,
 ) -> None:
     """Mirror the sidebar into the URL, leaving every other page's parameters alone."""
@@ -276,6 +303,7 @@ def _write_query_params(
         "service": service,
         "method": method,
         "run": run,
+        "otel": otel,
         "refresh": refresh,
     }
     params = st.query_params
@@ -311,6 +339,20 @@ SEND_DATA = (
 )
 
 
+def note_unavailable_phases(filters: CallFilters) -> None:
+    """Say which phases the selected calls cannot have because of who traced them: gRPC's
+    own tracing (A72), semconv message events and plain spans record fewer moments than
+    our instrumentation. Silent when every call is ours on both sides."""
+    missing = sources.unavailable_phases(load(sources.source_mix, filters))
+    for row in missing.itertuples(index=False):
+        st.info(
+            f"{row.calls:,} calls here are traced by {row.client_source} (client) and "
+            f"{row.server_source} (server): their events do not mark the moments of "
+            f"{row.unavailable_phases}, so those phases are empty for them (the call "
+            "explorer says why, phase by phase)."
+        )
+
+
 def require_calls(filters: CallFilters) -> None:
     """Stop the page with a helpful empty state when no call matches ``filters``."""
     found = load(catalog.presence, filters)
@@ -319,7 +361,27 @@ def require_calls(filters: CallFilters) -> None:
         st.stop()
     if int(found["matching"].iloc[0]) == 0:
         st.info(
-            "No calls match the filters. Widen the time range or set service, method "
-            "or run back to (all) in the sidebar."
+            "No calls match the filters. Widen the time range or set service, method, "
+            "run or OpenTelemetry service back to (all) in the sidebar."
         )
         st.stop()
+
+
+def one_side_caption(server_only: int, client_only: int) -> None:
+    """Say which calls were seen from one side only (one side attached), and what that
+    leaves out, instead of showing their missing phases as if they were zero."""
+    parts = []
+    if server_only:
+        parts.append(
+            f"**Server side only: {server_only:,} calls** (their callers are not instrumented): "
+            "server phases and the count are measured; total and the network phases need the "
+            "client's half and are left out for them."
+        )
+    if client_only:
+        parts.append(
+            f"**Client side only: {client_only:,} calls** (their server is not instrumented): "
+            "client phases and total are measured; the server's phases and the one-way "
+            "network phases are left out for them."
+        )
+    if parts:
+        st.caption(" ".join(parts))

@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("grpc_overhead.cli.sql", "run SQL against the store"),
     "collector": ("grpc_overhead.cli.collector", "build, configure or run the collector"),
     "import": ("grpc_overhead.cli.import_traces", "pull traces from a Jaeger query API"),
+    "experiment": ("grpc_overhead.cli.experiment", "run a matrix of configurations, one run each"),
+    "compare": ("grpc_overhead.cli.compare", "phase-by-phase difference of runs, with noise"),
 }
 
 

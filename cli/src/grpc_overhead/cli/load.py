@@ -145,6 +145,27 @@ def build_parser() -> argparse.ArgumentParser:
         "chunks=PredictChunks (server streaming), upload=PredictUpload (client streaming)",
     )
     payload.add_argument(
+        "--payload",
+        choices=("structured", "image"),
+        default="structured",
+        help="structured: entities x features; image: --image-bytes of JPEG-like bytes per "
+        "request, scored as one entity",
+    )
+    payload.add_argument("--image-bytes", type=_positive_int, default=230_000, metavar="N")
+    payload.add_argument(
+        "--transport",
+        choices=("grpc", "rest"),
+        default="grpc",
+        help="rest: the same model over HTTP/1.1 + JSON (`grpc-overhead service --rest`), "
+        "one connection per caller; unary only",
+    )
+    payload.add_argument(
+        "--rest-body",
+        choices=("json", "binary", "base64"),
+        default="json",
+        help="rest images: base64 inside JSON (json, base64) or the raw bytes (binary)",
+    )
+    payload.add_argument(
         "--stream-messages", type=_positive_int, default=10, help="stream: messages per call"
     )
     payload.add_argument(
@@ -228,6 +249,7 @@ def config_from_args(args: argparse.Namespace):
         encoding, codec, grpc_compression = "packed", compression, "none"
     else:
         encoding, codec, grpc_compression = args.encoding or "repeated", "none", compression
+    _check_payload(args, compression)
     tls_ca = args.tls_ca
     if tls_ca is not None and not Path(tls_ca).is_file():
         raise UsageError(f"--tls-ca {tls_ca!r}: no such file")
@@ -251,6 +273,10 @@ def config_from_args(args: argparse.Namespace):
             batch_size=args.batch_size,
             chunk_entities=args.chunk_entities,
             seed=args.seed,
+            payload=args.payload,
+            image_bytes=args.image_bytes,
+            transport=args.transport,
+            rest_body=args.rest_body,
         ),
         grpc_compression=grpc_compression,
         tls=args.tls or tls_ca is not None,
@@ -261,6 +287,24 @@ def config_from_args(args: argparse.Namespace):
         late_threshold_ms=args.late_threshold_ms,
         max_message_mb=args.max_message_mb,
     )
+
+
+def _check_payload(args: argparse.Namespace, compression: str) -> None:
+    """Combinations the REST baseline and image payloads cannot run, refused up front."""
+    if args.transport == "rest":
+        if args.mode != "unary":
+            raise UsageError(f"--transport rest runs --mode unary only, not {args.mode}")
+        if compression != "none" or args.encoding == "packed":
+            raise UsageError("--transport rest sends JSON lists: no --compression, no packed")
+        if args.tls or args.tls_ca:
+            raise UsageError("--transport rest is plaintext HTTP/1.1 (no --tls)")
+    if args.payload == "image":
+        if args.mode not in ("unary", "batch"):
+            raise UsageError(f"--payload image is sent by --mode unary or batch, not {args.mode}")
+        if compression in APPLICATION_CODECS:
+            raise UsageError(f"--compression {compression} compresses packed features, not images")
+    elif args.rest_body != "json" and args.transport == "rest":
+        raise UsageError(f"--rest-body {args.rest_body} carries images (--payload image)")
 
 
 def _error(message: str) -> int:

@@ -2,6 +2,7 @@
 
     grpc-overhead report --store DIR | --clickhouse URL
         [--since 15m|2026-11-21T10:00:00Z] [--until ...] [--service S] [--method M] [--run R]
+        [--otel-service NAME]
         [--format table|json|csv] [--window 60] [--clock-domain host|process]
 
 Every failure the user can fix (store missing or locked, unreachable server,
@@ -21,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
+from grpc_overhead.analyzer.insights.catalog import known_names, resolve_names
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
 from grpc_overhead.analyzer.rollup import settle
@@ -87,9 +89,21 @@ def parser() -> argparse.ArgumentParser:
     add_store_arguments(p)
     p.add_argument("--since", help="calls started at or after: ISO 8601 or 15m, 2h, 1d ago")
     p.add_argument("--until", help="calls started before: ISO 8601 or a duration ago")
-    p.add_argument("--service", help="only this gRPC service (e.g. predict.Predictor)")
-    p.add_argument("--method", help="only this method (e.g. Predict)")
+    p.add_argument(
+        "--service", help="only this gRPC service (rpc.service: predict.Predictor or Predictor)"
+    )
+    p.add_argument(
+        "--method",
+        help="only this method, as the report prints it (predict.Predictor/Predict), "
+        "or Predictor/Predict, or Predict (that method of every service)",
+    )
     p.add_argument("--run", help="only this run (grpc_overhead.run_id)")
+    p.add_argument(
+        "--otel-service",
+        metavar="NAME",
+        help="only calls from or to this OpenTelemetry service (OTEL_SERVICE_NAME of the "
+        "client or the server; --service is the gRPC service)",
+    )
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument(
         "--window",
@@ -147,13 +161,8 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    filters = CallFilters(
-        since=parse_moment(args.since, option="--since") if args.since else None,
-        until=parse_moment(args.until, option="--until") if args.until else None,
-        service=args.service,
-        method=args.method,
-        run_id=args.run,
-    )
+    since = parse_moment(args.since, option="--since") if args.since else None
+    until = parse_moment(args.until, option="--until") if args.until else None
     if args.window <= 0:
         raise ReportInputError(f"bad --window {args.window}: must be a positive number of seconds")
     clock = ClockOptions(window=timedelta(seconds=args.window), domain=args.clock_domain)
@@ -162,6 +171,18 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             print(missing, file=sys.stderr)
             return EXIT_USAGE
+        service, method = args.service, args.method
+        if service or method or args.otel_service:
+            names = known_names(store, options=options)
+            service, method = resolve_names(names, service, method, args.otel_service)
+        filters = CallFilters(
+            since=since,
+            until=until,
+            service=service,
+            method=method,
+            run_id=args.run,
+            otel_service=args.otel_service,
+        )
         report = build_report(store, filters, clock, options=options)
     if args.format == "json":
         print(json.dumps(to_json(report), indent=2))

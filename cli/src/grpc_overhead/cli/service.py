@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--aio", action="store_true", help="use grpc.aio with async handlers")
     parser.add_argument(
+        "--rest",
+        action="store_true",
+        help="serve the same model over HTTP/1.1 + JSON instead of gRPC (uvicorn + starlette; "
+        "POST /v1/predict, /v1/predict/image), traced by OpenTelemetry's ASGI middleware",
+    )
+    parser.add_argument(
         "--compression",
         choices=sorted(GRPC_COMPRESSION),
         default="none",
@@ -138,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     config = config_from_args(args)
+    if args.rest:
+        return _serve_rest(args, config)
 
     from grpc_overhead.instrumentation import default_pipeline
     from grpc_overhead.prediction.server import prepare_tls
@@ -164,12 +172,13 @@ def main(argv: list[str] | None = None) -> int:
                 tls.cleanup()
 
 
-def _announce(config: ServiceConfig, port: int, tls) -> None:
+def _announce(config: ServiceConfig, port: int, tls, transport: str = "gRPC") -> None:
     from grpc_overhead.prediction.server import format_address
 
     if tls is not None:
         print(f"tls ca: {tls.certificate}", flush=True)
     mode = "aio" if config.aio else f"{config.workers} workers"
+    mode = f"{transport}, {mode}"
     print(
         f"grpc-overhead service: instance {config.instance_id}, {mode}, "
         f"model cost {config.model_cost_ms} ms, compression {config.compression}",
@@ -234,3 +243,29 @@ async def _serve_aio(config: ServiceConfig, pipeline, tls) -> int:
 def _stopping(received: list[int]) -> None:
     name = signal.Signals(received[0]).name if received else "signal"
     print(f"grpc-overhead service: {name}, stopping", file=sys.stderr, flush=True)
+
+
+def _serve_rest(args: argparse.Namespace, config: ServiceConfig) -> int:
+    """The REST baseline: same model, same announcements, HTTP/1.1 + JSON."""
+    options = {
+        "--tls": config.tls,
+        "--aio": args.aio,
+        "--compression": args.compression != "none",
+        "--max-concurrent-rpcs": args.max_concurrent_rpcs is not None,
+        "--max-connection-age-s": args.max_connection_age_s is not None,
+    }
+    unsupported = [name for name, used in options.items() if used]
+    if unsupported:
+        print(f"grpc-overhead service: --rest does not take {', '.join(unsupported)}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    from grpc_overhead.prediction.rest_server import serve
+
+    def announce(port: int) -> None:
+        _announce(config, port, None, transport="REST (HTTP/1.1)")
+
+    try:
+        return serve(config, announce)
+    except OSError as error:
+        print(f"grpc-overhead service: {error}", file=sys.stderr)
+        return 2

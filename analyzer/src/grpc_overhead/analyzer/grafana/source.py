@@ -58,6 +58,7 @@ PARAMETER_SQL: dict[str, str] = {
     "service": "''",
     "method": "''",
     "run_id": "''",
+    "otel_service": "''",
     **{name: str(value) for name, value in ClockOptions().parameters().items()},
 }
 

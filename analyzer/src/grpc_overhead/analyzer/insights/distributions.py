@@ -34,6 +34,7 @@ from grpc_overhead.analyzer.insights.rows import (
     parameters,
     rows_for,
 )
+from grpc_overhead.analyzer.insights.settled import phase_states_sql
 from grpc_overhead.analyzer.phases import DESIGN_PHASES, QUANTILE_FUNCTION
 from grpc_overhead.analyzer.store.base import Store
 
@@ -61,25 +62,28 @@ def phase_quantiles(
 ) -> pd.DataFrame:
     """One row per (phase of ``SHOWN_PHASES``, level of ``LEVELS``): ``value_us``, and
     the phase's ``calls`` (where defined) and ``mean_us``. A phase no call defines
-    has NaN values (its rows are kept, so a table can say "not recorded")."""
+    has NaN values (its rows are kept, so a table can say "not recorded").
+
+    Settled minutes come from the rollups' t-digest states (``settled``), so only
+    the unsettled calls are merged and computed, as ``report`` does."""
     levels = ", ".join(repr(level) for level in LEVELS)
+    source, bound, _ = phase_states_sql(store, filters, options)
     columns = []
     for name in SHOWN_PHASES:
-        value, defined = f"toFloat64({name}_value) / 1000", f"{name}_defined"
         columns += [
-            f"{QUANTILE_FUNCTION}If({levels})({value}, {defined}) AS {name}_q",
-            f"countIf({defined}) AS {name}_calls",
-            f"avgIf({value}, {defined}) AS {name}_mean",
+            f"{QUANTILE_FUNCTION}IfMerge({levels})({name}_q) AS {name}_q",
+            f"sum({name}_calls) AS {name}_calls",
+            f"sum({name}_sum) AS {name}_sum",
         ]
-    sql = "SELECT\n    " + ",\n    ".join(columns) + f"\nFROM ({rows_for(store, filters, options)})"
-    row = store.query(sql, parameters(filters), readonly=True).iloc[0]
+    sql = "SELECT\n    " + ",\n    ".join(columns) + f"\nFROM (\n{source}\n)"
+    row = store.query(sql, bound, readonly=True).iloc[0]
     records = []
     for name in SHOWN_PHASES:
         calls = int(row[f"{name}_calls"])
         quantiles = row[f"{name}_q"]
-        mean = float(row[f"{name}_mean"]) if calls else math.nan
+        mean = float(row[f"{name}_sum"]) / calls / 1000 if calls else math.nan
         for index, level in enumerate(LEVELS):
-            value = float(quantiles[index]) if calls else math.nan
+            value = float(quantiles[index]) / 1000 if calls else math.nan
             records.append((name, level, value, calls, mean))
     return pd.DataFrame.from_records(records, columns=list(QUANTILE_COLUMNS))
 
@@ -121,6 +125,10 @@ def phase_histogram(
     bin, values above ``high_us`` in the last: every defined call is counted.
     Every bin is returned, empty ones with 0 calls. ``share`` is of the
     phase's defined calls.
+
+    Where rollups hold settled minutes of the range, the counts are estimated
+    from the phase's t-digest (the same sketch as the quantiles), not binned
+    call by call: a picture of the distribution for the price of the rollups.
     """
     if phase not in CLOCKLESS_PHASE_NAMES:
         raise BadInput(f"unknown phase {phase!r}; expected one of {', '.join(SHOWN_PHASES)}")
@@ -128,6 +136,10 @@ def phase_histogram(
         raise BadInput(f"histogram range must satisfy 0 < low < high, not {low_us}..{high_us}")
     if not 1 <= bins <= MAX_BINS:
         raise BadInput(f"bins must be between 1 and {MAX_BINS}, not {bins}")
+    source, bound, rolled = phase_states_sql(store, filters, options)
+    if rolled:
+        counts = _sketched_bins(store, source, bound, phase, low_us, high_us, bins)
+        return _histogram(counts, low_us, high_us, bins)
     value = f"toFloat64({phase}_value) / 1000"
     index = (
         f"toUInt32(least(greatest(floor(log(greatest({value}, {{low:Float64}}) / {{low:Float64}})"
@@ -145,6 +157,47 @@ def phase_histogram(
     counts = np.zeros(bins, dtype="int64")
     for bin_index, calls in zip(found["bin"], found["calls"], strict=True):
         counts[int(bin_index)] = int(calls)
+    return _histogram(counts, low_us, high_us, bins)
+
+
+#: Levels a sketched histogram reads the t-digest at: each stands for 1/1,000 of the calls.
+SKETCH_LEVELS = tuple(round((k + 0.5) / 1000, 4) for k in range(1000))
+
+
+def _sketched_bins(
+    store: Store,
+    source: str,
+    bound: dict,
+    phase: str,
+    low_us: float,
+    high_us: float,
+    bins: int,
+) -> np.ndarray:
+    """Calls per bin estimated from the phase's t-digest (rollups + raw states): each of
+    ``SKETCH_LEVELS`` quantiles counts for a thousandth of the defined calls."""
+    levels = ", ".join(repr(level) for level in SKETCH_LEVELS)
+    sql = (
+        f"SELECT {QUANTILE_FUNCTION}IfMerge({levels})({phase}_q) AS q,"
+        f" sum({phase}_calls) AS calls FROM (\n{source}\n)"
+    )
+    row = store.query(sql, bound, readonly=True).iloc[0]
+    calls = int(row["calls"])
+    counts = np.zeros(bins, dtype="int64")
+    if not calls:
+        return counts
+    values = np.asarray(row["q"], dtype="float64") / 1000
+    ratio = np.log(np.maximum(values, low_us) / low_us) / np.log(high_us / low_us)
+    index = np.clip(np.floor(ratio * bins), 0, bins - 1).astype("int64")
+    per_level = np.bincount(index, minlength=bins) * calls / len(SKETCH_LEVELS)
+    counts = np.floor(per_level).astype("int64")
+    # Whole calls that add up to the phase's count: the largest remainders get the rest.
+    short = calls - int(counts.sum())
+    if short > 0:
+        counts[np.argsort(counts - per_level)[:short]] += 1
+    return counts
+
+
+def _histogram(counts: np.ndarray, low_us: float, high_us: float, bins: int) -> pd.DataFrame:
     edges = np.geomspace(low_us, high_us, bins + 1)
     total = counts.sum()
     return pd.DataFrame(
@@ -193,7 +246,8 @@ def tail(
     by default), *median* = ``total`` within p45..p55. ``extra_us`` = slowest - median,
     and ``extra_share`` its part of the extra ``total``: "of the 9 ms the
     slowest calls add, 80 % is server_queue". Empty when no call records
-    every event.
+    every event. The thresholds come first, so only the calls of the two bands
+    are merged and computed (``calls_source``'s ``keys``), not every call.
     """
     if not 0 < slowest < 0.5:
         raise BadInput(f"the slowest share must be between 0 and 0.5, not {slowest}")
@@ -203,26 +257,40 @@ def tail(
     # duration): two columns and no merging, so the tail costs one merged pass.
     client_totals = (
         "SELECT client_end_ns - client_start_ns AS total_ns FROM (SELECT client_start_ns AS"
-        " call_start_ns, client_start_ns, client_end_ns, service, method, run_id"
+        " call_start_ns, client_start_ns, client_end_ns, service, method, run_id,"
+        " client_service, server_service"
         f" FROM {options.calls} WHERE {ROW_FILTER} AND client_start_ns != 0"
         f" AND client_end_ns != 0) WHERE {TIME_FILTER} AND {CALL_FILTER}"
     )
+    low, high = MEDIAN_BAND
+    bound = {**parameters(filters), "low": low, "high": high, "tail": 1 - float(slowest)}
+    found = store.query(
+        "SELECT quantilesExact({low:Float64}, {high:Float64}, {tail:Float64})(total_ns) AS t,"
+        f" count() AS n FROM ({client_totals})",
+        bound,
+        readonly=True,
+    ).iloc[0]
+    if not int(found["n"]):
+        return pd.DataFrame(columns=list(TAIL_COLUMNS))
+    bound.update(zip(("t_low", "t_high", "t_tail"), (int(t) for t in found["t"]), strict=True))
+    # Only the calls in the two bands (about 11 %) are merged and computed: their
+    # client halves name them, before any merge.
+    duration = "client_end_ns - client_start_ns"
+    keys = (
+        f"SELECT TraceId, ClientSpanId FROM {options.calls} WHERE {ROW_FILTER}"
+        " AND client_start_ns != 0 AND client_end_ns != 0"
+        f" AND ({duration} >= {{t_tail:Int64}}"
+        f" OR ({duration} >= {{t_low:Int64}} AND {duration} <= {{t_high:Int64}}))"
+    )
     sql = (
-        "WITH (SELECT quantilesExact({low:Float64}, {high:Float64}, {tail:Float64})(total_ns)"
-        f" FROM ({client_totals})) AS thresholds\n"
-        "SELECT multiIf(total_value >= thresholds[3], 'slowest',"
-        " total_value >= thresholds[1] AND total_value <= thresholds[2], 'median', '')"
-        " AS band,\n    count() AS calls, any(thresholds[3]) / 1000 AS slowest_from_us,\n    "
+        "SELECT multiIf(total_value >= {t_tail:Int64}, 'slowest',"
+        " total_value >= {t_low:Int64} AND total_value <= {t_high:Int64}, 'median', '')"
+        " AS band,\n    count() AS calls, {t_tail:Int64} / 1000 AS slowest_from_us,\n    "
         + ",\n    ".join(means)
-        + f"\nFROM ({rows_for(store, filters, options)})\n"
+        + f"\nFROM ({rows_for(store, filters, options, keys=keys)})\n"
         "WHERE unattributed_defined AND band != ''\nGROUP BY band"
     )
-    low, high = MEDIAN_BAND
-    found = store.query(
-        sql,
-        {**parameters(filters), "low": low, "high": high, "tail": 1 - float(slowest)},
-        readonly=True,
-    )
+    found = store.query(sql, bound, readonly=True)
     bands = {row["band"]: row for row in found.to_dict("records")}
     if "slowest" not in bands or "median" not in bands:
         return pd.DataFrame(columns=list(TAIL_COLUMNS))

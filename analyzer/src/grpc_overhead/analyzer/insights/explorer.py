@@ -32,6 +32,10 @@ from grpc_overhead.analyzer.calls import (
 )
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, merged_cte, query_parameters
 from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.insights.call_tables import COARSE_PHASES as COARSE_PHASES
+from grpc_overhead.analyzer.insights.call_tables import ONE_WAY as ONE_WAY
+from grpc_overhead.analyzer.insights.call_tables import event_table as event_table
+from grpc_overhead.analyzer.insights.call_tables import phase_table as phase_table
 from grpc_overhead.analyzer.phases import (
     ALL_PHASES,
     CALL_IDENTITY,
@@ -169,6 +173,8 @@ def locate(
         f"FROM {options.calls}\nWHERE TraceId = {{trace_id:String}}"
         " AND ({span:String} = '' OR ClientSpanId = {span:String})\n"
         "GROUP BY ClientSpanId\n"
+        # An A72 attempt's row is part of its call's (keyed by the call span): never a call.
+        "HAVING max(CallSpanId) = '' OR max(CallSpanId) = ClientSpanId\n"
         "ORDER BY if(client_start != 0, client_start, server_start), span LIMIT 1"
     )
     found = store.query(
@@ -197,6 +203,17 @@ def _window_parameters(
     }
 
 
+#: Who wrote each half (``span_sources``) and how many attempts the call took (A72).
+SOURCE_COLUMNS = (
+    "client_source",
+    "server_source",
+    "client_language",
+    "server_language",
+    "client_scope",
+    "server_scope",
+    "client_attempts",
+)
+
 SUMMARY_COLUMNS = (
     "trace_id",
     "client_span_id",
@@ -209,6 +226,7 @@ SUMMARY_COLUMNS = (
     "clock_offset_us",
     "clock_uncertainty_us",
     "clock_estimate",
+    *SOURCE_COLUMNS,
     *(f"{name}_us" for name in ALL_PHASES),
 )
 
@@ -239,7 +257,7 @@ def call_summary(
         "SELECT TraceId AS trace_id, ClientSpanId AS client_span_id,"
         " ServerSpanId AS server_span_id,"
         f" fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start, {', '.join(CALL_IDENTITY)},"
-        " status_code, client_domain, server_domain,\n"
+        f" status_code, client_domain, server_domain, {', '.join(SOURCE_COLUMNS)},\n"
         "    if(clock_defined, clock_offset_ns / 1000, NULL) AS clock_offset_us,\n"
         "    if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us,\n"
         "    multiIf(client_domain = server_domain, 'same clock',"
@@ -321,7 +339,9 @@ def call_waterfall(
         return pd.DataFrame({column: [] for column in WATERFALL_COLUMNS})
     span, start_ns = found
     row = _merged_row(store, trace_id, span, start_ns, options)
-    events = _span_events(store, trace_id, [span, row["ServerSpanId"]], start_ns, options)
+    events = _span_events(
+        store, trace_id, [span, row["AttemptSpanId"]], row["ServerSpanId"], start_ns, options
+    )
     # Integer ns throughout: Unix ns do not fit a float's 53 bits exactly.
     offset_ns = (
         0 if clock_offset_us is None or pd.isna(clock_offset_us) else round(clock_offset_us * 1000)
@@ -377,16 +397,26 @@ def _merged_row(
 
 
 def _span_events(
-    store: Store, trace_id: str, spans: list[str], start_ns: int, options: CallsOptions
+    store: Store,
+    trace_id: str,
+    client_spans: list[str],
+    server_span: str,
+    start_ns: int,
+    options: CallsOptions,
 ) -> pd.DataFrame:
-    """Every event of the call's client and server spans: lane, event, time_ns, detail."""
+    """Every event of the call's client spans (an A72 call's call and chosen attempt span)
+    and server span: lane, event, time_ns, detail (message number and size, ours or A72's)."""
     sql = (
-        "SELECT if(SpanKind IN ('Client', 'SPAN_KIND_CLIENT'), 'client', 'server') AS lane,"
+        "SELECT if(SpanId = {server:String}, 'server', 'client') AS lane,"
         " event, toUnixTimestamp64Nano(at) AS time_ns,\n"
+        "    if(attributes['rpc.message.id'] != '', attributes['rpc.message.id'],"
+        " if(attributes['sequence-number'] != '',"
+        " toString(toUInt64OrZero(attributes['sequence-number']) + 1), '')) AS message,\n"
+        "    if(attributes['rpc.message.uncompressed_size'] != '',"
+        " attributes['rpc.message.uncompressed_size'], attributes['message-size']) AS size,\n"
         "    arrayStringConcat(arrayFilter(part -> part != '', ["
-        "if(attributes['rpc.message.id'] != '', concat('message ', attributes['rpc.message.id']),"
-        " ''), if(attributes['rpc.message.uncompressed_size'] != '',"
-        " concat(attributes['rpc.message.uncompressed_size'], ' B'), '')]), ', ') AS detail\n"
+        "if(message != '', concat('message ', message), ''),"
+        " if(size != '', concat(size, ' B'), '')]), ', ') AS detail\n"
         f"FROM {options.traces}\n"
         "ARRAY JOIN Events.Name AS event, Events.Timestamp AS at, Events.Attributes AS attributes\n"
         "WHERE TraceId = {trace_id:String} AND SpanId IN {spans:Array(String)}\n"
@@ -396,53 +426,9 @@ def _span_events(
     )
     parameters = {
         "trace_id": trace_id,
-        "spans": [span for span in spans if span],
+        "spans": [span for span in (*client_spans, server_span) if span],
+        "server": server_span,
         "since_ns": start_ns - HALF_MARGIN_NS,
         "until_ns": start_ns + HALF_MARGIN_NS,
     }
     return store.query(sql, parameters, readonly=True)
-
-
-# -- tables for one call (no query) ------------------------------------------------------------
-
-#: Phases whose value depends on the clock offset (their corrected twin exists).
-ONE_WAY = ("request_network", "response_network")
-
-
-def phase_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """The call's phases (``call_summary``) as rows: phase, raw_us, corrected_us.
-
-    Only the one-way network phases differ between the two; their sum is the
-    same in both, whatever the clocks do.
-    """
-    if summary.empty:
-        return pd.DataFrame({"phase": [], "raw_us": [], "corrected_us": []})
-    call = summary.iloc[0]
-    names = (*CONSECUTIVE_PHASES, "unattributed", "total", "server_residence", "pool_wait")
-    records = []
-    for name in names:
-        corrected = call[f"{name}_us"]
-        raw = call[f"{name}_raw_us"] if name in ONE_WAY else corrected
-        records.append((name, raw, corrected))
-    frame = pd.DataFrame.from_records(records, columns=["phase", "raw_us", "corrected_us"])
-    for column in ("raw_us", "corrected_us"):
-        frame[column] = frame[column].astype("float64")
-    return frame
-
-
-def event_table(waterfall: pd.DataFrame) -> pd.DataFrame:
-    """The call's events (``call_waterfall``) in time order: lane, event, raw_us,
-    corrected_us (µs since the client span's start) and detail."""
-    events = waterfall[waterfall["kind"] == "event"]
-    raw = events[events["view"] == "raw"].reset_index(drop=True)
-    corrected = events[events["view"] == "corrected"].reset_index(drop=True)
-    frame = pd.DataFrame(
-        {
-            "lane": raw["lane"],
-            "event": raw["name"],
-            "raw_us": raw["start_us"].astype("float64"),
-            "corrected_us": corrected["start_us"].astype("float64"),
-            "detail": raw["detail"],
-        }
-    )
-    return frame.sort_values(["corrected_us", "raw_us"], kind="stable").reset_index(drop=True)

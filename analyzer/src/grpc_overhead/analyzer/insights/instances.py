@@ -48,6 +48,12 @@ TARGET_BUCKETS = 60
 
 _PHASES = {phase.name: phase for phase in PHASES}
 
+#: Instances of one service: the server's OpenTelemetry service name, else the gRPC service.
+SERVER_GROUP = "if(server_service != '', server_service, service)"
+#: Time buckets two instances of a group must share before their spread means anything:
+#: one instance taking over from another shares the bucket of the hand-over, no more.
+MIN_SHARED_BUCKETS = 3
+
 
 def phase(name: str) -> Phase:
     """A phase of ``phases.PHASES`` that needs no other phase and no clock offset."""
@@ -99,8 +105,10 @@ def instance_load(
 
     One scan of the merged calls answers both the page's table and its
     timeline (``GROUPING SETS``), so the page reads the calls once.
-    ``level`` is 'instance' (the whole range; ``bucket_ns`` 0) or 'bucket'
-    (``bucket_s`` long buckets, round lengths, at most about ``buckets``).
+    ``level`` is 'instance' (the whole range; ``bucket_ns`` 0), 'bucket'
+    (``bucket_s`` long buckets, round lengths, at most about ``buckets``) or
+    'overlap' (per bucket, instance, ``server_group`` and ``dialled`` address:
+    read by ``concurrent``).
     Latency columns are µs, NaN where no call defines them. Split it with
     ``summary`` and ``timeline``.
     """
@@ -110,7 +118,8 @@ def instance_load(
     total, server = phase("total"), phase("server_duration")
     sql = (
         f"WITH\n{merged_cte(options)}\n"
-        "SELECT if(grouping(bucket_ns) = 0, 'bucket', 'instance') AS level, bucket_ns, instance,"
+        "SELECT multiIf(grouping(dialled) = 0, 'overlap', grouping(bucket_ns) = 0, 'bucket',"
+        " 'instance') AS level, bucket_ns, instance, server_group, dialled,"
         " any(server_host) AS host, any(server_service) AS server_service, count() AS calls,\n    "
         + ",\n    ".join(
             [
@@ -124,15 +133,17 @@ def instance_load(
         "\n    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns\n"
         "FROM (\n    SELECT *,"
         " intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64} AS bucket_ns,"
-        f" {INSTANCE} AS instance\n    FROM merged WHERE {CALL_FILTER}\n)\n"
-        "GROUP BY GROUPING SETS ((bucket_ns, instance), (instance))\n"
+        f" {INSTANCE} AS instance, {SERVER_GROUP} AS server_group, server_address AS dialled\n"
+        f"    FROM merged WHERE {CALL_FILTER}\n)\n"
+        "GROUP BY GROUPING SETS\n"
+        "    ((bucket_ns, instance), (instance), (bucket_ns, instance, server_group, dialled))\n"
         "ORDER BY level DESC, bucket_ns, calls DESC, instance\n"
         "LIMIT {max_rows:UInt32}"
     )
     parameters: dict[str, Any] = {
         **query_parameters(filters, None),
         "bucket_ns": step_s * 1_000_000_000,
-        "max_rows": MAX_INSTANCES * (buckets * 2 + 1),
+        "max_rows": MAX_INSTANCES * (buckets * 4 + 1),
     }
     frame = store.query(sql, parameters, readonly=True)
     _defined_or_nan(frame, ["p50_total_us", "p99_total_us"], frame["total_calls"])
@@ -165,6 +176,70 @@ def summary(load: pd.DataFrame) -> pd.DataFrame:
     return frame[list(SUMMARY_COLUMNS)]
 
 
+CONCURRENT_COLUMNS = (
+    "server_service",
+    "dialled",
+    "instances",
+    "shared_buckets",
+    "shared_s",
+    "calls",
+    "imbalance",
+    "busiest",
+    "busiest_share",
+)
+
+
+def concurrent(load: pd.DataFrame) -> pd.DataFrame:
+    """Load spread among instances that served *together*: one row per group of
+    instances of one service (``SERVER_GROUP``) reached through the same dialled
+    address, over the time buckets in which two or more of them served calls (at
+    least ``MIN_SHARED_BUCKETS``; an instance serves from the bucket of its first call
+    to that of its last), worst imbalance first (``CONCURRENT_COLUMNS``).
+
+    Why these groups: an uneven spread is a connection problem (gRPC keeps a
+    channel on one connection, so clients that connected before a scale-out stay
+    on the old instances) only when the clients asked for the same thing and got
+    different instances. Instances that ran one after another never shared load,
+    and a client that dialled one instance's own address chose it (a scenario
+    aimed at one instance): neither is a balancing problem, and neither is a row.
+    ``imbalance`` is the busiest instance's calls against the mean per instance
+    within the shared buckets (1 = even).
+    """
+    rows = load[load["level"] == "overlap"]
+    step_s = int(load["bucket_s"].iloc[0]) if len(load) else 0
+    records = []
+    for (group, dialled), part in rows.groupby(["server_group", "dialled"], sort=True):
+        # An instance serves from its first call's bucket to its last call's.
+        spans = part.groupby("instance")["bucket_ns"].agg(["min", "max"])
+        buckets = sorted(part["bucket_ns"].unique())
+        serving = {
+            bucket: [name for name, (first, last) in spans.iterrows() if first <= bucket <= last]
+            for bucket in buckets
+        }
+        shared = [bucket for bucket in buckets if len(serving[bucket]) >= 2]
+        if len(shared) < MIN_SHARED_BUCKETS:
+            continue
+        present = sorted({name for bucket in shared for name in serving[bucket]})
+        within = part[part["bucket_ns"].isin(shared)].groupby("instance")["calls"].sum()
+        calls = within.reindex(present, fill_value=0)
+        calls = calls.sort_values(ascending=False, kind="stable")
+        records.append(
+            (
+                group,
+                dialled,
+                len(calls),
+                len(shared),
+                len(shared) * step_s,
+                int(calls.sum()),
+                float(calls.iloc[0] / calls.mean()),
+                str(calls.index[0]),
+                float(calls.iloc[0] / calls.sum()),
+            )
+        )
+    frame = pd.DataFrame.from_records(records, columns=list(CONCURRENT_COLUMNS))
+    return frame.sort_values("imbalance", ascending=False, kind="stable").reset_index(drop=True)
+
+
 def imbalance(load: pd.DataFrame) -> float:
     """Busiest instance's calls against the mean per instance over the range (1 = even;
     NaN without calls)."""
@@ -186,7 +261,8 @@ def time_span(
     sql = (
         "SELECT count() AS n, min(call_start_ns) AS first, max(call_start_ns) AS last FROM ("
         "SELECT greatest(client_start_ns, server_start_ns) AS call_start_ns, service, method,"
-        f" run_id FROM {options.calls} WHERE {ROW_FILTER}) WHERE {TIME_FILTER} AND {CALL_FILTER}"
+        f" run_id, client_service, server_service FROM {options.calls} WHERE {ROW_FILTER})"
+        f" WHERE {TIME_FILTER} AND {CALL_FILTER}"
     )
     found = store.query(sql, query_parameters(filters, None), readonly=True).iloc[0]
     if not int(found["n"]):

@@ -25,6 +25,8 @@ import pandas as pd
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.rows import (
+    CLIENT_ONLY,
+    SERVER_ONLY,
     STACKED_PHASES,
     bucket_seconds,
     parameters,
@@ -32,6 +34,7 @@ from grpc_overhead.analyzer.insights.rows import (
     time_span,
 )
 from grpc_overhead.analyzer.phases import QUANTILE_FUNCTION
+from grpc_overhead.analyzer.status import CALL_STATUS, with_names
 from grpc_overhead.analyzer.store.base import Store
 
 #: Both one-way network phases recorded: their sum is exact across clocks.
@@ -40,11 +43,12 @@ NETWORK_DEFINED = "request_network_defined AND response_network_defined"
 #: Every event recorded: the eight phases and ``unattributed`` add up to ``total``.
 COMPLETE = "unattributed_defined"
 
+
 STATISTICS = ("mean", "p50")
 TARGET_BUCKETS = 120
 
 #: ``overview`` rows: one per level.
-ALL, METHOD, BUCKET = "all", "method", "bucket"
+ALL, METHOD, BUCKET, STATUS = "all", "method", "bucket", "status"
 
 
 def overview(
@@ -61,12 +65,14 @@ def overview(
     method, busiest first), ``bucket`` (per time bucket of call starts, a
     round length giving at most ``buckets``; ``bucket_s`` says which).
     Columns (ns sums, µs otherwise): calls, first_ns, last_ns, total_calls,
-    total_p50_us, total_p99_us, total_mean_us, calls_with_events and the
+    total_p50_us, total_p99_us, total_mean_us, server_only_calls and
+    client_only_calls (one side attached: ``rows.SERVER_ONLY``), calls_with_events and the
     ``complete_{total,processing,network}_ns`` sums over them, per phase of
     ``STACKED_PHASES`` and ``total`` its ``statistic`` (mean or p50) over the
     calls with every event as ``{phase}_us``, and network (request + response
-    network) and overhead (total - processing) means and p99. Read it with
-    ``summary``, ``phases_by_method`` and ``network_over_time``.
+    network) and overhead (total - processing) means and p99; ``status`` rows count
+    the calls per (service, method, gRPC status code). Read it with ``summary``,
+    ``phases_by_method``, ``network_over_time`` and ``statuses``.
     """
     if statistic not in STATISTICS:
         raise BadInput(f"statistic must be one of {', '.join(STATISTICS)}, not {statistic!r}")
@@ -80,15 +86,17 @@ def overview(
 
     network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
     sql = (
-        "SELECT multiIf(grouping(service) = 0, 'method', grouping(bucket_ns) = 0, 'bucket',"
-        " 'all') AS level,\n"
-        "    service, method, bucket_ns, count() AS calls,\n"
+        "SELECT multiIf(grouping(status_code) = 0, 'status', grouping(service) = 0, 'method',"
+        " grouping(bucket_ns) = 0, 'bucket', 'all') AS level,\n"
+        "    service, method, bucket_ns, status_code, count() AS calls,\n"
         "    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns,\n"
         "    countIf(total_defined) AS total_calls,\n"
         f"    {QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined)"
         " AS total_q,\n"
         "    avgIf(toFloat64(total_value), total_defined) / 1000 AS total_mean_us,\n"
         f"    countIf({COMPLETE}) AS calls_with_events,\n"
+        f"    countIf({SERVER_ONLY}) AS server_only_calls,\n"
+        f"    countIf({CLIENT_ONLY}) AS client_only_calls,\n"
         f"    sumIf(total_value, {COMPLETE}) AS complete_total_ns,\n"
         f"    sumIf(processing_value, {COMPLETE}) AS complete_processing_ns,\n"
         f"    sumIf({NETWORK}, {COMPLETE}) AS complete_network_ns,\n    "
@@ -102,8 +110,10 @@ def overview(
         "    countIf(network_overhead_defined) AS overhead_calls,\n"
         f"    avgIf({overhead}, network_overhead_defined) AS overhead_mean_us\n"
         "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
-        f" AS bucket_ns FROM ({rows_for(store, filters, options)}))\n"
-        "GROUP BY GROUPING SETS ((), (service, method), (bucket_ns))\n"
+        f" AS bucket_ns, {CALL_STATUS} AS status_code"
+        f" FROM ({rows_for(store, filters, options)}))\n"
+        "GROUP BY GROUPING SETS\n"
+        "    ((), (service, method), (bucket_ns), (service, method, status_code))\n"
         "ORDER BY level, calls DESC, service, method, bucket_ns"
     )
     frame = store.query(
@@ -137,6 +147,8 @@ SUMMARY_COLUMNS = (
     "not_processing_share",
     "network_share",
     "calls_with_events",
+    "server_only_calls",
+    "client_only_calls",
 )
 
 
@@ -153,7 +165,8 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """
     rows = frame[frame["level"] == ALL]
     if rows.empty:  # no call matched: some engines return no row for the () grouping set
-        return pd.DataFrame([{"calls": 0, "calls_with_events": 0}], columns=list(SUMMARY_COLUMNS))
+        empty = {"calls": 0, "calls_with_events": 0, "server_only_calls": 0, "client_only_calls": 0}
+        return pd.DataFrame([empty], columns=list(SUMMARY_COLUMNS))
     row = rows.iloc[0]
     calls = int(row["calls"])
     span_ns = int(row["last_ns"]) - int(row["first_ns"]) if calls else 0
@@ -179,6 +192,8 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                     else math.nan
                 ),
                 "calls_with_events": int(row["calls_with_events"]),
+                "server_only_calls": int(row["server_only_calls"]),
+                "client_only_calls": int(row["client_only_calls"]),
             }
         ],
         columns=list(SUMMARY_COLUMNS),
@@ -267,3 +282,11 @@ def _missing_where(frame: pd.DataFrame, columns: list[str], counts: pd.Series) -
 
 def _timestamp(ns: int) -> pd.Timestamp:
     return pd.Timestamp(ns, unit="ns", tz="UTC")
+
+
+def statuses(frame: pd.DataFrame) -> pd.DataFrame:
+    """Calls per (service, method, status code) from ``overview``'s ``status`` rows
+    (``status.STATUS_COLUMNS``: the code's name, and its share of the method's calls)."""
+    rows = frame[frame["level"] == STATUS][["service", "method", "status_code", "calls"]]
+    rows = rows.sort_values(["service", "method", "calls"], ascending=[True, True, False])
+    return with_names(rows)

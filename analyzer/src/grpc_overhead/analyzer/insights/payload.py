@@ -1,6 +1,7 @@
 """The Payload and compression page's answers: what each megabyte costs, per phase and algorithm.
 
-* ``costs``: per phase (and per compression algorithm), the
+* ``costs``, ``method_fits``: per phase (and per compression algorithm; per
+  method and run for ``method_fits``, the ones worth reading), the
   least-squares line of the phase against the bytes it moves, fitted in
   ClickHouse (``simpleLinearRegression``): its slope is the cost per MB
   (µs per 1,000,000 bytes), its intercept the fixed cost of a call.
@@ -77,7 +78,10 @@ COST_COLUMNS = (
     "r2",
     "min_bytes",
     "max_bytes",
+    "finding",
+    "verdict",
 )
+METHOD_FIT_COLUMNS = ("service", "method", "run_id", *COST_COLUMNS)
 
 
 def by_algorithm(
@@ -88,43 +92,71 @@ def by_algorithm(
     busiest first). Read it with ``costs`` and ``algorithms``.
 
     Merging a million unmerged call halves is the expensive part of a query,
-    so the fits and the comparison share one (``GROUPING SETS``).
+    so the fits and the comparison share one; the calls are aggregated once, per
+    (method, run, algorithm), into states that ``GROUPING SETS`` then merge.
     """
-    columns = []
+    # (function, parameters, arguments, name): aggregated once per (method, run,
+    # algorithm) as states, then merged into every grouping set, so the million calls
+    # are aggregated once however many views of them the page shows.
+    aggregates: list[tuple[str, str, str, str]] = []
     for name in FITTED_PHASES:
         x = f"toFloat64({BASIS_BYTES[SIZE_BASIS[name]]})"
         y, defined = f"toFloat64({name}_value)", f"{name}_defined"
-        columns += [
-            f"countIf({defined}) AS {name}_calls",
-            f"simpleLinearRegressionIf({x}, {y}, {defined}) AS {name}_fit",
-            f"varPopIf({x}, {defined}) AS {name}_var",
-            f"corrIf({x}, {y}, {defined}) AS {name}_corr",
-            f"minIf({x}, {defined}) AS {name}_min",
-            f"maxIf({x}, {defined}) AS {name}_max",
+        aggregates += [
+            ("countIf", "", defined, f"{name}_calls"),
+            ("simpleLinearRegressionIf", "", f"{x}, {y}, {defined}", f"{name}_fit"),
+            ("varPopIf", "", f"{x}, {defined}", f"{name}_var"),
+            ("corrIf", "", f"{x}, {y}, {defined}", f"{name}_corr"),
+            ("minIf", "", f"{x}, {defined}", f"{name}_min"),
+            ("maxIf", "", f"{x}, {defined}", f"{name}_max"),
         ]
-    columns += [
-        f"avg({REQUEST_BYTES}) AS request_bytes_mean",
-        f"avg({RESPONSE_BYTES}) AS response_bytes_mean",
-        "sumIf(request_compressed_bytes, request_compressed_bytes > 0)"
-        f" / sumIf({REQUEST_BYTES}, request_compressed_bytes > 0) AS request_compressed_ratio",
-        "sumIf(response_compressed_bytes, response_compressed_bytes > 0)"
-        f" / sumIf({RESPONSE_BYTES}, response_compressed_bytes > 0) AS response_compressed_ratio",
-        f"{QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined) AS q",
+    compressed = ("request_compressed_bytes", "response_compressed_bytes")
+    aggregates += [
+        ("count", "", "", "calls"),
+        ("avg", "", REQUEST_BYTES, "request_bytes_mean"),
+        ("avg", "", RESPONSE_BYTES, "response_bytes_mean"),
+        *(("sumIf", "", f"{column}, {column} > 0", f"{column}_sum") for column in compressed),
+        ("sumIf", "", f"{REQUEST_BYTES}, request_compressed_bytes > 0", "request_sent_sum"),
+        ("sumIf", "", f"{RESPONSE_BYTES}, response_compressed_bytes > 0", "response_sent_sum"),
+        (
+            f"{QUANTILE_FUNCTION}If",
+            "(0.5, 0.99)",
+            "toFloat64(total_value) / 1000, total_defined",
+            "q",
+        ),
         # (total_calls: one of the fitted phases' counts above)
-        "avgIf(total_value, total_defined) / 1000 AS total_mean_us",
-        "countIf(unattributed_defined) AS calls_with_events",
+        ("avgIf", "", "total_value, total_defined", "total_mean_ns"),
+        ("countIf", "", "unattributed_defined", "calls_with_events"),
         *(
-            f"avgIf({name}_value, unattributed_defined) / 1000 AS {name}_us"
+            ("avgIf", "", f"{name}_value, unattributed_defined", f"{name}_ns")
             for name in STACKED_PHASES
         ),
     ]
+    states = ",\n    ".join(
+        f"{function}State{params}({arguments}) AS {name}_state"
+        for function, params, arguments, name in aggregates
+    )
+    merged = [
+        f"{function}Merge{params}({name}_state) AS {name}"
+        for function, params, _, name in aggregates
+    ]
+    merged += [
+        "request_compressed_bytes_sum / request_sent_sum AS request_compressed_ratio",
+        "response_compressed_bytes_sum / response_sent_sum AS response_compressed_ratio",
+        "total_mean_ns / 1000 AS total_mean_us",
+        *(f"{name}_ns / 1000 AS {name}_us" for name in STACKED_PHASES),
+    ]
     sql = (
         "SELECT if(grouping(algorithm) = 1, {all:String}, algorithm) AS label,"
-        " count() AS calls,\n    "
-        + ",\n    ".join(columns)
-        + f"\nFROM ({rows_for(store, filters, options)})\n"
-        "GROUP BY GROUPING SETS ((), (algorithm))\n"
-        "ORDER BY grouping(algorithm) DESC, calls DESC, label"
+        " if(grouping(service) = 0, 'method', 'all') AS scope,"
+        " service, method, run_id,\n    "
+        + ",\n    ".join(merged)
+        + f"\nFROM (\nSELECT service, method, run_id, algorithm,\n    {states}\n"
+        f"FROM ({rows_for(store, filters, options)})\n"
+        "GROUP BY service, method, run_id, algorithm\n)\n"
+        "GROUP BY GROUPING SETS ((), (algorithm), (service, method, run_id),"
+        " (service, method, run_id, algorithm))\n"
+        "ORDER BY scope, grouping(algorithm) DESC, calls DESC, service, method, run_id, label"
     )
     frame = store.query(sql, {**parameters(filters), "all": ALL}, readonly=True)
     frame = frame.rename(columns={"label": "algorithm"})
@@ -139,29 +171,94 @@ def costs(frame: pd.DataFrame) -> pd.DataFrame:
     ``algorithm`` is ``ALL`` for the fit over every call, then each algorithm.
     ``r2`` is the squared correlation (how much of the phase's spread the
     size explains). Where every call has the same size a slope means
-    nothing: slope, intercept and r2 are NaN.
+    nothing: slope, intercept and r2 are NaN. ``finding`` and ``verdict``:
+    ``verdict`` (whether the slope is a cost at all, and what to say). These fit
+    every matching call together, whatever its method and run: read
+    ``method_fits`` for fits a page may headline.
     """
+    return _fits(frame[_scope(frame) == "all"], with_scope=False)
+
+
+def method_fits(frame: pd.DataFrame) -> pd.DataFrame:
+    """``costs`` per (service, method, run) (``METHOD_FIT_COLUMNS``): ``algorithm``
+    ``ALL`` for each method and run's calls together, then per algorithm, busiest
+    first. A fit over calls of different methods or runs mixes unlike calls (a
+    large method with a fast run, a small one under load) and its slope can be
+    anything, negative included: these are the fits a reader can trust, and
+    ``verdict`` says which are findings."""
+    return _fits(frame[_scope(frame) == "method"], with_scope=True)
+
+
+def _scope(frame: pd.DataFrame) -> pd.Series:
+    return frame["scope"] if "scope" in frame else pd.Series("all", index=frame.index)
+
+
+def _fits(frame: pd.DataFrame, *, with_scope: bool) -> pd.DataFrame:
     records = []
     for row in frame.to_dict("records"):
+        scope = (row["service"], row["method"], row["run_id"]) if with_scope else ()
         for name in FITTED_PHASES:
             calls = int(row[f"{name}_calls"])
             fitted = calls > 1 and float(row[f"{name}_var"]) > 0
             slope, intercept = _line(row[f"{name}_fit"]) if fitted else (math.nan, math.nan)
             corr = float(row[f"{name}_corr"]) if fitted else math.nan
+            r2 = corr * corr if math.isfinite(corr) else math.nan
+            slope_us = slope * BYTES_PER_MB / 1000  # ns per byte -> µs per MB
+            finding, said = verdict(slope_us, r2, calls)
             records.append(
                 (
+                    *scope,
                     row["algorithm"],
                     name,
                     SIZE_BASIS[name],
                     calls,
-                    slope * BYTES_PER_MB / 1000,  # ns per byte -> µs per MB
+                    slope_us,
                     intercept / 1000,
-                    corr * corr if math.isfinite(corr) else math.nan,
+                    r2,
                     float(row[f"{name}_min"]) if calls else math.nan,
                     float(row[f"{name}_max"]) if calls else math.nan,
+                    finding,
+                    said,
                 )
             )
-    return pd.DataFrame.from_records(records, columns=list(COST_COLUMNS))
+    columns = METHOD_FIT_COLUMNS if with_scope else COST_COLUMNS
+    return pd.DataFrame.from_records(records, columns=list(columns))
+
+
+#: Below this R² the size explains too little of a phase's spread for its slope to be
+#: a cost: the slope is then shown as "no size effect measurable", never headlined.
+MIN_R2 = 0.5
+
+
+def verdict(slope_us_per_mb: float, r2: float, calls: int) -> tuple[bool, str]:
+    """(is it a finding, what to say) about a fitted cost per MB.
+
+    A finding needs a positive slope that explains at least ``MIN_R2`` of the
+    spread. Otherwise the text says why there is none: one payload size, no
+    size effect measurable (R² under ``MIN_R2``, e.g. "R² 0.01"), or larger
+    payloads that were *faster*, which is something else varying with size
+    (load, batching, a cache), not a negative cost.
+    """
+    if calls < 2 or not math.isfinite(slope_us_per_mb):
+        return False, "one payload size only: no cost per MB to fit"
+    if not math.isfinite(r2):
+        return False, "no size effect: the phase did not change with size"
+    if r2 < MIN_R2:
+        return False, f"no size effect measurable: R² {r2:.2f}"
+    if slope_us_per_mb <= 0:
+        return False, (
+            f"larger payloads were faster (R² {r2:.2f}): something else changed with the "
+            "size (load, batching, caching), not a cost"
+        )
+    return True, f"{_micros(slope_us_per_mb)} per MB (R² {r2:.2f})"
+
+
+def _micros(us: float) -> str:
+    if abs(us) >= 1_000_000:
+        return f"{us / 1_000_000:.3g} s"
+    if abs(us) >= 1_000:
+        return f"{us / 1_000:.3g} ms"
+    return f"{us:.3g} µs"
 
 
 SAMPLE_COLUMNS = (
@@ -243,7 +340,8 @@ def algorithms(frame: pd.DataFrame) -> pd.DataFrame:
     and ``share`` is each phase's part of it.
     """
     records = []
-    for row in frame[frame["algorithm"] != ALL].to_dict("records"):
+    overall = frame[(_scope(frame) == "all") & (frame["algorithm"] != ALL)]
+    for row in overall.to_dict("records"):
         has_total = int(row["total_calls"]) > 0
         complete = int(row["calls_with_events"])
         values = {

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from grpc_overhead.analyzer.calls import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import query_parameters
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES, per_call_sql
@@ -39,11 +41,17 @@ ALGORITHM = (
     " compression NOT IN ('', 'identity'), toString(compression), 'none')"
 )
 
+#: Calls seen from one side only: a server whose callers are not instrumented (no client
+#: half: no total, no network phases; its server phases and count stand), or a client
+#: calling a server that is not (client phases and total stand).
+SERVER_ONLY = "server_duration_defined AND NOT total_defined"
+CLIENT_ONLY = "total_defined AND NOT server_duration_defined"
+
 #: Bucket lengths a timeline picks from (seconds): round numbers a reader trusts.
 BUCKET_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
 
-def rows_sql(options: CallsOptions | None = None, clock: bool = False) -> str:
+def rows_sql(options: CallsOptions | None = None, clock: bool = False, keys: str = "") -> str:
     """One row per call matching the filters: every column of ``grpc_calls``,
     ``call_start_ns``, ``algorithm``, and per phase ``{name}_value`` (ns) and
     ``{name}_defined``: ``phases.per_call_sql`` with these columns. Parameters:
@@ -53,12 +61,14 @@ def rows_sql(options: CallsOptions | None = None, clock: bool = False) -> str:
     with ``clock`` (calls across hosts: ``needs_clock``) corrected by the offset
     estimate too.
     """
-    return per_call_sql(options, clock=clock, columns=("*", f"{ALGORITHM} AS algorithm"))
+    return per_call_sql(options, clock=clock, columns=("*", f"{ALGORITHM} AS algorithm"), keys=keys)
 
 
-def rows_for(store: Store, filters: CallFilters | None, options: CallsOptions | None = None) -> str:
+def rows_for(
+    store: Store, filters: CallFilters | None, options: CallsOptions | None = None, keys: str = ""
+) -> str:
     """``rows_sql`` for these filters: with the clock estimate only where it is needed."""
-    return rows_sql(options, clock=needs_clock(store, filters, options))
+    return rows_sql(options, clock=needs_clock(store, filters, options), keys=keys)
 
 
 def needs_clock(
@@ -119,3 +129,16 @@ def bucket_seconds(first_ns: int, last_ns: int, target: int) -> int:
         if span_s / step <= target:
             return step
     return BUCKET_STEPS_S[-1]
+
+
+def sides(
+    store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
+) -> pd.DataFrame:
+    """One row: ``calls``, ``server_only_calls`` and ``client_only_calls`` (``SERVER_ONLY``,
+    ``CLIENT_ONLY``) among the calls the filters keep, so a page can say why a phase
+    that needs both sides is missing for them."""
+    sql = (
+        f"SELECT count() AS calls, countIf({SERVER_ONLY}) AS server_only_calls,"
+        f" countIf({CLIENT_ONLY}) AS client_only_calls FROM ({rows_for(store, filters, options)})"
+    )
+    return store.query(sql, parameters(filters), readonly=True)

@@ -13,7 +13,7 @@ from plotly.colors import hex_to_rgb
 
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.insights import clock
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import charts, formatting, shared
 
 #: Estimation window lengths offered; 60 s is the default the rollups keep.
 WINDOWS_S = {10: "10 s", 60: "1 min", 300: "5 min", 900: "15 min"}
@@ -148,7 +148,7 @@ bars = px.bar(
     orientation="h",
     labels={"pair": "", "how": ""},
 )
-bars.update_layout(height=120 + 40 * len(cross), margin={"t": 20})
+charts.legend_on_top(bars, 60 + 40 * len(cross))
 st.plotly_chart(bars, width="stretch", key="clock_offsets_corrected")
 
 window_start = clock.latest_corrected_window(counts)

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from grpc_overhead.analyzer.insights import explorer
+from grpc_overhead.analyzer.insights import explorer, sources
 from grpc_overhead.app import formatting, shared
 
 ORDER_LABELS = {"slowest": "Slowest first", "recent": "Most recent first"}
@@ -105,6 +105,20 @@ st.caption(
     f"trace {call['trace_id']} · client span {call['client_span_id']} · "
     f"{call['client_host']} → {call['server_host'] or call['server_instance'] or '?'} · "
     f"started {call['start']}"
+)
+
+
+def _side(side: str) -> str:
+    language = call[f"{side}_language"] or "?"
+    if not call[f"{side}_source"]:
+        return f"{side}: no span"
+    return f"{side}: {language}, {call[f'{side}_source']} (scope {call[f'{side}_scope'] or '?'})"
+
+
+attempts = int(call["client_attempts"] or 0)
+st.caption(
+    " · ".join([_side("client"), _side("server")])
+    + (f" · {attempts} attempts (retries or hedges of this one call)" if attempts > 1 else "")
 )
 metrics = st.columns(5)
 metrics[0].metric("Total", formatting.duration(call["total_us"]))
@@ -253,6 +267,25 @@ with right:
         hide_index=True,
         width="stretch",
         column_config=RAW_AND_CORRECTED,
+    )
+with st.expander(
+    "Where each phase comes from",
+    expanded=call["client_source"] != call["server_source"]
+    or call["client_source"] != "grpc-overhead",
+):
+    origins = sources.phase_sources(call["client_source"], call["server_source"])
+    origins.insert(1, "value_us", [call[f"{phase}_us"] for phase in origins["phase"]])
+    st.dataframe(
+        origins,
+        hide_index=True,
+        width="stretch",
+        column_config={"value_us": st.column_config.NumberColumn("value (µs)", format="%.1f")},
+    )
+    st.caption(
+        "Each side's events decide which phases a call has: gRPC's own tracing (A72) and "
+        "semconv message events mark one moment per message (after serialization when sent; "
+        "after deserialization when read, except grpc-java's, before it), so the finer "
+        "phases of our instrumentation are empty for them and the coarser ones are shown."
     )
 if not math.isnan(call["unattributed_us"]) and call["call_type"] not in ("", "unary_unary"):
     st.caption(

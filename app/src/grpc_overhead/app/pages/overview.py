@@ -6,18 +6,22 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from grpc_overhead.analyzer import status
 from grpc_overhead.analyzer.insights import overview
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import charts, formatting, shared
 
 st.title("Overview")
 filters = shared.filters()
 shared.require_calls(filters)
+shared.note_unavailable_phases(filters)
 
 statistic = st.session_state.get("overview_statistic", "mean")
 answer = shared.load(overview.overview, filters, statistic)
 summary = overview.summary(answer).iloc[0]
-columns = st.columns(5)
+statuses = overview.statuses(answer)
+failed = statuses[~statuses["status_code"].isin([0, status.NOT_RECORDED])]
+columns = st.columns(6)
 columns[0].metric("Calls", formatting.count(summary["calls"]))
 columns[1].metric(
     "Calls/s",
@@ -36,13 +40,23 @@ columns[4].metric(
         f"{formatting.share(summary['network_share'])}."
     ),
 )
-without_events = int(summary["calls"]) - int(summary["calls_with_events"])
+columns[5].metric(
+    "Errors",
+    formatting.share(failed["calls"].sum() / summary["calls"] if summary["calls"] else None),
+    help="Calls whose gRPC status is not OK (the client's code; the server's where the "
+    "client's half is missing). Calls with no recorded code count as unknown, not as errors.",
+)
+server_only, client_only = int(summary["server_only_calls"]), int(summary["client_only_calls"])
+shared.one_side_caption(server_only, client_only)
+without_events = (
+    int(summary["calls"]) - int(summary["calls_with_events"]) - server_only - client_only
+)
 if without_events:
     calls_carry = "call carries" if without_events == 1 else "calls carry"
     st.caption(
         f"{formatting.count(without_events)} {calls_carry} no transport events (e.g. spans "
-        "from plain OpenTelemetry gRPC instrumentation, or a call whose server half is "
-        "missing): they count in calls and total, not in the phase split."
+        "from plain OpenTelemetry gRPC instrumentation): they count in calls and total, "
+        "not in the phase split."
     )
 
 st.subheader("Where the time goes, per method")
@@ -80,9 +94,8 @@ else:
         hovertemplate="%{y}<br>%{fullData.name}: %{customdata[0]} (%{customdata[1]})"
         "<br>%{customdata[2]} calls<extra></extra>"
     )
-    figure.update_layout(
-        barmode="stack", legend_title_text="phase", height=140 + 50 * stackable["label"].nunique()
-    )
+    figure.update_layout(barmode="stack")
+    charts.legend_on_top(figure, 80 + 50 * stackable["label"].nunique(), title="phase")
     st.plotly_chart(figure, width="stretch", key="overview_phases_by_method")
     totals = stackable.drop_duplicates("label")[["label", "calls", "calls_with_events", "total_us"]]
     st.dataframe(
@@ -117,8 +130,8 @@ else:
     figure.update_layout(
         yaxis_title="µs",
         xaxis_title=f"call start (UTC, {int(timeline['bucket_s'].iloc[0])} s buckets)",
-        legend={"orientation": "h", "y": -0.25},
     )
+    charts.legend_on_top(figure, 320)
     st.plotly_chart(figure, width="stretch", key="overview_network_over_time")
     rate = px.bar(
         timeline,
@@ -131,4 +144,40 @@ else:
     st.caption(
         "request_network + response_network needs no clock agreement: it is exact even "
         "when client and server clocks disagree (see Clock offsets for each direction)."
+    )
+
+st.subheader("Calls by status code")
+if statuses.empty:
+    st.info("No call in the selection.")
+else:
+    by_code = status.overall(statuses)
+    labelled = statuses.assign(
+        label=statuses["service"] + "/" + statuses["method"],
+        shown=statuses["share"].map(formatting.share),
+    )
+    codes = px.bar(
+        labelled,
+        x="calls",
+        y="label",
+        color="status",
+        orientation="h",
+        custom_data=["shown", "status_code"],
+        category_orders={"status": list(by_code["status"])},
+        labels={"label": "", "calls": "calls"},
+    )
+    codes.update_traces(
+        hovertemplate="%{y}<br>%{fullData.name} (%{customdata[1]}): %{x} calls "
+        "(%{customdata[0]})<extra></extra>"
+    )
+    codes.update_layout(barmode="stack")
+    charts.legend_on_top(codes, 40 + 40 * labelled["label"].nunique(), title="status")
+    st.plotly_chart(codes, width="stretch", key="overview_status_codes")
+    st.dataframe(
+        labelled[["label", "status_code", "status", "calls", "share"]].rename(
+            columns={"label": "method", "status_code": "code"}
+        ),
+        hide_index=True,
+        width="stretch",
+        column_config={"share": st.column_config.NumberColumn("share", format="percent")},
+        key="overview_status_table",
     )

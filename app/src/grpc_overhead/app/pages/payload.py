@@ -10,7 +10,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer.insights import payload
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import charts, formatting, shared
 
 SAMPLE = 2_000
 
@@ -19,8 +19,7 @@ filters = shared.filters()
 shared.require_calls(filters)
 
 answer = shared.load(payload.by_algorithm, filters)
-costs = payload.costs(answer)
-overall = costs[costs["algorithm"] == payload.ALL].set_index("phase")
+fits = payload.method_fits(answer)
 
 st.subheader("Cost per MB, per phase")
 phase = st.selectbox(
@@ -30,16 +29,22 @@ phase = st.selectbox(
     key="payload_phase",
 )
 basis = payload.SIZE_BASIS[phase]
-fit = overall.loc[phase] if phase in overall.index else None
+# Fits per method and run (calls of one kind); the headline is the busiest one's.
+chosen = fits[(fits["phase"] == phase) & (fits["algorithm"] == payload.ALL)]
+chosen = chosen.sort_values("calls", ascending=False, kind="stable")
+fit = chosen.iloc[0] if len(chosen) else None
+found = fit is not None and bool(fit["finding"])
 columns = st.columns(3)
 columns[0].metric(
     "Cost per MB",
-    formatting.duration(fit["slope_us_per_mb"]) if fit is not None else formatting.MISSING,
-    help=f"Least-squares slope of {phase} against the {basis} bytes (1 MB = 1,000,000 bytes).",
+    formatting.duration(fit["slope_us_per_mb"]) if found else "no size effect",
+    help=f"Least-squares slope of {phase} against the {basis} bytes (1 MB = 1,000,000 "
+    f"bytes) over one method's calls in one run; shown when R² is at least "
+    f"{payload.MIN_R2:g} and the slope is positive.",
 )
 columns[1].metric(
     "Fixed cost",
-    formatting.duration(fit["intercept_us"]) if fit is not None else formatting.MISSING,
+    formatting.duration(fit["intercept_us"]) if found else formatting.MISSING,
     help="The fitted line at zero bytes.",
 )
 columns[2].metric(
@@ -47,6 +52,21 @@ columns[2].metric(
     f"{fit['r2']:.2f}" if fit is not None and np.isfinite(fit["r2"]) else formatting.MISSING,
     help="How much of the phase's spread the payload size explains.",
 )
+if fit is not None:
+    scope = f"{fit['service']}/{fit['method']}" + (
+        f" in run {fit['run_id']}" if fit["run_id"] else ""
+    )
+    others = len(chosen) - 1
+    more = (
+        f"; {others} other method/run fit(s) below (pick a method and run in the sidebar "
+        "to headline another)"
+        if others
+        else ""
+    )
+    if found:
+        st.caption(f"{scope}, {formatting.count(fit['calls'])} calls: {fit['verdict']}{more}.")
+    else:
+        st.info(f"{scope}: {fit['verdict']}{more}.")
 
 sample = shared.load(payload.payload_sample, filters, SAMPLE)
 size_column = {"request": "request_bytes", "response": "response_bytes"}.get(basis)
@@ -66,7 +86,7 @@ else:
         opacity=0.6,
         labels={"mb": f"{basis} payload (MB)", f"{phase}_us": f"{phase} (µs)"},
     )
-    if fit is not None and np.isfinite(fit["slope_us_per_mb"]):
+    if found:
         xs = np.array([fit["min_bytes"], fit["max_bytes"]]) / payload.BYTES_PER_MB
         scatter.add_trace(
             go.Scatter(
@@ -77,19 +97,36 @@ else:
                 line={"color": "black", "dash": "dash"},
             )
         )
+    charts.legend_on_top(scatter, 360)
     st.plotly_chart(scatter, width="stretch", key="payload_scatter")
-    fitted_calls = int(fit["calls"]) if fit is not None else 0
     st.caption(
-        f"{formatting.count(len(points))} of {formatting.count(fitted_calls)} calls drawn "
-        "(a fixed hash sample); the line is fitted over every call. Sizes are message bytes "
-        "as serialized: after an application-level codec, before gRPC compression."
+        f"{formatting.count(len(points))} calls drawn (a fixed hash sample); fits use every "
+        "call. Sizes are message bytes as serialized: after an application-level codec, "
+        "before gRPC compression."
     )
 
 st.dataframe(
-    overall.reset_index()[[column for column in payload.COST_COLUMNS if column != "algorithm"]],
+    chosen[
+        [
+            "service",
+            "method",
+            "run_id",
+            "calls",
+            "slope_us_per_mb",
+            "intercept_us",
+            "r2",
+            "verdict",
+            "min_bytes",
+            "max_bytes",
+        ]
+    ].assign(
+        slope_us_per_mb=chosen["slope_us_per_mb"].where(chosen["finding"]),
+        intercept_us=chosen["intercept_us"].where(chosen["finding"]),
+    ),
     hide_index=True,
     width="stretch",
     column_config={
+        "run_id": "run",
         "slope_us_per_mb": st.column_config.NumberColumn("µs per MB", format="%.1f"),
         "intercept_us": st.column_config.NumberColumn("fixed (µs)", format="%.1f"),
         "r2": st.column_config.NumberColumn("R²", format="%.2f"),
@@ -121,6 +158,7 @@ latency = px.bar(
     barmode="group",
     labels={"us": "µs", "algorithm": ""},
 )
+charts.legend_on_top(latency, 320)
 st.plotly_chart(latency, width="stretch", key="payload_algorithms_total")
 
 stacked = algorithms.dropna(subset=["value_us"])
@@ -136,10 +174,10 @@ else:
         category_orders={"phase": list(STACKED_PHASES)},
         labels={"value_us": "mean (µs)", "algorithm": ""},
     )
-    per_phase.update_layout(barmode="stack", height=140 + 50 * stacked["algorithm"].nunique())
+    per_phase.update_layout(barmode="stack")
+    charts.legend_on_top(per_phase, 80 + 50 * stacked["algorithm"].nunique(), title="phase")
     st.plotly_chart(per_phase, width="stretch", key="payload_algorithms_phases")
 
-total_costs = costs[(costs["phase"] == "total") & (costs["algorithm"] != payload.ALL)]
 table = summary[
     [
         "algorithm",
@@ -151,13 +189,7 @@ table = summary[
         "total_p99_us",
         "total_mean_us",
     ]
-].merge(
-    total_costs[["algorithm", "slope_us_per_mb"]].rename(
-        columns={"slope_us_per_mb": "total_us_per_mb"}
-    ),
-    on="algorithm",
-    how="left",
-)
+]
 st.dataframe(
     pd.DataFrame(table),
     hide_index=True,
@@ -175,7 +207,6 @@ st.dataframe(
         "total_p50_us": st.column_config.NumberColumn("p50 total (µs)", format="%.1f"),
         "total_p99_us": st.column_config.NumberColumn("p99 total (µs)", format="%.1f"),
         "total_mean_us": st.column_config.NumberColumn("mean total (µs)", format="%.1f"),
-        "total_us_per_mb": st.column_config.NumberColumn("total µs per MB", format="%.1f"),
     },
     key="payload_algorithms",
 )
@@ -185,3 +216,17 @@ st.caption(
     "read e.g. gzip+zstd. Compare algorithms at similar payloads: the scatter above shows "
     "where each one's calls lie."
 )
+
+per_algorithm = fits[(fits["phase"] == phase) & (fits["algorithm"] != payload.ALL)]
+if len(per_algorithm):
+    st.markdown(f"**{phase}: cost per MB per algorithm, within each method and run**")
+    st.dataframe(
+        per_algorithm[["service", "method", "run_id", "algorithm", "calls", "r2", "verdict"]],
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "run_id": "run",
+            "r2": st.column_config.NumberColumn("R²", format="%.2f"),
+        },
+        key="payload_algorithm_costs",
+    )

@@ -7,15 +7,18 @@ import math
 import plotly.express as px
 import streamlit as st
 
-from grpc_overhead.analyzer.insights import distributions
+from grpc_overhead.analyzer.insights import distributions, rows
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import charts, formatting, shared
 
 st.title("Phases")
 filters = shared.filters()
 shared.require_calls(filters)
+shared.note_unavailable_phases(filters)
 
 quantiles = shared.load(distributions.phase_quantiles, filters)
+sides = shared.load(rows.sides, filters).iloc[0]
+shared.one_side_caption(int(sides["server_only_calls"]), int(sides["client_only_calls"]))
 table = distributions.statistics(quantiles)
 recorded = table[table["calls"] > 0]
 
@@ -124,7 +127,8 @@ else:
         category_orders={"phase": list(STACKED_PHASES)},
         labels={"mean_us": "mean (µs)", "calls": ""},
     )
-    comparison.update_layout(barmode="stack", height=260)
+    comparison.update_layout(barmode="stack")
+    charts.legend_on_top(comparison, 180, title="phase")
     st.plotly_chart(comparison, width="stretch", key="phases_tail")
     st.dataframe(
         tail[["phase", "median_us", "slowest_us", "extra_us", "extra_share"]],

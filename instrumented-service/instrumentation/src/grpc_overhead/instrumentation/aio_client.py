@@ -20,6 +20,11 @@ from grpc_overhead.instrumentation.client_calls import (
     finish_client_call,
     start_client_call,
 )
+from grpc_overhead.instrumentation.coexistence import (
+    enter_client_call,
+    fold_enclosing,
+    leave_client_call,
+)
 from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
@@ -156,8 +161,17 @@ class _AioMultiCallable:
             serialize, deserialize = bind_serializers(record, self._serializer, self._deserializer)
             bound = factory(self._method, serialize, deserialize,
                             _registered_method=self._registered)  # fmt: skip
-        call = bound(request, timeout=timeout, metadata=outgoing, credentials=credentials,
-                     wait_for_ready=wait_for_ready, compression=compression)  # fmt: skip
+        tokens = None
+        if record is not None and channel._recorder.folding:
+            fold_enclosing(record)
+            # The interceptors' task copies this context: their spans become our children.
+            tokens = enter_client_call(record)
+        try:
+            call = bound(request, timeout=timeout, metadata=outgoing, credentials=credentials,
+                         wait_for_ready=wait_for_ready, compression=compression)  # fmt: skip
+        finally:
+            if tokens is not None:
+                leave_client_call(tokens)
         if record is None:
             return call
         if self._unary_response:

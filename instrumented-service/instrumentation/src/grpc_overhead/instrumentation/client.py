@@ -20,6 +20,11 @@ from grpc_overhead.instrumentation.client_calls import (
     finish_from_call,
     start_client_call,
 )
+from grpc_overhead.instrumentation.coexistence import (
+    enter_client_call,
+    fold_enclosing,
+    leave_client_call,
+)
 from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
@@ -175,6 +180,8 @@ class _MultiCallable:
         )  # fmt: skip
         if record is None:
             return None, outgoing, self._plain
+        if channel._recorder.folding:
+            fold_enclosing(record)
         serialize, deserialize = bind_serializers(record, self._serializer, self._deserializer)
         return record, outgoing, self._bind(serialize, deserialize)
 
@@ -205,6 +212,7 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
                 return bound.with_call(request, timeout, outgoing, credentials, wait_for_ready,
                                        compression)  # fmt: skip
             return bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
+        tokens = enter_client_call(record) if self._channel._recorder.folding else None
         try:
             response, call = bound.with_call(
                 request, timeout, outgoing, credentials, wait_for_ready, compression
@@ -215,6 +223,9 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
         except BaseException as exception:
             fail_unexpected(record, exception)
             raise
+        finally:
+            if tokens is not None:
+                leave_client_call(tokens)
         finish_from_call(record, call)
         return (response, call) if with_call else response
 
@@ -271,8 +282,13 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         record, outgoing, bound = self._start(metadata, compression, timeout)
-        future = bound.future(request, timeout, outgoing, credentials, wait_for_ready,
-                              compression)  # fmt: skip
+        tokens = enter_client_call(record) if record and self._channel._recorder.folding else None
+        try:
+            future = bound.future(request, timeout, outgoing, credentials, wait_for_ready,
+                                  compression)  # fmt: skip
+        finally:
+            if tokens is not None:
+                leave_client_call(tokens)
         if record is not None:
             future.add_done_callback(lambda done: finish_from_call(record, done))
         return future
@@ -289,9 +305,19 @@ class _StreamResponse(_MultiCallable, grpc.UnaryStreamMultiCallable,
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         record, outgoing, bound = self._start(metadata, compression, timeout)
-        call = bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
         if record is None:
-            return call
+            return bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
+        if not self._channel._recorder.folding:
+            return StreamingCall(
+                bound(request, timeout, outgoing, credentials, wait_for_ready, compression), record
+            )
+        tokens = enter_client_call(record)
+        try:
+            call = bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
+        finally:
+            leave_client_call(tokens)
+        if not isinstance(call, grpc.Call):  # an interceptor's generator: runs on first next()
+            return LazyStreamingCall(call, record)
         return StreamingCall(call, record)
 
 
@@ -326,11 +352,54 @@ class StreamingCall:
 
     def __del__(self) -> None:
         record = self._record
-        if not record.finished and self._call.done():
+        done = getattr(self._call, "done", None)
+        if not record.finished and done is not None and done():
             try:
                 finish_from_call(record, self._call)
             except Exception:
                 pass
+
+
+class LazyStreamingCall(StreamingCall):
+    """A stream another instrumentation's client interceptor returned as a generator
+    (opentelemetry-instrumentation-grpc, unary-stream): it starts the call, and its span,
+    on the first ``next()``, so that one runs with our call current (coexistence.py).
+
+    Their generator keeps its span current from the first ``next()`` until the stream
+    ends, and then restores the context it found: ours. So ours is left only after
+    theirs (at the stream's end, an error, or when the reader drops the stream);
+    leaving it at the first ``next()`` would let their restore make our span current
+    in the caller for good.
+    """
+
+    __slots__ = ("_started", "_tokens")
+
+    def __init__(self, call: Any, record: CallRecord) -> None:
+        super().__init__(call, record)
+        self._started = False
+        self._tokens: tuple[object, object] | None = None
+
+    def __next__(self) -> Any:
+        if not self._started:
+            self._started = True
+            self._tokens = enter_client_call(self._record)
+        try:
+            return super().__next__()
+        except BaseException:
+            self._leave()
+            raise
+
+    def _leave(self) -> None:
+        tokens, self._tokens = self._tokens, None
+        if tokens is not None:
+            try:
+                leave_client_call(tokens)
+            except ValueError:  # dropped in another context (garbage collection)
+                pass
+
+    def __del__(self) -> None:
+        super().__del__()
+        self._leave()
 
 
 def instrument_channel(

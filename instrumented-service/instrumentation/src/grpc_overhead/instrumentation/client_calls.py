@@ -70,6 +70,7 @@ def start_client_call(
         return None, tuple(metadata) + traceparent if metadata else traceparent
     attributes = CALL_ATTRIBUTES.get()
     run_id = attributes.get(RUN_ID) if attributes else None
+    run_id = run_id or recorder.run_id
     ours: Metadata = (
         (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, True)),
         (REQUEST_START_HEADER, str(started + wall_offset_ns())),
@@ -86,7 +87,8 @@ def start_client_call(
         record.deadline = started + int(timeout * 1_000_000_000)
     if attributes:
         record.attributes = dict(attributes)
-        record.run_id = str(run_id) if run_id else None
+    if run_id:
+        record.run_id = str(run_id)
     if compression is not None:
         record.compression = compression_name(compression)
     return record, outgoing
@@ -164,7 +166,14 @@ def finish_client_call(
 
 
 def finish_from_call(record: CallRecord, call: Any) -> None:
-    """Finish from a completed sync grpc.Call / Future (codes and trailers are ready)."""
+    """Finish from a completed sync grpc.Call / Future (codes and trailers are ready).
+
+    A generator another instrumentation returned instead of grpcio's call (see
+    client.LazyStreamingCall) has no status: having ended, the call was OK.
+    """
+    if not hasattr(call, "code"):
+        finish_client_call(record, None, None, None)
+        return
     try:
         code = call.code()
         details = call.details() if code is not grpc.StatusCode.OK else None

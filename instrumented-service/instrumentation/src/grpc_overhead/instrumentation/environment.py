@@ -59,7 +59,8 @@ DOCUMENTED: tuple[Variable, ...] = (
     Variable(
         RUN_ID,
         "(unset)",
-        "run identifier put on every span as grpc_overhead.run_id (the load generator sets it)",
+        "run identifier put on every span of the process as grpc_overhead.run_id"
+        " (a call's own, e.g. the load generator's --run-id, wins)",
     ),
     Variable(
         COMPRESSED_SIZE_EVERY,

@@ -5,12 +5,11 @@ Registered under the ``opentelemetry_instrumentor`` entry point, so
 ``grpc.aio.server`` and the channel constructors (sync and aio) the same way
 the explicit factories wire things by hand.
 
-Next to ``opentelemetry-instrumentation-grpc``: both patch the same functions
-and both interceptors run; calls are unaffected. Each emits its own spans
-(theirs: one span per side with no transport events; ours: the transport
-events), and both inject a ``traceparent`` header; the server side of each
-reads the header it finds first, so the two span trees may carry different
-trace ids. Use one or the other in production; see the README.
+Next to ``opentelemetry-instrumentation-grpc``: both patch the same functions,
+in either order (``opentelemetry-instrument`` loads entry points in
+``sys.path`` and directory-listing order), and both interceptors run; calls
+are unaffected. Their spans join ours in one trace and are folded into ours
+(``coexistence``), so each RPC counts once.
 """
 
 from __future__ import annotations

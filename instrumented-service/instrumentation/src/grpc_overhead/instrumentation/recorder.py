@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 
 import grpc
 
+from grpc_overhead.instrumentation import coexistence
 from grpc_overhead.instrumentation.environment import (
     COMPRESSED_SIZE_EVERY,
     RESIDENCE_TRAILER,
+    RUN_ID,
     TIMING_DEADLINE_S,
 )
 from grpc_overhead.instrumentation.pipeline import SpanPipeline, default_pipeline
@@ -61,13 +64,21 @@ def _timing_deadline() -> float | None:
     return value if value > 0 else None
 
 
+def _other_grpc_instrumentation() -> bool:
+    """Whether opentelemetry-instrumentation-grpc is loaded (instrumented or used by hand):
+    only then may another span describe our calls (coexistence.py)."""
+    return "opentelemetry.instrumentation.grpc" in sys.modules
+
+
 class Recorder:
     __slots__ = (
         "_compressed_size_counter",
         "compressed_size_every",
         "compression",
+        "folding",
         "pipeline",
         "residence_trailer",
+        "run_id",
         "sampler",
         "timing_deadline_s",
     )
@@ -85,6 +96,9 @@ class Recorder:
         self.compressed_size_every = max(0, _environment_int(COMPRESSED_SIZE_EVERY, 16))
         self._compressed_size_counter = 0
         self.timing_deadline_s = _timing_deadline()
+        # Every span of this process carries it, unless a call brings its own (a client's).
+        self.run_id = os.environ.get(RUN_ID, "").strip() or None
+        self.folding = _other_grpc_instrumentation() and coexistence.install()
 
     def keep_for_compressed_size(self) -> bool:
         """True for every Nth compressed message: its exact compressed size is measured

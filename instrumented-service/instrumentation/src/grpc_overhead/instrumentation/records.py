@@ -36,6 +36,8 @@ class Recorder(Protocol):
     """
 
     compression: str | None
+    folding: bool
+    run_id: str | None
 
     @property
     def pipeline(self) -> _Pipeline: ...
@@ -48,6 +50,11 @@ class Recorder(Protocol):
 #: so that executor and server_calls both import it from below.
 CURRENT_SERVER_CALL: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
     "grpc_overhead_server_call", default=None
+)
+#: The client call whose inner invocation is running in this context (set only while
+#: another instrumentation may start a span inside ours: see coexistence.py).
+CURRENT_CLIENT_CALL: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
+    "grpc_overhead_client_call", default=None
 )
 
 _LOGGER = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from grpc_overhead.instrumentation.clock import now
+from grpc_overhead.instrumentation.coexistence import fold_enclosing
 from grpc_overhead.instrumentation.handlers import (
     ASYNC_GENERATOR,
     BEHAVIOR_ATTRIBUTES,
@@ -82,7 +83,7 @@ def start_server_record(
         started,
     )
     record.event(SERVER_CALL_STARTED, started)
-    record.run_id = run_id
+    record.run_id = run_id or recorder.run_id
     return record
 
 
@@ -281,6 +282,8 @@ def _wrap_sync_behavior(
         record.context = context
         record.peer = _peer(context)
         read_deadline(record, context)
+        if record.recorder.folding:
+            fold_enclosing(record)
         token = _activate(record)
         try:
             result = behavior(request, context)
@@ -331,6 +334,8 @@ def _wrap_aio_behavior(
             record.peer = _peer(context)
             read_deadline(record, context)
             CURRENT_SERVER_CALL.set(record)
+            if record.recorder.folding:
+                fold_enclosing(record)
             token = _activate(record)
             try:
                 async for response in behavior(request, context):
@@ -350,6 +355,8 @@ def _wrap_aio_behavior(
         record.peer = _peer(context)
         read_deadline(record, context)
         CURRENT_SERVER_CALL.set(record)
+        if record.recorder.folding:
+            fold_enclosing(record)
         token = _activate(record)
         try:
             result = await behavior(request, context)

@@ -55,3 +55,9 @@ RESIDENCE_TRAILER = "x-server-residence-ns"
 
 RESOURCE_HOST_NAME = "host.name"
 RESOURCE_INSTANCE_ID = "service.instance.id"
+
+# Next to another gRPC instrumentation (coexistence.py): set on *their* span of a call we
+# record (the analyzer skips it: the call counts once, from ours), and on our client span
+# when the request carries their traceparent (the analyzer keys the call by it).
+FOLDED_INTO = "grpc_overhead.folded_into"
+CALL_SPAN_ID = "grpc_overhead.call_span_id"

@@ -34,6 +34,8 @@ import grpc
 import numpy as np
 
 from grpc_overhead.instrumentation import call_attributes, default_pipeline, instrument_channel
+from grpc_overhead.load_generator.rest_client import RestCallError, RestChannels
+from grpc_overhead.load_generator.rest_client import shutdown as rest_shutdown
 from grpc_overhead.load_generator.stats import Outcome, summarize
 from grpc_overhead.load_generator.workload import METHODS, BadResponse, Workload, WorkloadSpec
 from grpc_overhead.prediction.protos import prediction_pb2_grpc as pb_grpc
@@ -84,6 +86,7 @@ class LoadConfig:
             "grpc_compression": self.grpc_compression,
             "tls": self.tls,
             "timeout_s": self.timeout_s,
+            "transport": self.workload.transport,
             "workload": asdict(self.workload),
         }
 
@@ -172,7 +175,6 @@ class Run:
         self.config = config
         self.pipeline = config.pipeline if config.pipeline is not None else default_pipeline()
         self.workload = Workload(config.workload)
-        self.channels = Channels(config, self.pipeline)
         self.stop = threading.Event()
         self._outcomes: list[Outcome] = []
         self._outcomes_lock = threading.Lock()
@@ -189,9 +191,21 @@ class Run:
             "grpc_overhead.load.mode": spec.mode,
             "grpc_overhead.entities": spec.entities,
         }
+        self.rest = spec.transport == "rest"
+        self.channels: Channels | RestChannels = (
+            RestChannels(config.targets, config.concurrency, self.attributes)
+            if self.rest
+            else Channels(config, self.pipeline)
+        )
 
     # -- control --------------------------------------------------------------------------
     def connect(self) -> None:
+        if isinstance(self.channels, RestChannels):
+            try:
+                self.channels.wait_ready(self.config.connect_timeout_s)
+            except ConnectionError as error:
+                raise ConnectError(str(error)) from None
+            return
         self.channels.wait_ready(self.config)
 
     def start(self) -> None:
@@ -225,6 +239,8 @@ class Run:
 
     def close(self) -> None:
         self.channels.close()
+        if self.rest:
+            rest_shutdown()  # flush the REST spans (gRPC's go through the pipeline)
 
     # -- results --------------------------------------------------------------------------
     def summary(self, interrupted: bool = False) -> dict[str, Any]:
@@ -272,6 +288,9 @@ class Run:
             details = error.details() if callable(getattr(error, "details", None)) else str(error)
             outcome.status_codes[name] += 1
             outcome.error_messages[f"{name}: {details}"] += 1
+        except RestCallError as error:
+            outcome.status_codes[error.status] += 1
+            outcome.error_messages[str(error)] += 1
         except BadResponse as error:
             outcome.status_codes["BAD_RESPONSE"] += 1
             outcome.error_messages[f"BAD_RESPONSE: {error}"] += 1

@@ -43,6 +43,14 @@ class WorkloadSpec:
     batch_size: int = 8
     chunk_entities: int = 64
     seed: int = 0
+    payload: str = "structured"  # or "image": image_bytes of JPEG-like bytes per request
+    image_bytes: int = 230_000
+    transport: str = "grpc"  # or "rest": HTTP/1.1 JSON (rest_client)
+    rest_body: str = "json"  # rest images: json (base64 inside JSON) or binary
+
+    @property
+    def entities_per_request(self) -> int:
+        return 1 if self.payload == "image" else self.entities
 
 
 class Workload:
@@ -55,16 +63,24 @@ class Workload:
         rng = np.random.default_rng(spec.seed)
         self.method = METHODS[spec.mode]
         self._payloads: list[Any] = [self._build(rng, v) for v in range(VARIANTS)]
-        self.predictions_per_call = spec.entities * {
+        if spec.transport == "rest":
+            from grpc_overhead.load_generator.rest_client import rest_body
+
+            if spec.mode != "unary":
+                raise ValueError(f"REST runs mode unary only, not {spec.mode}")
+            self._payloads = [rest_body(request, spec.rest_body) for request in self._payloads]
+        self.predictions_per_call = spec.entities_per_request * {
             "stream": spec.stream_messages,
             "batch": spec.batch_size,
         }.get(spec.mode, 1)
         self._invoke: Callable[[Any, Any, float | None], tuple[int, str]] = getattr(
-            self, f"_{spec.mode}"
+            self, "_rest" if spec.transport == "rest" else f"_{spec.mode}"
         )
 
     def _request(self, rng: np.random.Generator, name: str) -> pb.PredictRequest:
         spec = self.spec
+        if spec.payload == "image":
+            return payloads.make_image_request(rng, spec.image_bytes, name)
         chunk = spec.chunk_entities if spec.mode == "chunks" else 0
         return payloads.make_request(
             rng, spec.entities, spec.features, spec.encoding, spec.codec, name, chunk_entities=chunk
@@ -87,7 +103,10 @@ class Workload:
         spec = self.spec
         first = self._payloads[0]
         messages = first if isinstance(first, list) else [first]
-        sizes = [message.ByteSize() for message in messages]
+        if spec.transport == "rest":
+            sizes = [first.wire_bytes()]
+        else:
+            sizes = [message.ByteSize() for message in messages]
         return {
             "entities": spec.entities,
             "features": spec.features,
@@ -98,6 +117,10 @@ class Workload:
             "request_message_bytes": max(sizes) if sizes else 0,
             "request_bytes": sum(sizes),
             "predictions_per_call": self.predictions_per_call,
+            "payload": spec.payload,
+            "image_bytes": spec.image_bytes if spec.payload == "image" else None,
+            "transport": spec.transport,
+            "rest_body": spec.rest_body if spec.transport == "rest" else None,
         }
 
     # -- calls ----------------------------------------------------------------------------
@@ -114,8 +137,15 @@ class Workload:
 
     def _unary(self, stub, request, timeout) -> tuple[int, str]:
         response = stub.Predict(request, timeout=timeout)
-        self._expect(len(codecs.decode_scores(response)), self.spec.entities, "Predict")
-        return self.spec.entities, response.server_instance_id
+        expected = self.spec.entities_per_request
+        self._expect(len(codecs.decode_scores(response)), expected, "Predict")
+        return expected, response.server_instance_id
+
+    def _rest(self, stub, body, timeout) -> tuple[int, str]:
+        response = stub.predict(body, timeout=timeout)
+        expected = self.spec.entities_per_request
+        self._expect(len(response.scores), expected, "POST /v1/predict")
+        return expected, response.server_instance_id
 
     def _stream(self, stub, requests, timeout) -> tuple[int, str]:
         received = 0
@@ -135,9 +165,10 @@ class Workload:
                 f"PredictBatch: {len(response.responses)} responses for "
                 f"{len(request.requests)} requests"
             )
+        expected = self.spec.entities_per_request
         for item in response.responses:
-            self._expect(len(codecs.decode_scores(item)), self.spec.entities, "PredictBatch")
-        return len(response.responses) * self.spec.entities, response.server_instance_id
+            self._expect(len(codecs.decode_scores(item)), expected, "PredictBatch")
+        return len(response.responses) * expected, response.server_instance_id
 
     def _chunks(self, stub, request, timeout) -> tuple[int, str]:
         total = 0

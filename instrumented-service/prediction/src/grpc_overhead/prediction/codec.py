@@ -252,9 +252,14 @@ def encode_features(
 def decode_features(request: pb.PredictRequest) -> tuple[list[str], np.ndarray, str, str]:
     """Return (ids, float32 matrix, encoding, codec) of a request; ValueError if malformed.
 
-    A request with no features at all decodes as zero entities, repeated encoding.
+    A request with no features at all decodes as zero entities, repeated encoding;
+    an image decodes as one entity of ``image.IMAGE_FEATURES`` features, encoding "image".
     """
     which = request.WhichOneof("features")
+    if which == "image":
+        from grpc_overhead.prediction.image import image_features
+
+        return ["image"], image_features(request.image.data), "image", "none"
     if which == "packed":
         packed = request.packed
         codec = codec_from_enum(packed.payload_codec)
@@ -289,8 +294,9 @@ def decode_features(request: pb.PredictRequest) -> tuple[list[str], np.ndarray, 
 def encode_scores(
     response: pb.PredictResponse, scores: np.ndarray, encoding: str, codec: str = "none"
 ) -> pb.PredictResponse:
-    """Fill ``response``'s scores in the request's encoding (packed scores use ``codec``)."""
-    check_encoding(encoding)
+    """Fill ``response``'s scores in the request's encoding (packed scores use ``codec``;
+    an image request's score is sent repeated)."""
+    encoding = "repeated" if encoding == "image" else check_encoding(encoding)
     values = np.asarray(scores, dtype=np.float32).reshape(-1)
     if encoding == "repeated":
         response.score_list.SetInParent()

@@ -69,6 +69,19 @@ def make_request(
     return request
 
 
+def make_image_request(
+    rng: np.random.Generator, image_bytes: int, request_id: str = ""
+) -> pb.PredictRequest:
+    """One image-scoring request: ``image_bytes`` of JPEG-like bytes, no query embedding."""
+    from grpc_overhead.prediction.image import make_image
+
+    request = pb.PredictRequest(request_id=request_id)
+    request.query.text = QUERIES[int(rng.integers(len(QUERIES)))]
+    request.image.data = make_image(rng, image_bytes)
+    request.image.format = "jpeg"
+    return request
+
+
 def split_request(request: pb.PredictRequest, chunk_entities: int) -> list[pb.PredictRequest]:
     """Split a request into upload chunks of at most ``chunk_entities`` entities each.
 
@@ -98,6 +111,8 @@ def split_request(request: pb.PredictRequest, chunk_entities: int) -> list[pb.Pr
 
 def entity_count(request: pb.PredictRequest) -> int:
     which = request.WhichOneof("features")
+    if which == "image":
+        return 1
     if which == "packed":
         return len(request.packed.entity_ids)
     if which == "entities":

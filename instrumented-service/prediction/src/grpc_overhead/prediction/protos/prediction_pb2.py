@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n0grpc_overhead/prediction/protos/prediction.proto\x12\x1bgrpc_overhead.prediction.v1\"(\n\x05Query\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tembedding\x18\x02 \x03(\x02\"&\n\x06\x45ntity\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x03(\x02\"C\n\nEntityList\x12\x35\n\x08\x65ntities\x18\x01 \x03(\x0b\x32#.grpc_overhead.prediction.v1.Entity\"\x8b\x01\n\x0ePackedFeatures\x12\x12\n\nentity_ids\x18\x01 \x03(\t\x12\x15\n\rfeature_count\x18\x02 \x01(\r\x12@\n\rpayload_codec\x18\x03 \x01(\x0e\x32).grpc_overhead.prediction.v1.PayloadCodec\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\xf7\x01\n\x0ePredictRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x31\n\x05query\x18\x02 \x01(\x0b\x32\".grpc_overhead.prediction.v1.Query\x12;\n\x08\x65ntities\x18\x03 \x01(\x0b\x32\'.grpc_overhead.prediction.v1.EntityListH\x00\x12=\n\x06packed\x18\x04 \x01(\x0b\x32+.grpc_overhead.prediction.v1.PackedFeaturesH\x00\x12\x16\n\x0e\x63hunk_entities\x18\x05 \x01(\rB\n\n\x08\x66\x65\x61tures\"\x1b\n\tScoreList\x12\x0e\n\x06scores\x18\x01 \x03(\x02\"m\n\x0cPackedScores\x12\r\n\x05\x63ount\x18\x01 \x01(\r\x12@\n\rpayload_codec\x18\x02 \x01(\x0e\x32).grpc_overhead.prediction.v1.PayloadCodec\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xfb\x01\n\x0fPredictResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12<\n\nscore_list\x18\x02 \x01(\x0b\x32&.grpc_overhead.prediction.v1.ScoreListH\x00\x12\x42\n\rpacked_scores\x18\x03 \x01(\x0b\x32).grpc_overhead.prediction.v1.PackedScoresH\x00\x12\x15\n\rentity_offset\x18\x04 \x01(\r\x12\x15\n\rmodel_version\x18\x05 \x01(\t\x12\x1a\n\x12server_instance_id\x18\x06 \x01(\tB\x08\n\x06scores\"T\n\x13\x42\x61tchPredictRequest\x12=\n\x08requests\x18\x01 \x03(\x0b\x32+.grpc_overhead.prediction.v1.PredictRequest\"\x8a\x01\n\x14\x42\x61tchPredictResponse\x12?\n\tresponses\x18\x01 \x03(\x0b\x32,.grpc_overhead.prediction.v1.PredictResponse\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x1a\n\x12server_instance_id\x18\x03 \x01(\t*o\n\x0cPayloadCodec\x12\x16\n\x12PAYLOAD_CODEC_NONE\x10\x00\x12\x16\n\x12PAYLOAD_CODEC_ZSTD\x10\x01\x12\x15\n\x11PAYLOAD_CODEC_LZ4\x10\x02\x12\x18\n\x14PAYLOAD_CODEC_SNAPPY\x10\x03\x32\xb2\x04\n\tPredictor\x12\x64\n\x07Predict\x12+.grpc_overhead.prediction.v1.PredictRequest\x1a,.grpc_overhead.prediction.v1.PredictResponse\x12n\n\rPredictStream\x12+.grpc_overhead.prediction.v1.PredictRequest\x1a,.grpc_overhead.prediction.v1.PredictResponse(\x01\x30\x01\x12s\n\x0cPredictBatch\x12\x30.grpc_overhead.prediction.v1.BatchPredictRequest\x1a\x31.grpc_overhead.prediction.v1.BatchPredictResponse\x12l\n\rPredictChunks\x12+.grpc_overhead.prediction.v1.PredictRequest\x1a,.grpc_overhead.prediction.v1.PredictResponse0\x01\x12l\n\rPredictUpload\x12+.grpc_overhead.prediction.v1.PredictRequest\x1a,.grpc_overhead.prediction.v1.PredictResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n0grpc_overhead/prediction/protos/prediction.proto\x12\x1bgrpc_overhead.prediction.v1\"(\n\x05Query\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tembedding\x18\x02 \x03(\x02\"&\n\x06\x45ntity\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x03(\x02\"C\n\nEntityList\x12\x35\n\x08\x65ntities\x18\x01 \x03(\x0b\x32#.grpc_overhead.prediction.v1.Entity\"\x8b\x01\n\x0ePackedFeatures\x12\x12\n\nentity_ids\x18\x01 \x03(\t\x12\x15\n\rfeature_count\x18\x02 \x01(\r\x12@\n\rpayload_codec\x18\x03 \x01(\x0e\x32).grpc_overhead.prediction.v1.PayloadCodec\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"%\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06\x66ormat\x18\x02 \x01(\t\"\xac\x02\n\x0ePredictRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x31\n\x05query\x18\x02 \x01(\x0b\x32\".grpc_overhead.prediction.v1.Query\x12;\n\x08\x65ntities\x18\x03 \x01(\x0b\x32\'.grpc_overhead.prediction.v1.EntityListH\x00\x12=\n\x06packed\x18\x04 \x01(\x0b\x32+.grpc_overhead.prediction.v1.PackedFeaturesH\x00\x12\x33\n\x05image\x18\x06 \x01(\x0b\x32\".grpc_overhead.prediction.v1.ImageH\x00\x12\x16\n\x0e\x63hunk_entities\x18\x05 \x01(\rB\n\n\x08\x66\x65\x61tures\"\x1b\n\tScoreList\x12\x0e\n\x06scores\x18\x01 \x03(\x02\"m\n\x0cPackedScores\x12\r\n\x05\x63ount\x18\x01 \x01(\r\x12@\n\rpayload_codec\x18\x02 \x01(\x0e\x32).grpc_overhead.prediction.v1.PayloadCodec\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xfb\x01\n\x0fPredictResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12<\n\nscore_list\x18\x02 \x01(\x0b\x32&.grpc_overhead.prediction.v1.ScoreListH\x00\x12\x42\n\rpacked_scores\x18\x03 \x01(\x0b\x32).grpc_overhead.prediction.v1.PackedScoresH\x00\x12\x15\n\rentity_offset\x18\x04 \x01(\r\x12\x15\n\rmodel_version\x18\x05 \x01(\t\x12\x1a\n\x12server_instance_id\x18\x06 \x01(\tB\x08\n\x06scores\"T\n\x13\x42\x61tchPredictRequest\x12=\n\x08requests\x18\x01 \x03(\x0b\x32+.grpc_overhead.prediction.v1.PredictRequest\"\x8a\x01\n\x14\x42\x61tchPredictResponse\x12?\n\tresponses\x18\x01 \x03(\x0b\x32,.grpc_overhead.prediction.v1.PredictResponse\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x1a\n\x12server_instance_id\x18\x03 \x01(\t*o\n\x0cPayloadCodec\x12\x16\n\x12PAYLOAD_CODEC_NONE\x10\x00\x12\x16\n\x12PAYLOAD_CODEC_ZSTD\x10\x01\x12\x15\n\x11PAYLOAD_CODEC_LZ4\x10\x02\x12\x18\n\x14PAYLOAD_CODEC_SNAPPY\x10\x03\x32\xb2\x04\n\tPredictor\x12\x64\n\x07Predict\x12+.grpc_overhead.prediction.v1.PredictRequest\x1a,.grpc_overhead.prediction.v1.PredictResponse\x12n\n\rPredictStream\x12+.grpc_overhead.prediction.v1.PredictRequest\x1a,.grpc_overhead.prediction.v1.PredictResponse(\x01\x30\x01\x12s\n\x0cPredictBatch\x12\x30.grpc_overhead.prediction.v1.BatchPredictRequest\x1a\x31.grpc_overhead.prediction.v1.BatchPredictResponse\x12l\n\rPredictChunks\x12+.grpc_overhead.prediction.v1.PredictRequest\x1a,.grpc_overhead.prediction.v1.PredictResponse0\x01\x12l\n\rPredictUpload\x12+.grpc_overhead.prediction.v1.PredictRequest\x1a,.grpc_overhead.prediction.v1.PredictResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'grpc_overhead.prediction.protos.prediction_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PAYLOADCODEC']._serialized_start=1245
-  _globals['_PAYLOADCODEC']._serialized_end=1356
+  _globals['_PAYLOADCODEC']._serialized_start=1337
+  _globals['_PAYLOADCODEC']._serialized_end=1448
   _globals['_QUERY']._serialized_start=81
   _globals['_QUERY']._serialized_end=121
   _globals['_ENTITY']._serialized_start=123
@@ -41,18 +41,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENTITYLIST']._serialized_end=230
   _globals['_PACKEDFEATURES']._serialized_start=233
   _globals['_PACKEDFEATURES']._serialized_end=372
-  _globals['_PREDICTREQUEST']._serialized_start=375
-  _globals['_PREDICTREQUEST']._serialized_end=622
-  _globals['_SCORELIST']._serialized_start=624
-  _globals['_SCORELIST']._serialized_end=651
-  _globals['_PACKEDSCORES']._serialized_start=653
-  _globals['_PACKEDSCORES']._serialized_end=762
-  _globals['_PREDICTRESPONSE']._serialized_start=765
-  _globals['_PREDICTRESPONSE']._serialized_end=1016
-  _globals['_BATCHPREDICTREQUEST']._serialized_start=1018
-  _globals['_BATCHPREDICTREQUEST']._serialized_end=1102
-  _globals['_BATCHPREDICTRESPONSE']._serialized_start=1105
-  _globals['_BATCHPREDICTRESPONSE']._serialized_end=1243
-  _globals['_PREDICTOR']._serialized_start=1359
-  _globals['_PREDICTOR']._serialized_end=1921
+  _globals['_IMAGE']._serialized_start=374
+  _globals['_IMAGE']._serialized_end=411
+  _globals['_PREDICTREQUEST']._serialized_start=414
+  _globals['_PREDICTREQUEST']._serialized_end=714
+  _globals['_SCORELIST']._serialized_start=716
+  _globals['_SCORELIST']._serialized_end=743
+  _globals['_PACKEDSCORES']._serialized_start=745
+  _globals['_PACKEDSCORES']._serialized_end=854
+  _globals['_PREDICTRESPONSE']._serialized_start=857
+  _globals['_PREDICTRESPONSE']._serialized_end=1108
+  _globals['_BATCHPREDICTREQUEST']._serialized_start=1110
+  _globals['_BATCHPREDICTREQUEST']._serialized_end=1194
+  _globals['_BATCHPREDICTRESPONSE']._serialized_start=1197
+  _globals['_BATCHPREDICTRESPONSE']._serialized_end=1335
+  _globals['_PREDICTOR']._serialized_start=1451
+  _globals['_PREDICTOR']._serialized_end=2013
 # @@protoc_insertion_point(module_scope)

@@ -52,19 +52,29 @@ class PackedFeatures(_message.Message):
     data: bytes
     def __init__(self, entity_ids: _Optional[_Iterable[str]] = ..., feature_count: _Optional[int] = ..., payload_codec: _Optional[_Union[PayloadCodec, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
+class Image(_message.Message):
+    __slots__ = ("data", "format")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    format: str
+    def __init__(self, data: _Optional[bytes] = ..., format: _Optional[str] = ...) -> None: ...
+
 class PredictRequest(_message.Message):
-    __slots__ = ("request_id", "query", "entities", "packed", "chunk_entities")
+    __slots__ = ("request_id", "query", "entities", "packed", "image", "chunk_entities")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     ENTITIES_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     CHUNK_ENTITIES_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     query: Query
     entities: EntityList
     packed: PackedFeatures
+    image: Image
     chunk_entities: int
-    def __init__(self, request_id: _Optional[str] = ..., query: _Optional[_Union[Query, _Mapping]] = ..., entities: _Optional[_Union[EntityList, _Mapping]] = ..., packed: _Optional[_Union[PackedFeatures, _Mapping]] = ..., chunk_entities: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., query: _Optional[_Union[Query, _Mapping]] = ..., entities: _Optional[_Union[EntityList, _Mapping]] = ..., packed: _Optional[_Union[PackedFeatures, _Mapping]] = ..., image: _Optional[_Union[Image, _Mapping]] = ..., chunk_entities: _Optional[int] = ...) -> None: ...
 
 class ScoreList(_message.Message):
     __slots__ = ("scores",)

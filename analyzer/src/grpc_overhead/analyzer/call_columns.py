@@ -1,0 +1,317 @@
+"""The columns of ``grpc_calls``: each one an expression over one ``otel_traces`` span.
+
+``calls`` builds the table, its view and its reads from ``COLUMNS`` (and re-exports
+every name here). Which event of which instrumentation fills a column is decided by
+``span_sources``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpc_overhead.analyzer import span_sources as src
+
+CLIENT_KINDS = ("Client", "SPAN_KIND_CLIENT")
+SERVER_KINDS = ("Server", "SPAN_KIND_SERVER")
+ERROR_STATUSES = ("Error", "STATUS_CODE_ERROR")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One ``grpc_calls`` column: its type, its absent value, and how each half fills it.
+
+    ``client``/``server`` are SQL expressions over one ``otel_traces`` row
+    (and the aliases of ``SPAN_ALIASES``); an empty one means "this half
+    never fills the column" and yields ``absent``.
+    """
+
+    name: str
+    type: str
+    client: str = ""
+    server: str = ""
+    absent: str = "0"
+
+    def expression(self) -> str:
+        client = self.client or self.absent
+        server = self.server or self.absent
+        if client == server:
+            return client
+        if not self.server:
+            return f"if(is_client, {client}, {self.absent})"
+        if not self.client:
+            return f"if(is_client, {self.absent}, {server})"
+        return f"if(is_client, {client}, {server})"
+
+
+def _attribute(*names: str) -> str:
+    """The first of these span attributes that is set (current name, then older ones)."""
+    expression = f"SpanAttributes['{names[-1]}']"
+    for name in reversed(names[:-1]):
+        expression = f"if(SpanAttributes['{name}'] != '', SpanAttributes['{name}'], {expression})"
+    return expression
+
+
+def _address(host: str, port: str) -> str:
+    return f"if({port} = '', {host}, concat({host}, ':', {port}))"
+
+
+_UNCOMPRESSED = "rpc.message.uncompressed_size"
+_COMPRESSED = "rpc.message.compressed_size"
+_CODE_NAMES = (
+    "['OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND',"
+    " 'ALREADY_EXISTS', 'PERMISSION_DENIED', 'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION',"
+    " 'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS',"
+    " 'UNAUTHENTICATED']"
+)
+# The numeric code (older semconv, ours); the code's name (semconv 1.3x+:
+# rpc.response.status_code, otelgrpc); A72 records no code, only OK or an error.
+_STATUS = (
+    "multiIf(SpanAttributes['rpc.grpc.status_code'] != '',"
+    " toInt16OrDefault(SpanAttributes['rpc.grpc.status_code'], toInt16(-1)),"
+    f" SpanAttributes['rpc.response.status_code'] != '',"
+    f" toInt16(indexOf({_CODE_NAMES}, SpanAttributes['rpc.response.status_code']) - 1),"
+    " a72_role != '' AND StatusCode IN ('Ok', 'STATUS_CODE_OK'), toInt16(0), toInt16(-1))"
+)
+# An A72 attempt that failed before a retry succeeded is not the call's error: the
+# call span says how the call ended.
+_ERROR = f"toUInt8(StatusCode IN {ERROR_STATUSES!r} AND a72_role != 'attempt')"
+_LANGUAGE = "ResourceAttributes['telemetry.sdk.language']"
+
+# Expressions shared by several columns, evaluated once per span.
+SPAN_ALIASES = (
+    src.A72_ROLE + " AS a72_role",
+    f"if(a72_role != '', a72_role != 'server', SpanKind IN {CLIENT_KINDS!r}) AS is_client",
+    "arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp) AS event_ns",
+    "toUnixTimestamp64Nano(Timestamp) AS span_start_ns",
+    # Duration is UInt64 and wraps when a skewed span ends before it starts;
+    # reinterpreting it as Int64 gives back the negative duration.
+    "span_start_ns + reinterpretAsInt64(Duration) AS span_end_ns",
+    "SpanAttributes['rpc.service'] AS rpc_service",
+    "SpanAttributes['rpc.method'] AS rpc_method",
+    *src.SOURCE_ALIASES[1:],
+)
+
+_SERVICE = (
+    f"if(a72_role != '', {src.A72_SERVICE}, "
+    "if(rpc_service != '', rpc_service, "
+    "if(position(rpc_method, '/') > 0, splitByChar('/', rpc_method)[1], "
+    "if(position(SpanName, '/') > 0, splitByChar('/', SpanName)[1], ''))))"
+)
+_METHOD = (
+    f"if(a72_role != '', {src.A72_METHOD}, "
+    "if(rpc_method != '', splitByChar('/', rpc_method)[-1], "
+    "if(position(SpanName, '/') > 0, splitByChar('/', SpanName)[2], SpanName)))"
+)
+_HOST = "ResourceAttributes['host.name']"
+_BUDGET = "toInt64OrDefault(SpanAttributes['grpc_overhead.deadline_budget_ns'], toInt64(-1))"
+_INSTANCE = "ResourceAttributes['service.instance.id']"
+
+LC = "LowCardinality(String)"
+
+#: Every column after the key, in table order. Both halves fill the columns
+#: that describe the call (same value, so ``max`` keeps it).
+COLUMNS: tuple[Column, ...] = (
+    Column("ServerSpanId", "String", server="SpanId", absent="''"),
+    Column("service", LC, _SERVICE, _SERVICE, "''"),
+    Column("method", LC, _METHOD, _METHOD, "''"),
+    Column(
+        "call_type",
+        LC,
+        "SpanAttributes['grpc_overhead.call_type']",
+        "SpanAttributes['grpc_overhead.call_type']",
+        "''",
+    ),
+    Column(
+        "run_id",
+        LC,
+        "SpanAttributes['grpc_overhead.run_id']",
+        "SpanAttributes['grpc_overhead.run_id']",
+        "''",
+    ),
+    Column("client_service", LC, client="ServiceName", absent="''"),
+    Column("client_host", LC, client=_HOST, absent="''"),
+    Column("client_instance", LC, client=_INSTANCE, absent="''"),
+    Column("server_service", LC, server="ServiceName", absent="''"),
+    Column("server_host", LC, server=_HOST, absent="''"),
+    Column("server_instance", LC, server=_INSTANCE, absent="''"),
+    # What the client dialled, and where the server saw the call come from.
+    Column(
+        "server_address",
+        "String",
+        client=_address(
+            _attribute("server.address", "net.peer.name"),
+            _attribute("server.port", "net.peer.port"),
+        ),
+        absent="''",
+    ),
+    Column(
+        "client_address",
+        "String",
+        server=_address(
+            _attribute("network.peer.address", "net.peer.ip"),
+            _attribute("network.peer.port", "net.peer.port"),
+        ),
+        absent="''",
+    ),
+    Column(
+        "compression",
+        LC,
+        "SpanAttributes['grpc.compression']",
+        "SpanAttributes['grpc.compression']",
+        "''",
+    ),
+    Column(
+        "payload_codec",
+        LC,
+        "SpanAttributes['grpc_overhead.payload.codec']",
+        "SpanAttributes['grpc_overhead.payload.codec']",
+        "''",
+    ),
+    # gRPC status codes: -1 = this half did not report one (0 is OK).
+    Column("client_status_code", "Int16", client=_STATUS, absent="toInt16(-1)"),
+    Column("server_status_code", "Int16", server=_STATUS, absent="toInt16(-1)"),
+    Column("client_error", "UInt8", client=_ERROR),
+    Column("server_error", "UInt8", server=_ERROR),
+    # An A72 attempt is not the call: its span times are client_attempt_start_ns.
+    Column("client_start_ns", "Int64", client="if(a72_role = 'attempt', 0, span_start_ns)"),
+    Column("client_end_ns", "Int64", client="if(a72_role = 'attempt', 0, span_end_ns)"),
+    Column("server_start_ns", "Int64", server="span_start_ns"),
+    Column("server_end_ns", "Int64", server="span_end_ns"),
+    Column("client_events", "UInt8", client="has_our_events"),
+    Column("server_events", "UInt8", server="has_our_events"),
+    # Client events (first message unless named *_last_ns).
+    # (A72 and semconv events fill the columns of the same moment: span_sources.)
+    Column("request_created_ns", "Int64", client=src.first("requestCreated")),
+    Column("client_outbound_message_ns", "Int64", client=src.first("outboundMessage")),
+    Column(
+        "client_outbound_message_sent_ns",
+        "Int64",
+        client=src.outbound_first("outboundMessageSent"),
+    ),
+    Column(
+        "client_outbound_message_sent_last_ns",
+        "Int64",
+        client=src.outbound_last("outboundMessageSent"),
+    ),
+    Column(
+        "client_received_response_ns",
+        "Int64",
+        client=src.inbound_first("clientReceivedResponse", deserialized=False),
+    ),
+    Column(
+        "client_received_response_last_ns",
+        "Int64",
+        client=src.inbound_last("clientReceivedResponse", deserialized=False),
+    ),
+    Column(
+        "client_inbound_message_read_ns",
+        "Int64",
+        client=src.inbound_first("inboundMessageRead", deserialized=True),
+    ),
+    Column(
+        "client_inbound_message_read_last_ns",
+        "Int64",
+        client=src.inbound_last("inboundMessageRead", deserialized=True),
+    ),
+    # Server events.
+    Column("server_call_started_ns", "Int64", server=src.SERVER_CALL_STARTED),
+    Column("call_scheduled_ns", "Int64", server=src.first("callScheduled")),
+    Column(
+        "server_inbound_message_ns",
+        "Int64",
+        server=src.inbound_first("inboundMessage", deserialized=False),
+    ),
+    Column(
+        "server_inbound_message_read_ns",
+        "Int64",
+        server=src.inbound_first("inboundMessageRead", deserialized=True),
+    ),
+    Column(
+        "server_inbound_message_read_last_ns",
+        "Int64",
+        server=src.inbound_last("inboundMessageRead", deserialized=True),
+    ),
+    Column("predictions_made_ns", "Int64", server=src.first("predictionsMade")),
+    Column("server_outbound_message_ns", "Int64", server=src.first("outboundMessage")),
+    Column(
+        "server_outbound_message_sent_ns",
+        "Int64",
+        server=src.outbound_first("outboundMessageSent"),
+    ),
+    Column(
+        "server_outbound_message_sent_last_ns",
+        "Int64",
+        server=src.outbound_last("outboundMessageSent"),
+    ),
+    # Messages and bytes per direction. Both halves see each direction (sent on
+    # one side, read on the other) and agree; compressed sizes are recorded by
+    # the sender only, and with gzip/deflate only for every Nth message.
+    Column(
+        "request_messages",
+        "UInt32",
+        src.messages("outboundMessageSent", inbound=False),
+        src.messages("inboundMessageRead", inbound=True),
+    ),
+    Column(
+        "request_uncompressed_bytes",
+        "UInt64",
+        src.sizes("outboundMessageSent", _UNCOMPRESSED, inbound=False),
+        src.sizes("inboundMessageRead", _UNCOMPRESSED, inbound=True),
+    ),
+    Column(
+        "request_compressed_bytes",
+        "UInt64",
+        client=src.sizes("outboundMessageSent", _COMPRESSED, inbound=False, compressed=True),
+    ),
+    Column(
+        "response_messages",
+        "UInt32",
+        src.messages("clientReceivedResponse", inbound=True),
+        src.messages("outboundMessageSent", inbound=False),
+    ),
+    Column(
+        "response_uncompressed_bytes",
+        "UInt64",
+        src.sizes("clientReceivedResponse", _UNCOMPRESSED, inbound=True),
+        src.sizes("outboundMessageSent", _UNCOMPRESSED, inbound=False),
+    ),
+    Column(
+        "response_compressed_bytes",
+        "UInt64",
+        server=src.sizes("outboundMessageSent", _COMPRESSED, inbound=False, compressed=True),
+    ),
+    # The server's own residence (outboundMessageSent - serverCallStarted), as
+    # the server span says and as the client read it from the trailer; -1 = none.
+    # Time left before the deadline when the request left the client / when the
+    # server saw the call (ns; -1 = no deadline): the server_dispatch phase.
+    Column("client_deadline_budget_ns", "Int64", client=_BUDGET, absent="toInt64(-1)"),
+    Column("server_deadline_budget_ns", "Int64", server=_BUDGET, absent="toInt64(-1)"),
+    Column(
+        "server_residence_ns",
+        "Int64",
+        "toInt64OrDefault(SpanAttributes['grpc_overhead.server_residence_ns'], toInt64(-1))",
+        "toInt64OrDefault(SpanAttributes['grpc_overhead.server_residence_ns'], toInt64(-1))",
+        "toInt64(-1)",
+    ),
+    # Who wrote each half (span_sources): source, SDK language, instrumentation scope.
+    Column("client_source", LC, client="span_source", absent="''"),
+    Column("server_source", LC, server="span_source", absent="''"),
+    Column("client_language", LC, client=_LANGUAGE, absent="''"),
+    Column("server_language", LC, server=_LANGUAGE, absent="''"),
+    Column("client_scope", LC, client="ScopeName", absent="''"),
+    Column("server_scope", LC, server="ScopeName", absent="''"),
+    # A72: the call span a row belongs to (attempts.py folds them into one call), the
+    # attempt's start and number (1 = first try), and whether it ended OK.
+    Column("CallSpanId", "String", client=src.CALL_SPAN_ID, absent="''"),
+    Column("AttemptSpanId", "String", client="if(a72_role = 'attempt', SpanId, '')", absent="''"),
+    Column("client_attempt_start_ns", "Int64", client=src.ATTEMPT_START),
+    Column("client_attempts", "UInt16", client=src.ATTEMPT_NUMBER),
+    Column(
+        "client_attempt_ok",
+        "UInt8",
+        client=f"toUInt8(a72_role = 'attempt' AND StatusCode NOT IN {ERROR_STATUSES!r})",
+    ),
+)
+
+KEY = ("TraceId", "ClientSpanId")
+COLUMN_NAMES: tuple[str, ...] = (*KEY, *(column.name for column in COLUMNS))

@@ -1,0 +1,259 @@
+"""Phase-by-phase comparison of runs, with an honest noise estimate (ghz-compare style).
+
+Every run is compared with the first (the baseline): per phase, the p50 of
+each, the difference (other - baseline), the ratio (other / baseline) and a
+bootstrap interval on the difference of the p50s (calls resampled with
+replacement within each run, ``resamples`` times; the 2.5th and 97.5th
+percentiles of the resampled differences). A difference whose interval holds
+0 is called noise, never a finding. The phase that *explains* the total's
+difference is the consecutive phase (``CONSECUTIVE_PHASES``) whose p50 moved
+most in the total's direction; its share is that move over the total's move
+(p50s do not add up exactly, so a share is a guide, not an identity).
+
+Computation over per-call frames (``runs.run_calls``) and ``grpc_runs`` rows;
+the SQL stays in ``runs``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import CallsOptions
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.runs import CELL_PHASES, list_runs, run_calls
+from grpc_overhead.analyzer.store.base import Store
+
+DEFAULT_RESAMPLES = 1000
+CONFIDENCE = 0.95
+#: Calls drawn per resample at most: beyond this the interval barely narrows and
+#: memory grows with resamples x calls.
+MAX_BOOTSTRAP_CALLS = 20_000
+
+
+@dataclass
+class PhaseDelta:
+    phase: str
+    baseline_p50_us: float | None
+    other_p50_us: float | None
+    diff_us: float | None
+    ratio: float | None
+    ci_low_us: float | None
+    ci_high_us: float | None
+    baseline_calls: int
+    other_calls: int
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 0: the difference is more than resampling noise."""
+        if self.ci_low_us is None or self.ci_high_us is None:
+            return False
+        return self.ci_low_us > 0 or self.ci_high_us < 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "baseline_p50_us": _round(self.baseline_p50_us),
+            "other_p50_us": _round(self.other_p50_us),
+            "diff_us": _round(self.diff_us),
+            "ratio": _round(self.ratio, 4),
+            "ci_low_us": _round(self.ci_low_us),
+            "ci_high_us": _round(self.ci_high_us),
+            "significant": self.significant,
+            "baseline_calls": self.baseline_calls,
+            "other_calls": self.other_calls,
+        }
+
+
+@dataclass
+class Comparison:
+    baseline: str
+    other: str
+    phases: list[PhaseDelta]
+    throughput: dict[str, float | None] = field(default_factory=dict)
+
+    def phase(self, name: str) -> PhaseDelta | None:
+        return next((delta for delta in self.phases if delta.phase == name), None)
+
+    def explained_by(self) -> PhaseDelta | None:
+        """The consecutive phase whose p50 moved most in the direction of the total's move."""
+        total = self.phase("total")
+        if total is None or total.diff_us is None or total.diff_us == 0:
+            return None
+        sign = 1.0 if total.diff_us > 0 else -1.0
+        candidates = [
+            delta
+            for delta in self.phases
+            if delta.phase in CONSECUTIVE_PHASES and delta.diff_us is not None
+        ]
+        # A move within noise explains nothing while another phase's is beyond it.
+        candidates = [delta for delta in candidates if delta.significant] or candidates
+        if not candidates:
+            return None
+        best = max(candidates, key=lambda delta: sign * (delta.diff_us or 0.0))
+        return best if sign * (best.diff_us or 0.0) > 0 else None
+
+    def summary(self) -> str:
+        """The comparison in one or two sentences."""
+        total = self.phase("total")
+        if total is None or total.diff_us is None or total.ratio is None:
+            return f"{self.other} vs {self.baseline}: no calls with a total to compare"
+        direction = "slower" if total.diff_us > 0 else "faster"
+        factor = total.ratio if total.ratio >= 1 else (1 / total.ratio if total.ratio else 0)
+        text = (
+            f"{self.other} is {factor:.2f}x {direction} than {self.baseline} at the p50 "
+            f"({total.diff_us:+,.0f} µs, 95% interval "
+            f"{total.ci_low_us:+,.0f}..{total.ci_high_us:+,.0f})"
+        )
+        if not total.significant:
+            return text + ": within noise"
+        cause = self.explained_by()
+        if cause is not None and cause.diff_us is not None:
+            share = cause.diff_us / total.diff_us
+            if share > 1:  # p50s do not add up
+                text += f"; {cause.phase} explains it ({cause.diff_us:+,.0f} µs at its own p50)"
+            else:
+                verb = "explains most of it" if share >= 0.5 else "moved most"
+                text += f"; {cause.phase} {verb} ({cause.diff_us:+,.0f} µs, {share:.0%} of it)"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        cause = self.explained_by()
+        total = self.phase("total")
+        return {
+            "baseline": self.baseline,
+            "run_id": self.other,
+            "phases": {delta.phase: delta.to_json() for delta in self.phases},
+            "throughput": {key: _round(value, 3) for key, value in self.throughput.items()},
+            "explained_by": None
+            if cause is None or total is None or not total.diff_us
+            else {
+                "phase": cause.phase,
+                "diff_us": _round(cause.diff_us),
+                "share": _round((cause.diff_us or 0) / total.diff_us, 4),
+            },
+            "summary": self.summary(),
+        }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return round(float(value), digits)
+
+
+def bootstrap_median_diff(
+    baseline: np.ndarray,
+    other: np.ndarray,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float]:
+    """(low, high) interval of median(other) - median(baseline) by the percentile bootstrap."""
+    rng = np.random.default_rng(seed)
+    baseline = _cap(np.asarray(baseline, dtype=np.float64), rng)
+    other = _cap(np.asarray(other, dtype=np.float64), rng)
+    differences = np.empty(resamples)
+    block = max(1, 2_000_000 // max(baseline.size, other.size, 1))
+    for start in range(0, resamples, block):
+        count = min(block, resamples - start)
+        a = np.median(baseline[rng.integers(0, baseline.size, (count, baseline.size))], axis=1)
+        b = np.median(other[rng.integers(0, other.size, (count, other.size))], axis=1)
+        differences[start : start + count] = b - a
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(differences, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _cap(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    if values.size <= MAX_BOOTSTRAP_CALLS:
+        return values
+    return rng.choice(values, MAX_BOOTSTRAP_CALLS, replace=False)
+
+
+def compare_phases(
+    baseline: pd.DataFrame,
+    other: pd.DataFrame,
+    phases: tuple[str, ...] = CELL_PHASES,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> list[PhaseDelta]:
+    """Per phase: p50s, difference, ratio and bootstrap interval of two per-call frames."""
+    deltas = []
+    for phase in phases:
+        column = f"{phase}_us"
+        a = _values(baseline, column)
+        b = _values(other, column)
+        if a.size == 0 or b.size == 0:
+            deltas.append(
+                PhaseDelta(phase, _median(a), _median(b), None, None, None, None, a.size, b.size)
+            )
+            continue
+        a50, b50 = float(np.median(a)), float(np.median(b))
+        low, high = bootstrap_median_diff(a, b, resamples, seed=len(deltas))
+        ratio = b50 / a50 if a50 else None
+        deltas.append(PhaseDelta(phase, a50, b50, b50 - a50, ratio, low, high, a.size, b.size))
+    return deltas
+
+
+def _values(frame: pd.DataFrame, column: str) -> np.ndarray:
+    if column not in frame:
+        return np.zeros(0)
+    return frame[column].dropna().to_numpy(dtype=np.float64)
+
+
+def _median(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if values.size else None
+
+
+def compare(
+    frames: dict[str, pd.DataFrame],
+    runs: pd.DataFrame | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> list[Comparison]:
+    """Each run after the first against the first (dict order = the user's order).
+
+    ``runs``: ``grpc_runs`` rows (``runs.list_runs``) for the throughput ratios;
+    runs without a row (plain ``load`` runs) compare by phases only.
+    """
+    names = list(frames)
+    baseline = names[0]
+    rows = {} if runs is None else {row.run_id: row for row in runs.itertuples(index=False)}
+    comparisons = []
+    for other in names[1:]:
+        comparison = Comparison(
+            baseline, other, compare_phases(frames[baseline], frames[other], resamples=resamples)
+        )
+        a, b = rows.get(baseline), rows.get(other)
+        if a is not None and b is not None:
+            for key in ("calls_per_s", "predictions_per_s"):
+                first, second = float(getattr(a, key)), float(getattr(b, key))
+                comparison.throughput[f"baseline_{key}"] = first
+                comparison.throughput[f"other_{key}"] = second
+                comparison.throughput[f"{key}_ratio"] = second / first if first else None
+        comparisons.append(comparison)
+    return comparisons
+
+
+def compare_stored(
+    store: Store,
+    baseline: str,
+    other: str,
+    *,
+    options: CallsOptions | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> pd.DataFrame:
+    """Two stored runs compared (the app's two-run compare): one row per phase, the
+    ``PhaseDelta.to_json`` columns, and the comparison's ``summary`` on every row.
+
+    Empty when either run has no calls in the store.
+    """
+    frames = {run_id: run_calls(store, run_id, options) for run_id in (baseline, other)}
+    if any(frame.empty for frame in frames.values()):
+        return pd.DataFrame(columns=["phase", "summary"])
+    (comparison,) = compare(frames, list_runs(store, options=options), resamples=resamples)
+    frame = pd.DataFrame([{"phase": d.phase, **d.to_json()} for d in comparison.phases])
+    frame["summary"] = comparison.summary()
+    return frame

@@ -1,0 +1,237 @@
+"""Experiment runs: the ``grpc_runs`` table and the per-run phase summary.
+
+An experiment (``grpc-overhead experiment FILE``) runs one load per cell of its
+matrix; each cell is a *run*: its spans carry ``grpc_overhead.run_id``, and one
+row of ``grpc_runs`` says what was run and what the load generator saw. The
+phases come from the calls themselves (``phases.calls`` filtered by run id), so
+a run is explained by the same SQL as ``report``.
+
+``grpc_runs`` (one row per run; a run recorded twice keeps its latest row:
+ReplacingMergeTree on ``recorded``; readers use ``FINAL``):
+
+============================  ===============================================
+run_id String                 the cell's run id (the spans' grpc_overhead.run_id)
+experiment LowCardinality     the experiment's name (FILE's ``name``)
+invocation String             one ``experiment`` command's cells share it (name-timestamp)
+cell UInt32                   the cell's index in the matrix (0-based)
+config String                 the cell's whole configuration, JSON
+transport LowCardinality      grpc | rest
+started, ended DateTime64(6)  the load's start and end (UTC)
+calls, errors UInt64          calls made, calls that failed
+calls_per_s Float64           calls / load duration
+predictions_per_s Float64     entities scored / load duration (OK calls)
+p50_us, p99_us Float64        client-measured latency of OK calls
+phases String                 JSON {PHASE: {"p50_us", "mean_us"}} from the spans
+recorded DateTime64(6)        when this row was written
+============================  ===============================================
+
+The same SQL runs on chDB and on a ClickHouse server (``Store``); values are
+always bound as parameters. Dashboards read ``phases`` with
+``JSONExtractFloat(phases, 'processing', 'p50_us')``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.phases import ALL_PHASES, DESIGN_PHASES, calls
+from grpc_overhead.analyzer.store.base import Store, table_exists
+
+RUNS_TABLE = "grpc_runs"
+#: The phases a cell summary carries (the design's, then the useful extras).
+CELL_PHASES: tuple[str, ...] = (*DESIGN_PHASES, "pool_wait", "server_duration")
+RUN_COLUMNS = (
+    "run_id",
+    "experiment",
+    "invocation",
+    "cell",
+    "config",
+    "transport",
+    "started",
+    "ended",
+    "calls",
+    "errors",
+    "calls_per_s",
+    "predictions_per_s",
+    "p50_us",
+    "p99_us",
+    "phases",
+    "recorded",
+)
+
+
+def create_runs_sql(options: CallsOptions) -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS {options.qualified(RUNS_TABLE)}{options.on_cluster()} (\n"
+        "    run_id String,\n"
+        "    experiment LowCardinality(String),\n"
+        "    invocation String,\n"
+        "    cell UInt32,\n"
+        "    config String,\n"
+        "    transport LowCardinality(String),\n"
+        "    started DateTime64(6, 'UTC'),\n"
+        "    ended DateTime64(6, 'UTC'),\n"
+        "    calls UInt64,\n"
+        "    errors UInt64,\n"
+        "    calls_per_s Float64,\n"
+        "    predictions_per_s Float64,\n"
+        "    p50_us Float64,\n"
+        "    p99_us Float64,\n"
+        "    phases String,\n"
+        "    recorded DateTime64(6, 'UTC')\n"
+        ") ENGINE = ReplacingMergeTree(recorded)\nORDER BY (experiment, run_id)"
+    )
+
+
+def create_runs(store: Store, options: CallsOptions | None = None) -> None:
+    """Create ``grpc_runs`` if missing (idempotent)."""
+    store.command(create_runs_sql(options or CallsOptions()))
+
+
+@dataclass
+class RunRecord:
+    """One cell's run, as ``grpc_runs`` holds it (times: Unix ns)."""
+
+    run_id: str
+    experiment: str
+    invocation: str
+    cell: int
+    config: dict[str, Any]
+    started_ns: int
+    ended_ns: int
+    calls: int
+    errors: int
+    calls_per_s: float
+    predictions_per_s: float
+    p50_us: float | None
+    p99_us: float | None
+    phases: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+    @property
+    def transport(self) -> str:
+        return str(self.config.get("transport", "grpc"))
+
+
+def _float(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def record_run(store: Store, record: RunRecord, options: CallsOptions | None = None) -> None:
+    """Insert (or replace) the run's row."""
+    options = options or CallsOptions()
+    values = [
+        record.run_id,
+        record.experiment,
+        record.invocation,
+        int(record.cell),
+        json.dumps(record.config, sort_keys=True),
+        record.transport,
+        int(record.started_ns),
+        int(record.ended_ns),
+        int(record.calls),
+        int(record.errors),
+        float(record.calls_per_s),
+        float(record.predictions_per_s),
+        _float(record.p50_us),
+        _float(record.p99_us),
+        json.dumps(record.phases, sort_keys=True),
+        time.time_ns(),
+    ]
+    store.insert(options.qualified(RUNS_TABLE), RUN_COLUMNS, [[value] for value in values])
+
+
+def list_runs(
+    store: Store, experiment: str | None = None, options: CallsOptions | None = None
+) -> pd.DataFrame:
+    """Every recorded run (of ``experiment`` if given), oldest first; empty if none yet."""
+    options = options or CallsOptions()
+    if not table_exists(store, RUNS_TABLE, options.database):
+        return pd.DataFrame(columns=list(RUN_COLUMNS))
+    return store.query(
+        f"SELECT {', '.join(RUN_COLUMNS)} FROM {options.qualified(RUNS_TABLE)} FINAL\n"
+        "WHERE {experiment:String} = '' OR experiment = {experiment:String}\n"
+        "ORDER BY started, cell",
+        {"experiment": experiment or ""},
+        readonly=True,
+    )
+
+
+def experiments(store: Store, options: CallsOptions | None = None) -> pd.DataFrame:
+    """One row per experiment: name, runs, first start, last end (latest first)."""
+    options = options or CallsOptions()
+    if not table_exists(store, RUNS_TABLE, options.database):
+        return pd.DataFrame(columns=["experiment", "runs", "started", "ended"])
+    return store.query(
+        "SELECT experiment, count() AS runs, min(started) AS started, max(ended) AS ended\n"
+        f"FROM {options.qualified(RUNS_TABLE)} FINAL GROUP BY experiment ORDER BY ended DESC",
+        readonly=True,
+    )
+
+
+def run_calls(
+    store: Store,
+    run_id: str,
+    options: CallsOptions | None = None,
+    *,
+    limit: int | None = None,
+) -> pd.DataFrame:
+    """One row per call of the run, every phase in µs (``phases.calls``)."""
+    return calls(store, CallFilters(run_id=run_id), limit=limit, options=options)
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value)
+    return None if math.isnan(number) else round(number, 3)
+
+
+def phase_summary(frame: pd.DataFrame, phases: tuple[str, ...] = CELL_PHASES) -> dict[str, Any]:
+    """{PHASE: {"p50_us", "mean_us", "calls"}} over a ``run_calls`` frame (exact quantiles)."""
+    summary: dict[str, Any] = {}
+    for phase in phases:
+        column = f"{phase}_us"
+        values = frame[column].dropna() if column in frame else pd.Series(dtype=float)
+        if values.empty:
+            summary[phase] = {"p50_us": None, "mean_us": None, "calls": 0}
+            continue
+        summary[phase] = {
+            "p50_us": _number(values.median()),
+            "mean_us": _number(values.mean()),
+            "calls": int(values.size),
+        }
+    return summary
+
+
+def stored_calls(store: Store, run_id: str, options: CallsOptions | None = None) -> int:
+    """Calls of the run whose client half is stored (the client span is the last to close)."""
+    options = options or CallsOptions()
+    found = store.query(
+        f"SELECT count() AS n FROM {options.calls} FINAL "
+        "WHERE run_id = {run_id:String} AND client_start_ns != 0",
+        {"run_id": run_id},
+        readonly=True,
+    )
+    return int(found["n"].iloc[0])
+
+
+__all__ = [
+    "ALL_PHASES",
+    "CELL_PHASES",
+    "RUNS_TABLE",
+    "RunRecord",
+    "create_runs",
+    "experiments",
+    "list_runs",
+    "phase_summary",
+    "record_run",
+    "run_calls",
+    "stored_calls",
+]

@@ -1,0 +1,158 @@
+"""Experiments: the cells of an experiment side by side, who wins, and which phase explains it.
+
+Cells come from ``grpc_runs`` (``grpc-overhead experiment FILE``); the two-run
+compare at the bottom is ``grpc-overhead compare`` with its bootstrap
+interval. The experiment and the compared runs live in the URL's query
+parameters (``experiment``, ``a``, ``b``), so a view can be shared.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from grpc_overhead.analyzer import compare, runs
+from grpc_overhead.analyzer.insights import experiments as insights
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+from grpc_overhead.app import formatting, shared
+
+st.title("Experiments")
+names = shared.load(runs.experiments)
+if names.empty:
+    st.info(
+        "No experiments in this store yet. Run one, e.g. "
+        "`grpc-overhead experiment experiments/tls.yaml --store DIR`, then open the app on "
+        "that store (`grpc-overhead app --store DIR`)."
+    )
+    st.stop()
+
+choices = list(names["experiment"])
+wanted = st.query_params.get("experiment")
+experiment = st.selectbox(
+    "Experiment",
+    choices,
+    index=choices.index(wanted) if wanted in choices else 0,
+    format_func=lambda name: f"{name} ({int(names.set_index('experiment').at[name, 'runs'])} runs)",
+    key="experiment_name",
+)
+st.query_params["experiment"] = experiment
+rows = shared.load(runs.list_runs, experiment)
+invocations = list(dict.fromkeys(rows["invocation"]))[::-1]  # latest first
+if len(invocations) > 1:
+    wanted = st.query_params.get("invocation")
+    invocation = st.selectbox(
+        "Run of the experiment",
+        invocations,
+        index=invocations.index(wanted) if wanted in invocations else 0,
+        key="experiment_invocation",
+    )
+    st.query_params["invocation"] = invocation
+    rows = rows[rows["invocation"] == invocation]
+cells = insights.cells(rows)
+
+columns = st.columns(4)
+columns[0].metric("Cells", formatting.count(len(cells)))
+columns[1].metric("Calls", formatting.count(int(cells["calls"].sum())))
+columns[2].metric("Errors", formatting.count(int(cells["errors"].sum())))
+columns[3].metric("Best throughput", formatting.rate(cells["calls_per_s"].max()))
+
+st.subheader("Winners")
+for winner in insights.winners(cells):
+    st.markdown(f"- {winner.sentence()}")
+st.info(insights.explain(cells))
+
+st.subheader("Cells side by side")
+table = pd.DataFrame(
+    {
+        "cell": cells["label"],
+        "calls/s": cells["calls_per_s"].round(1),
+        "predictions/s": cells["predictions_per_s"].round(1),
+        "p50": cells["p50_us"].map(formatting.duration),
+        "p99": cells["p99_us"].map(formatting.duration),
+        "calls": cells["calls"],
+        "errors": cells["errors"],
+        "run id": cells["run_id"],
+    }
+)
+st.dataframe(table, hide_index=True, width="stretch")
+
+left, right = st.columns(2)
+with left:
+    st.markdown("**Throughput**")
+    throughput = px.bar(cells, x="calls_per_s", y="label", orientation="h",
+                        labels={"calls_per_s": "calls/s", "label": ""})  # fmt: skip
+    st.plotly_chart(throughput, width="stretch", key="experiments_throughput")
+with right:
+    st.markdown("**Latency (load generator's clock)**")
+    latency = cells.melt(id_vars="label", value_vars=["p50_us", "p99_us"], var_name="quantile",
+                         value_name="µs")  # fmt: skip
+    latency["quantile"] = latency["quantile"].str.replace("_us", "")
+    bars = px.bar(latency, x="µs", y="label", color="quantile", barmode="group",
+                  orientation="h", labels={"label": ""})  # fmt: skip
+    st.plotly_chart(bars, width="stretch", key="experiments_latency")
+
+st.markdown("**Phases, stacked (p50 µs of each phase, from the spans)**")
+present = [phase for phase in CONSECUTIVE_PHASES if f"{phase}_p50_us" in cells]
+if present:
+    stacked = cells.melt(id_vars="label", value_vars=[f"{phase}_p50_us" for phase in present],
+                         var_name="phase", value_name="µs").dropna()  # fmt: skip
+    stacked["phase"] = stacked["phase"].str.removesuffix("_p50_us")
+    phases = px.bar(stacked, x="µs", y="label", color="phase", orientation="h",
+                    category_orders={"phase": present}, labels={"label": ""})  # fmt: skip
+    st.plotly_chart(phases, width="stretch", key="experiments_phases")
+    st.caption(
+        "Each phase's own p50: they need not add up to the total's p50 exactly "
+        "(unattributed time and per-phase medians)."
+    )
+
+st.subheader("Compare two runs")
+labels = dict(zip(cells["run_id"], cells["label"], strict=True))
+run_ids = list(labels)
+if len(run_ids) < 2:
+    st.caption("One cell only: nothing to compare.")
+    st.stop()
+
+
+def _pick(label: str, key: str, default: int) -> str:
+    wanted = st.query_params.get(key)
+    index = run_ids.index(wanted) if wanted in run_ids else default
+    chosen = st.selectbox(label, run_ids, index=index, format_func=lambda r: labels[r],
+                          key=f"experiments_{key}")  # fmt: skip
+    st.query_params[key] = chosen
+    return chosen
+
+
+left, right = st.columns(2)
+with left:
+    baseline = _pick("Baseline", "a", 0)
+with right:
+    other = _pick("Other", "b", 1)
+if baseline == other:
+    st.caption("Pick two different runs.")
+    st.stop()
+deltas = shared.load(compare.compare_stored, baseline, other)
+if deltas.empty:
+    st.warning("One of the runs has no traced calls in this store.")
+    st.stop()
+st.info(str(deltas["summary"].iloc[0]))
+shown = deltas.dropna(subset=["diff_us"])
+view = pd.DataFrame(
+    {
+        "phase": shown["phase"],
+        "baseline p50": shown["baseline_p50_us"].map(formatting.duration),
+        "other p50": shown["other_p50_us"].map(formatting.duration),
+        "difference (µs)": shown["diff_us"].round(1),
+        "95% interval (µs)": [
+            f"{low:+,.0f} .. {high:+,.0f}"
+            for low, high in zip(shown["ci_low_us"], shown["ci_high_us"], strict=True)
+        ],
+        "ratio": shown["ratio"].map(lambda r: "-" if pd.isna(r) else f"{r:.2f}x"),
+        "verdict": shown["significant"].map({True: "beyond noise", False: "noise"}),
+    }
+)
+st.dataframe(view, hide_index=True, width="stretch")
+st.caption(
+    "95% bootstrap interval of the difference of the p50s (calls resampled within each run); "
+    "'noise' when it holds 0."
+)

@@ -1,0 +1,129 @@
+"""The freshness half of ``bench.app``: the time from a call finishing to the app showing it.
+
+``grpc-overhead serve`` (intake + store + app), the collector with the embedded config (when
+built; else straight to the intake), one prediction service; per probe one call with its own
+run id while the browser shows the Overview filtered to that run (see ``bench.app``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import log, median, percentile
+from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env
+from harness.browser import chromium, open_page, start_serve
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _calls_shown(page: Any) -> int:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Calls").first
+    if metric.count() == 0:
+        return 0
+    return int(metric.locator('[data-testid="stMetricValue"]').inner_text().replace(",", ""))
+
+
+def _collector(intake_port: int) -> Any:
+    from grpc_overhead.collector.runner import CollectorError, CollectorProcess
+
+    collector = CollectorProcess(
+        "embedded",
+        otlp_port=free_port(),
+        intake=f"127.0.0.1:{intake_port}",
+        health_port=free_port(),
+    )
+    try:
+        return collector.start()
+    except CollectorError as error:
+        log(f"no collector ({error}); spans go straight to the intake")
+        return None
+
+
+def freshness(probes: int, timeout_s: float = 60.0) -> dict[str, Any]:
+    directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-fresh-"))
+    intake_port = free_port()
+    shown_at: dict[str, tuple[str, int]] = {}
+    serve = start_serve(directory / "store", intake_port, offline_env())
+    collector = None
+    try:
+        collector = _collector(intake_port)
+        endpoint = (
+            f"http://{collector.otlp_endpoint}" if collector else f"http://127.0.0.1:{intake_port}"
+        )
+        env = offline_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_SERVICE_NAME="predictor")
+        with ServiceProcess(["--workers", "2"], env=env) as service, chromium() as browser:
+            page = browser.new_page()
+            for probe in range(probes):
+                mode = "reload" if probe % 2 == 0 else "auto-refresh"
+                run = f"fresh-{probe}"
+                url = f"{serve.url}/?run={run}"
+                open_page(page, url)
+                load = subprocess.Popen(
+                    [sys.executable, "-m", "grpc_overhead", "load", "--quiet", "--target",
+                     service.target, "--calls", "1", "--concurrency", "1", "--run-id", run],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    env=offline_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+                                    OTEL_SERVICE_NAME="loadgen"),
+                )  # fmt: skip
+                deadline = time.monotonic() + timeout_s
+                while time.monotonic() < deadline:
+                    if mode == "reload":
+                        open_page(page, url)
+                    else:
+                        page.wait_for_timeout(50)
+                    if _calls_shown(page) >= 1:
+                        shown_at[run] = (mode, time.time_ns())
+                        break
+                load.wait(60)
+                log(f"  probe {run} ({mode}): {'shown' if run in shown_at else 'NOT shown'}")
+    finally:
+        if collector is not None:
+            collector.stop()
+        serve.stop()
+    ends = _client_ends(directory / "store")
+    shutil.rmtree(directory, ignore_errors=True)
+    by_mode: dict[str, list[float]] = {"reload": [], "auto-refresh": []}
+    missing = 0
+    for probe in range(probes):
+        run = f"fresh-{probe}"
+        if run not in shown_at or run not in ends:
+            missing += 1
+            continue
+        mode, shown = shown_at[run]
+        by_mode[mode].append((shown - ends[run]) / 1e9)
+    return {
+        "probes": probes,
+        "through_collector": collector is not None,
+        "not_shown_within_s": {"count": missing, "timeout_s": timeout_s},
+        "modes": {
+            mode: {
+                "median_s": _round(median(values)),
+                "p90_s": _round(percentile(values, 90)),
+                "max_s": _round(max(values) if values else None),
+                "samples_s": [round(value, 3) for value in values],
+            }
+            for mode, values in by_mode.items()
+        },
+    }
+
+
+def _client_ends(store: Path) -> dict[str, int]:
+    """run id -> the client span end (unix ns) of its call, read after serve stopped."""
+    done = subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store), "--format", "json",
+         "SELECT run_id, max(client_end_ns) AS end_ns FROM grpc_calls "
+         "WHERE run_id LIKE 'fresh-%' GROUP BY run_id"],
+        capture_output=True, text=True, timeout=120, env=offline_env(),
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"reading the freshness store failed: {done.stderr}")
+    return {row["run_id"]: int(row["end_ns"]) for row in json.loads(done.stdout)}

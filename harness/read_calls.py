@@ -1,0 +1,30 @@
+"""``python -m harness.read_calls STORE``: every call of a stopped store, one JSON object per
+call (``phases.calls``: identity, sources, sizes and every ``<phase>_us``, null where the
+phase is undefined). A subprocess, because a chDB directory belongs to one process and the
+caller may already own another.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.phases import calls
+from grpc_overhead.analyzer.store import open_store
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m harness.read_calls STORE", file=sys.stderr)
+        return 2
+    with open_store(argv[0]) as store:
+        create_calls(store, CallsOptions())
+        frame = calls(store)
+    frame = frame.drop(columns=["start"]).astype(object).where(frame.notna(), None)
+    print(json.dumps(frame.to_dict(orient="records"), default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,68 @@
+"""grpc_runs on a real chDB store: recorded, replaced, listed; and the experiment insights."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from grpc_overhead.analyzer.insights import experiments as insights
+from grpc_overhead.analyzer.runs import (
+    RunRecord,
+    create_runs,
+    list_runs,
+    phase_summary,
+    record_run,
+)
+from grpc_overhead.analyzer.store import open_store
+
+pytestmark = pytest.mark.unit
+
+
+def _record(run_id: str, cell: int, compression: str, calls_per_s: float, total: float,
+            network: float) -> RunRecord:  # fmt: skip
+    return RunRecord(
+        run_id=run_id, experiment="exp", invocation="exp-1", cell=cell,
+        config={"compression": compression, "calls": 100, "tls": False},
+        started_ns=1_700_000_000_000_000_000 + cell, ended_ns=1_700_000_001_000_000_000 + cell,
+        calls=100, errors=cell, calls_per_s=calls_per_s, predictions_per_s=calls_per_s * 200,
+        p50_us=total, p99_us=total * 3,
+        phases={"total": {"p50_us": total, "mean_us": total}, "processing": {"p50_us": 300.0,
+                "mean_us": 310.0}, "request_network": {"p50_us": network, "mean_us": network}},
+    )  # fmt: skip
+
+
+def test_runs_are_recorded_replaced_and_listed(tmp_path) -> None:
+    with open_store(tmp_path / "store") as store:
+        assert list_runs(store).empty  # no table yet: an empty answer, not an error
+        create_runs(store)
+        create_runs(store)  # idempotent
+        record_run(store, _record("r0", 0, "none", 1000.0, 800.0, 100.0))
+        record_run(store, _record("r1", 1, "gzip", 700.0, 1400.0, 650.0))
+        record_run(store, _record("r1", 1, "gzip", 750.0, 1400.0, 650.0))  # recorded again
+        record_run(store, replace(_record("x", 0, "none", 5.0, 1.0, 1.0), experiment="other"))
+        runs = list_runs(store, "exp")
+        assert list(runs["run_id"]) == ["r0", "r1"]
+        assert runs.loc[runs["run_id"] == "r1", "calls_per_s"].item() == 750.0
+        assert json.loads(runs["config"].iloc[1])["compression"] == "gzip"
+        assert len(list_runs(store)) == 3
+        frame = insights.cells(runs)
+    assert list(frame["label"]) == ["compression=none", "compression=gzip"]
+    winners = {winner.metric: winner for winner in insights.winners(frame)}
+    assert winners["calls_per_s"].label == "compression=none"
+    assert winners["calls_per_s"].factor == pytest.approx(1000 / 750)
+    assert winners["p50_us"].label == "compression=none"
+    sentence = insights.explain(frame)
+    assert sentence.startswith("compression=gzip takes 600 µs longer than compression=none")
+    assert "request_network explains most of it (+550 µs, 92% of it)" in sentence
+
+
+def test_phase_summary_is_exact_and_skips_undefined_phases() -> None:
+    frame = pd.DataFrame({"total_us": [100.0, 200.0, 300.0, 1000.0],
+                          "processing_us": [None, None, None, None]})  # fmt: skip
+    summary = phase_summary(frame, ("total", "processing", "server_queue"))
+    assert summary["total"] == {"p50_us": 250.0, "mean_us": 400.0, "calls": 4}
+    assert summary["processing"] == {"p50_us": None, "mean_us": None, "calls": 0}
+    assert summary["server_queue"]["calls"] == 0

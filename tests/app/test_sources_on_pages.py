@@ -1,0 +1,48 @@
+"""Calls traced by other instrumentations on the pages: the explorer names each side's
+language and instrumentation and says where each phase comes from (or why it is empty);
+the Phases page notes which phases the selected calls cannot have."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.analyzer.other_spans import a72_call, semconv_call
+from tests.analyzer.seed import insert_spans, synthetic_call
+from tests.app.conftest import run_page
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_explorer_shows_an_a72_call(served_store):
+    spans = a72_call(attempts=2, ids=21)
+    insert_spans(served_store, spans)
+    at = run_page("explorer", {"trace": spans[0].trace_id})
+    assert not at.exception and not at.error
+    captions = " ".join(caption.value for caption in at.caption)
+    assert "client: go, grpc A72 (scope grpc-go)" in captions
+    assert "2 attempts" in captions
+    origins = at.dataframe[3].value.set_index("phase")
+    assert origins.loc["client_pre_send", "value_us"] == 30
+    assert origins.loc["client_pre_send", "from"].startswith("client: Attempt. span start")
+    assert "one event per message" in origins.loc["client_serialize", "unavailable"]
+    # The chosen attempt's and the server's A72 events, with their message numbers.
+    events = at.dataframe[2].value
+    assert set(events["event"]) == {"Outbound message", "Inbound message"}
+    assert "message 1, 900 B" in set(events["detail"])
+    assert set(events["lane"]) == {"client", "server"}
+
+
+def test_the_phases_page_notes_what_other_sources_lack(served_store):
+    insert_spans(served_store, [*synthetic_call(), *semconv_call(ids=22)])
+    at = run_page("phases")
+    assert not at.exception and not at.error
+    notes = [info.value for info in at.info if "traced by" in info.value]
+    assert len(notes) == 1
+    assert "semconv message events (client)" in notes[0]
+    assert "client_serialize" in notes[0] and "processing" in notes[0]
+
+
+def test_no_note_when_every_call_is_ours(served_store):
+    insert_spans(served_store, list(synthetic_call()))
+    at = run_page("phases")
+    assert not [info for info in at.info if "traced by" in info.value]

@@ -1,0 +1,151 @@
+"""``experiment`` and ``compare`` as a user runs them: real services, load, intake and chDB."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpc_overhead.analyzer.runs import list_runs
+from grpc_overhead.analyzer.store import open_store
+from grpc_overhead.cli.processes import offline_env
+
+pytestmark = pytest.mark.e2e
+
+
+def _command(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", *args],
+        capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+        env=offline_env(),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """Two cells that differ by the server's CPU cost per request: 0 vs 3 ms."""
+    workdir = tmp_path_factory.mktemp("experiment")
+    spec = workdir / "cost.yaml"
+    spec.write_text(
+        "name: cost\ncalls: 40\nconcurrency: 1\nentities: 20\nworkers: 2\n"
+        "matrix:\n  model_cost_ms: [0, 3]\n"
+    )
+    store = workdir / "store"
+    done = _command("experiment", str(spec), "--store", str(store), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return store, json.loads(done.stdout)
+
+
+def test_every_cell_is_a_run_with_its_phases(experiment) -> None:
+    store, document = experiment
+    assert document["experiment"] == "cost" and document["failed"] == []
+    cells = document["cells"]
+    assert [cell["config"]["model_cost_ms"] for cell in cells] == [0.0, 3.0]
+    for cell in cells:
+        assert cell["calls"] == 40 and cell["errors"] == 0
+        assert cell["traced_calls"] == 40  # every call's spans reached the store
+        assert cell["calls_per_s"] > 0 and cell["predictions_per_s"] == pytest.approx(
+            cell["calls_per_s"] * 20, rel=1e-3
+        )
+        assert cell["p50_us"] <= cell["p99_us"]
+        for phase in ("client_serialize", "request_network", "processing", "total"):
+            assert cell["phases"][phase]["calls"] == 40, phase
+    cheap, costly = (cell["phases"]["processing"]["p50_us"] for cell in cells)
+    # the injected 3 ms of CPU: at least 3 ms of wall time (more on a busy machine)
+    assert costly - cheap >= 2_500
+    assert document["winners"][0]["metric"] == "calls_per_s"
+    assert document["winners"][0]["cell"] == "model_cost_ms=0.0"
+    # the phase carrying the difference (its share's wording depends on the machine's noise)
+    assert "; processing " in document["explanation"]
+    with open_store(store) as opened:
+        runs = list_runs(opened, "cost")
+    assert list(runs["run_id"]) == [cell["run_id"] for cell in cells]
+    assert list(runs["calls"]) == [40, 40]
+
+
+def test_compare_finds_the_phase_that_differs(experiment) -> None:
+    store, document = experiment
+    cheap, costly = (cell["run_id"] for cell in document["cells"])
+    done = _command("compare", cheap, costly, "--store", str(store), "--format", "json",
+                    "--resamples", "200")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (comparison,) = json.loads(done.stdout)["comparisons"]
+    processing = comparison["phases"]["processing"]
+    assert processing["significant"] and processing["ci_low_us"] > 1000
+    assert comparison["explained_by"]["phase"] == "processing"
+    assert comparison["throughput"]["calls_per_s_ratio"] < 1
+    table = _command("compare", cheap, costly, "--store", str(store))
+    assert table.returncode == 0 and "; processing " in table.stdout
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, experiment) -> None:
+    store, document = experiment
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("matrix: {concurrency: [0]}\n")
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "s"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "grpc-overhead experiment: matrix.concurrency[0]: expected an integer >= 1, got 0"
+    )
+    missing = _command("compare", document["cells"][0]["run_id"], "no-such-run", "--store",
+                       str(store))  # fmt: skip
+    assert missing.returncode == 2 and "no calls of run 'no-such-run'" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    one = _command("compare", "only-one", "--store", str(store))
+    assert one.returncode == 2 and "at least two runs" in one.stderr
+
+
+def test_rest_and_grpc_cells_split_into_the_same_phases(tmp_path) -> None:
+    """The REST baseline (uvicorn + starlette, requests; OpenTelemetry's HTTP spans plus our
+    events) and gRPC, both sending an image: every call of both is assembled with every phase."""
+    spec = tmp_path / "rest.yaml"
+    spec.write_text(
+        "name: rest-vs-grpc\ncalls: 20\nconcurrency: 2\npayload: image\nimage_bytes: 20000\n"
+        "matrix:\n  transport: [grpc, rest]\n  rest_body: [json, binary]\n"
+        "exclude:\n  - {transport: grpc, rest_body: binary}\n"
+    )
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
+                    "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cells = json.loads(done.stdout)["cells"]
+    assert [(c["config"]["transport"], c["config"]["rest_body"]) for c in cells] == [
+        ("grpc", "json"), ("rest", "json"), ("rest", "binary"),
+    ]  # fmt: skip
+    for cell in cells:
+        assert cell["errors"] == 0 and cell["traced_calls"] == 20, cell
+        assert cell["predictions_per_s"] == pytest.approx(cell["calls_per_s"], rel=1e-3)
+        for phase in (
+            "client_serialize",
+            "request_network",
+            "server_queue",
+            "request_deserialize",
+            "processing",
+            "response_serialize",
+            "response_network",
+            "client_deserialize",
+            "total",
+            "server_duration",
+        ):
+            assert cell["phases"][phase]["calls"] == 20, (cell["config"]["transport"], phase)
+    _, base64_cell, binary_cell = cells
+    # base64 inside JSON costs the client encoding time that raw bytes do not
+    assert (base64_cell["phases"]["client_serialize"]["p50_us"]
+            > 5 * binary_cell["phases"]["client_serialize"]["p50_us"])  # fmt: skip
+
+
+def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
+    """``latency_ms`` puts a real toxiproxy between load and service: each direction's
+    network phase carries the injected delay, the server's phases do not."""
+    spec = tmp_path / "path.yaml"
+    spec.write_text("name: path\ncalls: 10\nconcurrency: 1\nentities: 10\nlatency_ms: 15\n")
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
+                    "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (cell,) = json.loads(done.stdout)["cells"]
+    phases = cell["phases"]
+    assert phases["request_network"]["p50_us"] + phases["server_queue"]["p50_us"] >= 14_000
+    assert phases["response_network"]["p50_us"] >= 14_000
+    assert phases["processing"]["p50_us"] < 10_000

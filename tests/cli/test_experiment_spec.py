@@ -1,0 +1,80 @@
+"""Experiment files: matrix expansion, defaults, exclusions, and every refusal in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpc_overhead.cli.experiment_spec import SpecError, load, parse
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_matrix_expands_to_every_combination_minus_the_excluded() -> None:
+    experiment = parse(
+        {
+            "name": "tls-compression",
+            "calls": 50,
+            "matrix": {"compression": ["none", "gzip", "zstd"], "tls": [False, True]},
+            "exclude": [{"compression": "zstd", "tls": True}],
+        }
+    )
+    assert experiment.name == "tls-compression"
+    assert len(experiment.cells) == 5
+    assert [cell.index for cell in experiment.cells] == [0, 1, 2, 3, 4]
+    first = experiment.cells[0]
+    assert first.varied == {"compression": "none", "tls": False}
+    assert first.config["calls"] == 50  # top-level settings reach every cell
+    assert first.config["concurrency"] == 8  # defaults fill the rest
+    assert first.label() == "compression=none, tls=false"
+    assert {"compression": "zstd", "tls": True} not in [cell.varied for cell in experiment.cells]
+
+
+def test_no_matrix_is_one_cell() -> None:
+    experiment = parse({"calls": 10, "transport": "rest"}, default_name="solo")
+    assert experiment.name == "solo" and len(experiment.cells) == 1
+    assert experiment.cells[0].config["transport"] == "rest"
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ([1, 2], "must be a mapping"),
+        ({"calsl": 5}, "unknown setting 'calsl'"),
+        ({"matrix": {"concurrency": [1, "x"]}}, "matrix.concurrency[1]: expected an integer >= 1"),
+        ({"matrix": {"concurrency": []}}, "matrix.concurrency: expected a non-empty list"),
+        ({"matrix": {"concurrency": [1, 1]}}, "listed twice"),
+        ({"concurrency": 2, "matrix": {"concurrency": [1]}}, "both at the top and in the matrix"),
+        ({"tls": "yes"}, "tls: expected true or false"),
+        ({"compression": "brotli"}, "expected one of none, gzip"),
+        ({"duration": 0}, "duration: expected a number > 0"),
+        ({"name": "a b"}, "name: expected letters"),
+        ({"matrix": {"tls": [True]}, "exclude": [{"mode": "unary"}]}, "not a matrix setting"),
+        ({"matrix": {"tls": [True]}, "exclude": [{"tls": True}]}, "leaves no cell"),
+        ({"matrix": {"transport": ["grpc", "rest"]}, "mode": "stream"}, "cell 1 (transport=rest)"),
+        ({"matrix": {"calls": list(range(1, 30)), "seed": list(range(30))}}, "at most 500"),
+    ],
+)
+def test_refusals_name_the_setting_and_the_reason(document, message: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse(document)
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_file_that_is_not_yaml_is_refused_with_its_line(tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("calls: 5\nmatrix: {tls: [true, false]\n")
+    with pytest.raises(SpecError, match=r"bad.yaml: not valid YAML \(line \d+"):
+        load(path)
+    with pytest.raises(SpecError, match="cannot read"):
+        load(tmp_path / "missing.yaml")
+
+
+def test_the_bundled_experiments_parse() -> None:
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.yaml"))
+    assert files, "experiments/ ships the bundled experiments"
+    for path in files:
+        experiment = load(path)
+        assert experiment.cells, path

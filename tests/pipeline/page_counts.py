@@ -1,0 +1,76 @@
+"""``python -m tests.pipeline.page_counts STORE RUN...``: what the app's pages and the JSON
+report say, per run and for the whole store.
+
+Calls the analyzer functions the Overview, Phases and sidebar use and builds the
+report the way ``grpc-overhead report --format json`` does, with one engine start
+for everything; prints ``{run_id or "": {...}}``: the calls each counts, the calls
+seen from one side only, which phases are defined for how many calls, the report.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.insights import catalog, distributions, overview, rows
+from grpc_overhead.analyzer.report import build_report, to_json
+from grpc_overhead.analyzer.rollup import settle
+from grpc_overhead.analyzer.store import open_store
+
+
+def main(argv: list[str]) -> int:
+    store_dir, run_ids = argv[0], argv[1:]
+    options = CallsOptions()
+    answers = {}
+    with open_store(store_dir) as store:
+        create_calls(store, options)
+        settle(store, options)
+        choices = catalog.filter_choices(store, options=options)
+        everything = overview.summary(overview.overview(store, options=options)).iloc[0]
+        answers[""] = {
+            "official_spans": _official_spans(store),
+            "overview_calls": int(everything["calls"]),
+            "report": to_json(build_report(store, CallFilters(), options=options)),
+        }
+        for run_id in run_ids:
+            filters = CallFilters(run_id=run_id)
+            summary = overview.summary(overview.overview(store, filters, options=options))
+            quantiles = distributions.phase_quantiles(store, filters, options=options)
+            phase_calls = quantiles.groupby("phase")["calls"].max().astype(int).to_dict()
+            row = summary.iloc[0]
+            sides = rows.sides(store, filters, options=options).iloc[0]
+            answers[run_id] = {
+                "overview_calls": int(row["calls"]),
+                "overview": {k: _plain(row[k]) for k in summary.columns if "start" not in k},
+                "sidebar_calls": int(choices[choices["run_id"] == run_id]["calls"].sum()),
+                "phase_calls": phase_calls,
+                "sides": {name: int(sides[name]) for name in sides.index},
+                "report": to_json(build_report(store, filters, options=options)),
+            }
+    print(json.dumps(answers))
+    return 0
+
+
+def _official_spans(store: object) -> dict[str, int]:
+    """opentelemetry-instrumentation-grpc's spans in the store: how many, how many folded
+    into one of ours, and how many share no trace with a span of ours."""
+    found = store.query(  # type: ignore[attr-defined]
+        "SELECT count() AS spans,"
+        " countIf(SpanAttributes['grpc_overhead.folded_into'] != '') AS folded,"
+        " countIf(TraceId NOT IN (SELECT TraceId FROM otel_traces"
+        "   WHERE ScopeName = 'grpc_overhead.instrumentation')) AS other_trace"
+        " FROM otel_traces WHERE ScopeName = 'opentelemetry.instrumentation.grpc'"
+    )
+    return {name: int(found[name].iloc[0]) for name in found.columns}
+
+
+def _plain(value: object) -> object:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

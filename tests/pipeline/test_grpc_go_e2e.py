@@ -1,0 +1,141 @@
+"""Calls traced by gRPC's own OpenTelemetry tracing (gRFC A72, a real grpc-go v1.85.0) and by
+otelgrpc, alone and paired with our instrumented Python service, through the real collector
+into the store: each RPC is one call, retries are its attempts, and every phase the events
+define is there while the others are NULL.
+
+The grpc-go peer is built by ``make grpc-go-peer`` (``make test`` depends on it).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
+from grpc_overhead.collector.runner import CollectorProcess
+from harness import peers
+from harness.ground_truth.pipeline import ServeProcess
+
+pytestmark = pytest.mark.e2e
+
+#: Phases A72 and semconv message events define on both sides (one event per message).
+EVENT_PHASES = (
+    "total", "client_pre_send", "request_network", "server_receive", "server_handler",
+    "server_tail", "response_receive", "network_round_trip", "server_residence",
+    "server_duration", "client_server_gap",
+)  # fmt: skip
+#: Phases that need our finer events on the client / on the server.
+OUR_CLIENT_PHASES = ("client_serialize", "client_deserialize", "response_network")
+OUR_SERVER_PHASES = ("server_queue", "request_deserialize", "processing", "response_serialize")
+CALLS = {"go-retry": 4, "go-to-python": 3, "python-to-go": 3, "otelgrpc": 3}
+
+
+@pytest.fixture(scope="module")
+def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
+    """Every scenario's calls, by client service name, after the pipeline stopped."""
+    tmp = tmp_path_factory.mktemp("grpc-go")
+    store = tmp / "store"
+    request, response = peers.write_messages(tmp)
+    intake_port, collector_port = free_port(), free_port()
+    serve = ServeProcess(store, intake_port)
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
+
+    def env(name: str) -> dict[str, str]:
+        return offline_env(OTEL_SERVICE_NAME=name, **endpoint)
+
+    try:
+        with CollectorProcess(
+            "embedded", otlp_port=collector_port, intake=f"127.0.0.1:{intake_port}",
+            health_port=free_port(),
+        ):  # fmt: skip
+            # A72 both sides; every first attempt refused, so each call is retried once.
+            with peers.GoServer(
+                response, env=env("go-server"), extra=["-fail-first-attempt"]
+            ) as server:
+                summary = peers.run_client(
+                    server.target, request, calls=CALLS["go-retry"], env=env("go-retry"),
+                    extra=["-retry"],
+                )  # fmt: skip
+                assert summary["errors"] == 0, summary
+            with ServiceProcess(["--workers", "2"], env=env("python-server")) as service:
+                summary = peers.run_client(
+                    service.target, request, calls=CALLS["go-to-python"], env=env("go-to-python")
+                )
+                assert summary["errors"] == 0, summary
+            with peers.GoServer(response, env=env("go-server-for-python")) as server:
+                done = run_load(
+                    "--target", server.target, "--calls", str(CALLS["python-to-go"]),
+                    "--entities", "20", "--features", "8", "--json", env=env("python-to-go"),
+                )  # fmt: skip
+                assert done.returncode == 0 and done.summary["errors"] == 0, done.stderr
+            with peers.GoServer(response, tracing="otelgrpc", env=env("otelgrpc-server")) as server:
+                summary = peers.run_client(
+                    server.target, request, calls=CALLS["otelgrpc"], env=env("otelgrpc"),
+                    tracing="otelgrpc",
+                )  # fmt: skip
+                assert summary["errors"] == 0, summary
+    finally:
+        serve.stop()
+    by_client: dict[str, list[dict]] = {}
+    for call in peers.read_calls(store):
+        by_client.setdefault(call["client_service"], []).append(call)
+    return by_client
+
+
+def _defined(call: dict, phases: tuple[str, ...]) -> list[str]:
+    return [phase for phase in phases if call[f"{phase}_us"] is not None]
+
+
+def test_each_rpc_is_one_call(stored_calls):
+    assert {name: len(calls) for name, calls in stored_calls.items()} == CALLS
+    for calls in stored_calls.values():
+        for call in calls:
+            assert call["service"] == "grpc_overhead.prediction.v1.Predictor"
+            assert call["method"] == "Predict"
+            assert call["status_code"] == 0 and call["error"] == 0
+
+
+def test_retries_are_attempts_of_one_call(stored_calls):
+    for call in stored_calls["go-retry"]:
+        # The refused first try and the retry: one call, two attempts, the phases the
+        # successful try's (its server half answered).
+        assert call["client_attempts"] == 2
+        assert call["client_source"] == call["server_source"] == "grpc A72"
+        assert call["client_language"] == call["server_language"] == "go"
+        assert call["client_scope"] == call["server_scope"] == peers.A72_SCOPE
+        assert _defined(call, EVENT_PHASES) == list(EVENT_PHASES)
+        assert _defined(call, OUR_CLIENT_PHASES + OUR_SERVER_PHASES) == []
+        assert call["total_us"] > call["server_duration_us"] > 0
+
+
+def test_a72_sizes_come_from_message_size(stored_calls):
+    for call in stored_calls["go-retry"] + stored_calls["otelgrpc"]:
+        assert call["request_messages"] == call["response_messages"] == 1
+        assert call["request_uncompressed_bytes"] > call["response_uncompressed_bytes"] > 0
+
+
+def test_go_client_with_our_python_server(stored_calls):
+    for call in stored_calls["go-to-python"]:
+        assert (call["client_source"], call["server_source"]) == ("grpc A72", "grpc-overhead")
+        assert (call["client_language"], call["server_language"]) == ("go", "python")
+        assert call["client_attempts"] == 1
+        # The server's finer phases come from our events, the client's from A72's.
+        assert _defined(call, OUR_SERVER_PHASES) == list(OUR_SERVER_PHASES)
+        assert _defined(call, OUR_CLIENT_PHASES) == []
+        assert _defined(call, EVENT_PHASES) == list(EVENT_PHASES)
+
+
+def test_our_python_client_with_a_go_server(stored_calls):
+    for call in stored_calls["python-to-go"]:
+        assert (call["client_source"], call["server_source"]) == ("grpc-overhead", "grpc A72")
+        assert (call["client_language"], call["server_language"]) == ("python", "go")
+        assert _defined(call, OUR_CLIENT_PHASES) == list(OUR_CLIENT_PHASES)
+        assert _defined(call, OUR_SERVER_PHASES) == []
+        assert _defined(call, EVENT_PHASES) == list(EVENT_PHASES)
+
+
+def test_otelgrpc_message_events(stored_calls):
+    for call in stored_calls["otelgrpc"]:
+        assert call["client_source"] == call["server_source"] == "semconv message events"
+        assert call["client_scope"] == peers.OTELGRPC_SCOPE
+        assert _defined(call, EVENT_PHASES) == list(EVENT_PHASES)
+        assert _defined(call, OUR_CLIENT_PHASES + OUR_SERVER_PHASES) == []
