@@ -122,8 +122,9 @@ def _cloner(template: Any) -> Callable[[Any, Any], Any] | None:
 
 try:  # grpcio's blocking unary call, split where the status is in (see _ThreadSlot)
     from grpc._channel import _end_unary_response_blocking as _end_blocking
+    from grpc._channel import _UnaryUnaryMultiCallable as _GRPC_UNARY_UNARY
 except ImportError:  # another grpcio layout: every sampled call takes with_call
-    _end_blocking = None
+    _end_blocking = _GRPC_UNARY_UNARY = None
 
 _OK = grpc.StatusCode.OK
 
@@ -163,8 +164,10 @@ class _MultiCallable:
         self._plain: Any = self._factory()(method, serializer, deserializer,
                                            _registered_method=registered)  # fmt: skip
         self._clone = _cloner(self._plain)
-        blocking = call_type == "unary_unary" and _end_blocking is not None
-        self._local = threading.local() if blocking and hasattr(self._plain, "_blocking") else None
+        # The slot path needs grpcio's own unary-unary multicallable (not another
+        # instrumentation's interceptor in between) and no folding (coexistence.py).
+        blocking = call_type == "unary_unary" and type(self._plain) is _GRPC_UNARY_UNARY
+        self._local = None if not blocking or channel._recorder.folding else threading.local()
 
     def _factory(self) -> Callable[..., Any]:
         return getattr(self._channel._channel, self._call_type)
