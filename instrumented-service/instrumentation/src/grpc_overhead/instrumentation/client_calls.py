@@ -1,9 +1,12 @@
 """Client-side per-call start and finish, shared by the sync and aio channel wrappers.
 
 Interceptors only see Python objects, so serialization cannot be timed from
-one. grpcio binds serializers when a multicallable is created, so each call
-gets its own multicallable with serializer and deserializer closures bound to
-the call's record (creating one costs about as much as an interceptor hop).
+one. grpcio binds serializers when a multicallable is created, so a call gets
+a multicallable whose serializer wrappers reach its record: for blocking
+unary-unary calls (which serialize and deserialize on the calling thread) one
+per thread, reading the record from a slot (``bind_slot_serializers``); for
+every other call style a copy per call with closures bound to the record
+(``bind_serializers``).
 """
 
 from __future__ import annotations
