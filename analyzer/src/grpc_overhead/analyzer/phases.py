@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from grpc_overhead.analyzer import span_sources as src
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
     ROLLUP_FILTER,
@@ -113,26 +114,6 @@ _RESPONSE_GAP = _between(
 )
 
 
-#: Where a client attempt starts: A72/semconv's attempt span, else our requestCreated.
-_ATTEMPT_START = "if(client_attempt_start_ns != 0, client_attempt_start_ns, request_created_ns)"
-#: The request/response as read by the server/client: deserialized (ours, grpc-go,
-#: semconv), else only received (grpc-java's "Inbound message", before deserialization).
-_SERVER_READ = (
-    "if(server_inbound_message_read_ns != 0, server_inbound_message_read_ns,"
-    " server_inbound_message_ns)"
-)
-_CLIENT_READ = (
-    "if(client_inbound_message_read_ns != 0, client_inbound_message_read_ns,"
-    " client_received_response_ns)"
-)
-#: The client's first sight of the response: ours before deserializing, else (A72,
-#: semconv) the inbound event after it.
-_CLIENT_RECEIVE = (
-    "if(client_received_response_ns != 0, client_received_response_ns,"
-    " client_inbound_message_read_ns)"
-)
-
-
 def with_dispatch(source: str) -> str:
     """``source`` (rows with the clock columns) plus the dispatch estimate."""
     return f"(SELECT *, {DISPATCH_ESTIMATE} FROM ({source}))"
@@ -203,29 +184,29 @@ PHASES: tuple[Phase, ...] = (
     _derived("response_network_corrected", "response_network_value", "response_network"),
     # Attempt start (A72/semconv; ours: requestCreated) -> request handed to the
     # transport: LB pick, serialization, compression, enqueue.
-    _between("client_pre_send", "client_outbound_message_sent_ns", _ATTEMPT_START),
+    _between("client_pre_send", "client_outbound_message_sent_ns", src.PHASE_ATTEMPT_START),
     # Server call start -> request deserialized: body arrival, decompression, unmarshal
     # (ours: server_queue + request_deserialize).
-    _between("server_receive", _SERVER_READ, "server_call_started_ns"),
+    _between("server_receive", src.SERVER_READ, "server_call_started_ns"),
     # Request deserialized -> response handed to the transport: handler plus response
     # serialization (ours: processing + response_serialize).
-    _between("server_handler", "server_outbound_message_sent_ns", _SERVER_READ),
+    _between("server_handler", "server_outbound_message_sent_ns", src.SERVER_READ),
     # Last response handed to the transport -> server span end (status, trailers).
     _between("server_tail", "server_end_ns", "server_outbound_message_sent_last_ns"),
     # Response handed to the server's transport -> read and deserialized by the client,
     # clock-corrected: response_network + client_deserialize where both are known.
     Phase(
         "response_receive",
-        f"{_CLIENT_READ} - server_outbound_message_sent_ns + {_OFFSET}",
-        f"{_CLIENT_READ} != 0 AND server_outbound_message_sent_ns != 0",
+        f"{src.CLIENT_READ} - server_outbound_message_sent_ns + {_OFFSET}",
+        f"{src.CLIENT_READ} != 0 AND server_outbound_message_sent_ns != 0",
     ),
     # (client receive - client send) - (server send - server receive): the network both
     # ways, from two durations on one clock each (no clock agreement needed).
     Phase(
         "network_round_trip",
-        f"({_CLIENT_RECEIVE} - client_outbound_message_sent_ns)"
+        f"({src.CLIENT_RECEIVE} - client_outbound_message_sent_ns)"
         " - (server_outbound_message_sent_ns - server_call_started_ns)",
-        f"{_CLIENT_RECEIVE} != 0 AND client_outbound_message_sent_ns != 0"
+        f"{src.CLIENT_RECEIVE} != 0 AND client_outbound_message_sent_ns != 0"
         " AND server_outbound_message_sent_ns != 0 AND server_call_started_ns != 0",
     ),
 )

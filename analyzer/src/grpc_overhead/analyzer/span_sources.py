@@ -190,3 +190,27 @@ A72_SERVICE = (
     " substring(SpanName, position(SpanName, '.') + 1))), '.')"
 )
 A72_METHOD = "arrayElement(splitByChar('.', SpanName), -1)"
+
+
+# -- moments over merged grpc_calls columns (used by phases) ------------------------------
+
+#: Where a client attempt starts: A72/semconv's attempt span, else our requestCreated.
+PHASE_ATTEMPT_START = (
+    "if(client_attempt_start_ns != 0, client_attempt_start_ns, request_created_ns)"
+)
+#: The request/response as read by the server/client: deserialized (ours, grpc-go,
+#: semconv), else only received (grpc-java's "Inbound message", before deserialization).
+SERVER_READ = (
+    "if(server_inbound_message_read_ns != 0, server_inbound_message_read_ns,"
+    " server_inbound_message_ns)"
+)
+CLIENT_READ = (
+    "if(client_inbound_message_read_ns != 0, client_inbound_message_read_ns,"
+    " client_received_response_ns)"
+)
+#: The client's first sight of the response: ours before deserializing, else (A72,
+#: semconv) the inbound event after it.
+CLIENT_RECEIVE = (
+    "if(client_received_response_ns != 0, client_received_response_ns,"
+    " client_inbound_message_read_ns)"
+)
