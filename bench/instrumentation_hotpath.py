@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -23,7 +24,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from grpc_overhead.instrumentation import SpanPipeline
 from grpc_overhead.instrumentation.client_calls import (
-    bind_serializers,
+    bind_slot_serializers,
     finish_client_call,
     start_client_call,
 )
@@ -100,14 +101,20 @@ def tight_loop_us(calls: int = 20_000, size: int = 1024) -> dict[str, float]:
     executor = timed_executor(_InlineExecutor())  # type: ignore[arg-type]
     method = "/bench.Echo/Echo"
 
+    # A blocking unary call's serializer wrappers are made once per thread and read the
+    # call's record from a slot (client._ThreadSlot).
+    slot = SimpleNamespace(record=None)
+    serialize, deserialize = bind_slot_serializers(
+        slot, BytesValue.SerializeToString, BytesValue.FromString
+    )
+
     def client_call() -> None:
         record, _metadata = start_client_call(
             recorder, "127.0.0.1:50051", method, "unary_unary", None, None, 30.0
         )
-        serialize, deserialize = bind_serializers(
-            record, BytesValue.SerializeToString, BytesValue.FromString
-        )
+        slot.record = record
         deserialize(serialize(request))
+        slot.record = None
         finish_client_call(record, grpc.StatusCode.OK, None, (("x-server-residence-ns", "1"),))
 
     metadata = start_client_call(recorder, "", method, "unary_unary", None, None)[1]
@@ -168,14 +175,18 @@ def in_call_us(target: str, calls: int = 3_000, size: int = 1024) -> dict[str, f
 
         return measured
 
-    def bind(record: Any, serializer: Any, deserializer: Any) -> tuple[Any, Any]:
-        serialize, deserialize = bind_serializers(record, serializer, deserializer)
-        return timed("serializer", serialize), timed("deserializer", deserialize)
+    def binder(bind_function: Callable[..., Any]) -> Callable[..., Any]:
+        def bind(record: Any, serializer: Any, deserializer: Any) -> tuple[Any, Any]:
+            serialize, deserialize = bind_function(record, serializer, deserializer)
+            return timed("serializer", serialize), timed("deserializer", deserialize)
 
-    originals = {
-        name: getattr(client_module, name)
-        for name in ("start_client_call", "finish_from_call", "bind_serializers")
-    }
+        return bind
+
+    # Blocking unary calls take the per-thread slot path (bind_slot_serializers once,
+    # finish_client_call); other call styles bind_serializers and finish_from_call.
+    names = ("start_client_call", "finish_client_call", "finish_from_call", "bind_serializers",
+             "bind_slot_serializers")  # fmt: skip
+    originals = {name: getattr(client_module, name) for name in names}
     pipeline = SpanPipeline(exporter=_DroppingExporter(), export_interval_ms=50)
     channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=pipeline)
     echo = channel.unary_unary(
@@ -187,8 +198,10 @@ def in_call_us(target: str, calls: int = 3_000, size: int = 1024) -> dict[str, f
     request = BytesValue(value=b"x" * size)
     try:
         client_module.start_client_call = timed("start", originals["start_client_call"])
+        client_module.finish_client_call = timed("finish", originals["finish_client_call"])
         client_module.finish_from_call = timed("finish", originals["finish_from_call"])
-        client_module.bind_serializers = bind
+        client_module.bind_serializers = binder(originals["bind_serializers"])
+        client_module.bind_slot_serializers = binder(originals["bind_slot_serializers"])
         for _ in range(300):
             echo(request, timeout=30)
         started = clock()

@@ -6,6 +6,7 @@ and with every call style: blocking, ``with_call``, ``future`` and streams.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,9 @@ import grpc
 
 from grpc_overhead.instrumentation.client_calls import (
     bind_serializers,
+    bind_slot_serializers,
     fail_unexpected,
+    finish_client_call,
     finish_from_call,
     start_client_call,
 )
@@ -117,9 +120,38 @@ def _cloner(template: Any) -> Callable[[Any, Any], Any] | None:
     return clone
 
 
+try:  # grpcio's blocking unary call, split where the status is in (see _ThreadSlot)
+    from grpc._channel import _end_unary_response_blocking as _end_blocking
+    from grpc._channel import _UnaryUnaryMultiCallable as _GRPC_UNARY_UNARY
+except ImportError:  # another grpcio layout: every sampled call takes with_call
+    _end_blocking = _GRPC_UNARY_UNARY = None
+
+_OK = grpc.StatusCode.OK
+
+
+class _ThreadSlot:
+    """One thread's multicallable for blocking unary-unary calls, made once.
+
+    A blocking unary-unary call serializes and deserializes on the calling thread, so
+    its serializer wrappers can read the call's record from this slot instead of
+    being bound to it: no multicallable copy and no closures per call. ``record`` is
+    saved and restored around each call, so a call made from inside a serializer
+    (same thread, same method) cannot steal the outer call's record.
+    """
+
+    __slots__ = ("bound", "record")
+
+    def __init__(self, multicallable: _MultiCallable) -> None:
+        self.record: CallRecord | None = None
+        serialize, deserialize = bind_slot_serializers(
+            self, multicallable._serializer, multicallable._deserializer
+        )
+        self.bound = multicallable._bind(serialize, deserialize)
+
+
 class _MultiCallable:
-    __slots__ = ("_call_type", "_channel", "_clone", "_deserializer", "_method", "_plain",
-                 "_registered", "_serializer")  # fmt: skip
+    __slots__ = ("_call_type", "_channel", "_clone", "_deserializer", "_local", "_method",
+                 "_plain", "_registered", "_serializer")  # fmt: skip
 
     def __init__(self, channel: InstrumentedChannel, call_type: str, method: str,
                  serializer: Any, deserializer: Any, registered: Any) -> None:  # fmt: skip
@@ -132,6 +164,10 @@ class _MultiCallable:
         self._plain: Any = self._factory()(method, serializer, deserializer,
                                            _registered_method=registered)  # fmt: skip
         self._clone = _cloner(self._plain)
+        # The slot path needs grpcio's own unary-unary multicallable (not another
+        # instrumentation's interceptor in between) and no folding (coexistence.py).
+        blocking = call_type == "unary_unary" and type(self._plain) is _GRPC_UNARY_UNARY
+        self._local = None if not blocking or channel._recorder.folding else threading.local()
 
     def _factory(self) -> Callable[..., Any]:
         return getattr(self._channel._channel, self._call_type)
@@ -150,12 +186,15 @@ class _MultiCallable:
         if channel._recorder.folding:
             fold_enclosing(record)
         serialize, deserialize = bind_serializers(record, self._serializer, self._deserializer)
+        return record, outgoing, self._bind(serialize, deserialize)
+
+    def _bind(self, serialize: Any, deserialize: Any) -> Any:
+        """grpcio's multicallable for this method with these (de)serializers."""
         if self._clone is not None:
-            return record, outgoing, self._clone(serialize, deserialize)
-        bound = self._factory()(
+            return self._clone(serialize, deserialize)
+        return self._factory()(
             self._method, serialize, deserialize, _registered_method=self._registered
         )
-        return record, outgoing, bound
 
 
 class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUnaryMultiCallable):
@@ -167,6 +206,9 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
                 with_call=True):  # fmt: skip
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
+        if self._local is not None:
+            return self._call_blocking(request, timeout, metadata, credentials, wait_for_ready,
+                                  compression, with_call)  # fmt: skip
         record, outgoing, bound = self._start(metadata, compression, timeout)
         if record is None:  # not sampled: grpcio's own call, with the traceparent added
             if with_call:
@@ -189,6 +231,45 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
                 leave_client_call(tokens)
         finish_from_call(record, call)
         return (response, call) if with_call else response
+
+    def _call_blocking(self, request, timeout, metadata, credentials, wait_for_ready,
+                       compression, with_call):  # fmt: skip
+        """A blocking unary-unary call through this thread's slot, finished from grpcio's
+        call state: no multicallable copy, no closures, no rendezvous unless asked for."""
+        channel = self._channel
+        record, outgoing = start_client_call(
+            channel._recorder, channel._target, self._method, "unary_unary", metadata,
+            compression, timeout,
+        )  # fmt: skip
+        if record is None:  # not sampled: grpcio's own call, with the traceparent added
+            if with_call:
+                return self._plain.with_call(request, timeout, outgoing, credentials,
+                                             wait_for_ready, compression)  # fmt: skip
+            return self._plain(request, timeout, outgoing, credentials, wait_for_ready,
+                               compression)  # fmt: skip
+        local = self._local
+        try:
+            slot = local.slot
+        except AttributeError:
+            slot = local.slot = _ThreadSlot(self)
+        outer = slot.record
+        slot.record = record
+        try:
+            state, call = slot.bound._blocking(
+                request, timeout, outgoing, credentials, wait_for_ready, compression
+            )
+        except grpc.RpcError as error:  # e.g. the request serializer failed
+            finish_from_call(record, error)
+            raise
+        except BaseException as exception:
+            fail_unexpected(record, exception)
+            raise
+        finally:
+            slot.record = outer
+        code = state.code
+        finish_client_call(record, code, state.details if code is not _OK else None,
+                           state.trailing_metadata)  # fmt: skip
+        return _end_blocking(state, call, with_call, None)
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None,
                  wait_for_ready=None, compression=None):  # fmt: skip

@@ -1,20 +1,24 @@
 """Client-side per-call start and finish, shared by the sync and aio channel wrappers.
 
 Interceptors only see Python objects, so serialization cannot be timed from
-one. grpcio binds serializers when a multicallable is created, so each call
-gets its own multicallable with serializer and deserializer closures bound to
-the call's record (creating one costs about as much as an interceptor hop).
+one. grpcio binds serializers when a multicallable is created, so a call gets
+a multicallable whose serializer wrappers reach its record: for blocking
+unary-unary calls (which serialize and deserialize on the calling thread) one
+per thread, reading the record from a slot (``bind_slot_serializers``); for
+every other call style a copy per call with closures bound to the record
+(``bind_serializers``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 from grpc_overhead.instrumentation.annotations import CALL_ATTRIBUTES
 from grpc_overhead.instrumentation.clock import now, wall_offset_ns
@@ -30,8 +34,8 @@ from grpc_overhead.instrumentation.vocabulary import (
     TRACEPARENT_HEADER,
 )
 
-_get_current_span = trace.get_current_span
-_get_value = otel_context.get_value
+_get_current = otel_context.get_current
+_Span = trace.Span
 Metadata = tuple[tuple[str, str | bytes], ...]
 #: gRPC core caps deadlines at 27,000 hours; longer timeouts are sent as that.
 _LONGEST_TIMEOUT_S = 27_000 * 3600
@@ -52,10 +56,12 @@ def start_client_call(
     server's, it times the server's dispatch wait (spans.deadline_budget).
     """
     started = now()
-    if _get_value(_SUPPRESS_INSTRUMENTATION_KEY):  # an exporter's own calls
+    current = _get_current()  # one context lookup for both keys
+    if current.get(_SUPPRESS_INSTRUMENTATION_KEY):  # an exporter's own calls
         return None, metadata
-    parent = _get_current_span().get_span_context()
-    if parent.is_valid:
+    span = current.get(_SPAN_KEY)  # what trace.get_current_span reads
+    parent = span.get_span_context() if span is not None and isinstance(span, _Span) else None
+    if parent is not None and parent.is_valid:
         trace_id, parent_span_id = parent.trace_id, parent.span_id
         parent_sampled: bool | None = parent.trace_flags.sampled
     else:
@@ -78,7 +84,7 @@ def start_client_call(
     record = CallRecord(
         recorder, True, method, call_type, trace_id, span_id, parent_span_id, started
     )
-    record.event(REQUEST_CREATED, started)
+    record.events.append((REQUEST_CREATED, started, 0, -1, None))  # record.event, inlined
     record.peer = target
     if timeout is not None and 0 < timeout < _LONGEST_TIMEOUT_S:
         record.deadline = started + int(timeout * 1_000_000_000)
@@ -103,6 +109,36 @@ def bind_serializers(
         return payload
 
     def deserialize(payload: bytes) -> Any:
+        started = now()
+        try:
+            return deserializer(payload) if deserializer is not None else payload
+        finally:
+            record.received(started, now(), len(payload))
+
+    return serialize, deserialize
+
+
+class _Slot(Protocol):
+    record: CallRecord | None
+
+
+def bind_slot_serializers(
+    slot: _Slot,
+    serializer: Callable[[Any], bytes] | None,
+    deserializer: Callable[[bytes], Any] | None,
+) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
+    """``bind_serializers`` for a call whose record is in ``slot`` while it runs (a blocking
+    unary call: both run on the calling thread), so they are made once, not per call."""
+
+    def serialize(message: Any) -> bytes:
+        record = slot.record
+        started = now()
+        payload = serializer(message) if serializer is not None else message
+        record.outbound(started, now(), payload)
+        return payload
+
+    def deserialize(payload: bytes) -> Any:
+        record = slot.record
         started = now()
         try:
             return deserializer(payload) if deserializer is not None else payload
