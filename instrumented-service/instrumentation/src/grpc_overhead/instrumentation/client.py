@@ -125,6 +125,8 @@ try:  # grpcio's blocking unary call, split where the status is in (see _ThreadS
     from grpc._channel import _UnaryUnaryMultiCallable as _GRPC_UNARY_UNARY
 except ImportError:  # another grpcio layout: every sampled call takes with_call
     _end_blocking = _GRPC_UNARY_UNARY = None
+if not hasattr(_GRPC_UNARY_UNARY, "_blocking"):  # the pin (grpcio 1.85) moved: the old path
+    _end_blocking = _GRPC_UNARY_UNARY = None
 
 _OK = grpc.StatusCode.OK
 
