@@ -126,6 +126,9 @@ CODE_PATHS = ("before", "after")
 LOAD_SAMPLES: list[float] = []
 #: Where main's app (before issue 13) serves a page, where it differs: Overview at "/" only.
 BEFORE_PATHS = {"overview": ""}
+#: Pages a before checkout may not have (the session's start predates issue 14's
+#: Experiments page): measured on that code path only if its app lists them.
+NEWER_PAGES = ("experiments",)
 
 
 def page_loads(
@@ -139,6 +142,7 @@ def page_loads(
         name: {kind: {path: [] for path, _ in PAGES} for kind in KINDS} for name in pythons
     }
     app_start_s: dict[str, list[float]] = {name: [] for name in pythons}
+    served = {name: _served(python) for name, python in pythons.items()}
     for _round_index in range(rounds):
         for name, python in pythons.items():
             started = time.perf_counter()
@@ -147,7 +151,7 @@ def page_loads(
             log(f"{name}: app started in {app_start_s[name][-1]:.1f} s ({app.url})")
             try:
                 where = BEFORE_PATHS if name == "before" else {}
-                _load_pages(app.url, suffix, repeats, kinds[name], name, where)
+                _load_pages(app.url, suffix, repeats, kinds[name], name, where, served[name])
             finally:
                 app.stop()
     return {
@@ -177,17 +181,17 @@ def page_loads(
 
 def _load_pages(
     url: str, suffix: dict[str, str], repeats: int, kinds: dict[str, dict[str, list[float]]],
-    name: str, where: dict[str, str],
+    name: str, where: dict[str, str], pages: tuple[tuple[str, str], ...],
 ) -> None:  # fmt: skip
     with chromium() as browser:
         page = browser.new_page()
-        for path, _ in PAGES:
+        for path, _ in pages:
             at = where.get(path, path)
             seconds = open_page(page, f"{url}/{at}{suffix.get(path, '')}", 120)
             kinds["cold"][path].append(seconds)
             log(f"  {name} cold {TITLES[path]}: {seconds:.2f} s")
         for repeat in range(repeats):
-            for index, (path, _title) in enumerate(PAGES):
+            for index, (path, _title) in enumerate(pages):
                 time.sleep(shared.TTL_S + 0.5)
                 # A range starting at a different instant before any call: the same
                 # calls, but a new cache key, so every query of the page runs again.
@@ -196,14 +200,33 @@ def _load_pages(
                 target = f"{url}/{where.get(path, path)}{query + '&' if query else '?'}{since}"
                 kinds["load"][path].append(open_page(page, target, 120))
                 time.sleep(shared.TTL_S + 0.5)
-                after, after_title = PAGES[(index + 1) % len(PAGES)]
+                after, after_title = pages[(index + 1) % len(pages)]
                 switched = switch_to(page, where.get(after, after), after_title)
                 kinds["switch"][after].append(switched)
             LOAD_SAMPLES.append(round(os.getloadavg()[0], 1))
             log(f"  {name} " + ", ".join(
                 f"{TITLES[p]} {kinds['load'][p][-1]:.2f}/{kinds['switch'][p][-1]:.2f}"
-                for p, _ in PAGES
+                for p, _ in pages
             ))  # fmt: skip
+
+
+def _served(python: str) -> tuple[tuple[str, str], ...]:
+    """``PAGES`` without the ``NEWER_PAGES`` the checkout of ``python`` has no module for."""
+    missing = []
+    for path in NEWER_PAGES:
+        found = subprocess.run(
+            [
+                python,
+                "-c",
+                "import importlib.util as u, sys; "
+                f"sys.exit(u.find_spec('grpc_overhead.app.pages.{path}') is None)",
+            ],
+            capture_output=True,
+            timeout=120,
+        )
+        if found.returncode != 0:
+            missing.append(path)
+    return tuple((path, title) for path, title in PAGES if path not in missing)
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -294,7 +317,7 @@ def _paths_sentence(paths: dict[str, str], load: list[float]) -> str:
     if len(paths) == 1 or not load:
         return ""
     return (
-        f"before: {paths['before']} (main's code, the Overview at /); after: this checkout; "
+        f"before: {paths['before']} (another checkout's code); after: this checkout; "
         "each in its own app process on the same store, interleaved in rounds. 1-minute "
         f"load average during the run: {min(load):.1f} to {max(load):.1f} on "
         f"{os.cpu_count()} CPUs (a shared machine: compare the columns, not the absolutes)."
