@@ -28,7 +28,6 @@ from grpc_overhead.analyzer.calls import (
     CallsOptions,
 )
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
-from grpc_overhead.analyzer.insights.rows import Aggregate, aggregated_once
 from grpc_overhead.analyzer.phases import PHASES, QUANTILE_FUNCTION, Phase
 from grpc_overhead.analyzer.store.base import Store
 
@@ -62,6 +61,13 @@ def phase(name: str) -> Phase:
     if "_value" in found.value or "clock" in found.defined:
         raise ValueError(f"phase {name} depends on other phases; use phases.per_call_sql")
     return found
+
+
+def quantiles_us(name: str, alias: str) -> list[str]:
+    """p50 and p99 (µs) of a self-contained phase over the calls where it is defined."""
+    found = phase(name)
+    state = f"{QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64({found.value}) / 1000, {found.defined})"
+    return [f"{state}[1] AS p50_{alias}_us", f"{state}[2] AS p99_{alias}_us"]
 
 
 def _defined_or_nan(frame: pd.DataFrame, columns: list[str], counts: pd.Series) -> None:
@@ -110,49 +116,28 @@ def instance_load(
     span = time_span(store, filters, options)
     step_s = bucket_seconds(*span, target=buckets) if span else 60
     total, server = phase("total"), phase("server_duration")
-    # Aggregated once per (bucket, instance, group, dialled address); the three views
-    # merge those states (``rows.aggregated_once``), so a view costs no pass over the calls.
-    quantile = f"{QUANTILE_FUNCTION}If"
-    aggregates: list[Aggregate] = [
-        ("any", "", "server_host", "host"),
-        ("any", "", "server_service", "server_service"),
-        ("count", "", "", "calls"),
-        (quantile, "(0.5, 0.99)", f"toFloat64({total.value}) / 1000, {total.defined}", "total_q"),
-        (
-            quantile,
-            "(0.5, 0.99)",
-            f"toFloat64({server.value}) / 1000, {server.defined}",
-            "server_duration_q",
-        ),
-        ("countIf", "", total.defined, "total_calls"),
-        ("countIf", "", server.defined, "server_calls"),
-        ("countIf", "", "client_error OR server_error", "errors"),
-        ("min", "", "call_start_ns", "first_ns"),
-        ("max", "", "call_start_ns", "last_ns"),
-    ]
     sql = (
         f"WITH\n{merged_cte(options)}\n"
-        + aggregated_once(
-            "SELECT *,"
-            " intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64} AS bucket_ns,"
-            f" {INSTANCE} AS instance, {SERVER_GROUP} AS server_group,"
-            f" server_address AS dialled FROM merged WHERE {CALL_FILTER}",
-            ("bucket_ns", "instance", "server_group", "dialled"),
-            aggregates,
-            (
-                ("bucket_ns", "instance"),
-                ("instance",),
-                ("bucket_ns", "instance", "server_group", "dialled"),
-            ),
-            select="multiIf(grouping(dialled) = 0, 'overlap', grouping(bucket_ns) = 0, 'bucket',"
-            " 'instance') AS level, bucket_ns, instance, server_group, dialled",
-            derived=tuple(
-                f"{name}_q[{index}] AS p{level}_{name}_us"
-                for name in ("total", "server_duration")
-                for index, level in ((1, 50), (2, 99))
-            ),
+        "SELECT multiIf(grouping(dialled) = 0, 'overlap', grouping(bucket_ns) = 0, 'bucket',"
+        " 'instance') AS level, bucket_ns, instance, server_group, dialled,"
+        " any(server_host) AS host, any(server_service) AS server_service, count() AS calls,\n    "
+        + ",\n    ".join(
+            [
+                *quantiles_us("total", "total"),
+                *quantiles_us("server_duration", "server_duration"),
+                f"countIf({total.defined}) AS total_calls",
+                f"countIf({server.defined}) AS server_calls",
+            ]
         )
-        + "ORDER BY level DESC, bucket_ns, calls DESC, instance\n"
+        + ",\n    countIf(client_error OR server_error) AS errors,"
+        "\n    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns\n"
+        "FROM (\n    SELECT *,"
+        " intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64} AS bucket_ns,"
+        f" {INSTANCE} AS instance, {SERVER_GROUP} AS server_group, server_address AS dialled\n"
+        f"    FROM merged WHERE {CALL_FILTER}\n)\n"
+        "GROUP BY GROUPING SETS\n"
+        "    ((bucket_ns, instance), (instance), (bucket_ns, instance, server_group, dialled))\n"
+        "ORDER BY level DESC, bucket_ns, calls DESC, instance\n"
         "LIMIT {max_rows:UInt32}"
     )
     parameters: dict[str, Any] = {
@@ -166,7 +151,7 @@ def instance_load(
         frame, ["p50_server_duration_us", "p99_server_duration_us"], frame["server_calls"]
     )
     frame["bucket_s"] = step_s
-    return frame.drop(columns=["total_q", "server_duration_q"])
+    return frame
 
 
 def summary(load: pd.DataFrame) -> pd.DataFrame:

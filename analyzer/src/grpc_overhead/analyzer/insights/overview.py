@@ -28,8 +28,6 @@ from grpc_overhead.analyzer.insights.rows import (
     CLIENT_ONLY,
     SERVER_ONLY,
     STACKED_PHASES,
-    Aggregate,
-    aggregated_once,
     bucket_seconds,
     parameters,
     rows_for,
@@ -81,51 +79,42 @@ def overview(
     span = time_span(store, filters, options)
     step_s = bucket_seconds(*span, target=max(int(buckets), 1)) if span else 1
 
-    # The calls are aggregated once per (method, bucket, status code); the page's four
-    # views merge those states (``rows.aggregated_once``), so a view costs no pass.
-    quantile, p50 = f"{QUANTILE_FUNCTION}If", "[1]" if statistic == "p50" else ""
-    stat = ("avgIf", "") if statistic == "mean" else (quantile, "(0.5)")
+    def stat(expression: str) -> str:
+        if statistic == "mean":
+            return f"avgIf(toFloat64({expression}), {COMPLETE}) / 1000"
+        return f"{QUANTILE_FUNCTION}If(0.5)(toFloat64({expression}), {COMPLETE})[1] / 1000"
+
     network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
-    aggregates: list[Aggregate] = [
-        ("count", "", "", "calls"),
-        ("min", "", "call_start_ns", "first_ns"),
-        ("max", "", "call_start_ns", "last_ns"),
-        ("countIf", "", "total_defined", "total_calls"),
-        (quantile, "(0.5, 0.99)", "toFloat64(total_value) / 1000, total_defined", "total_q"),
-        ("avgIf", "", "toFloat64(total_value), total_defined", "total_mean_ns"),
-        ("countIf", "", COMPLETE, "calls_with_events"),
-        ("countIf", "", SERVER_ONLY, "server_only_calls"),
-        ("countIf", "", CLIENT_ONLY, "client_only_calls"),
-        ("sumIf", "", f"total_value, {COMPLETE}", "complete_total_ns"),
-        ("sumIf", "", f"processing_value, {COMPLETE}", "complete_processing_ns"),
-        ("sumIf", "", f"{NETWORK}, {COMPLETE}", "complete_network_ns"),
-        *(
-            (stat[0], stat[1], f"toFloat64({name}_value), {COMPLETE}", f"{name}_stat")
-            for name in (*STACKED_PHASES, "total")
-        ),
-        ("countIf", "", NETWORK_DEFINED, "network_calls"),
-        ("avgIf", "", f"{network}, {NETWORK_DEFINED}", "network_mean_us"),
-        (quantile, "(0.99)", f"{network}, {NETWORK_DEFINED}", "network_p99_q"),
-        ("countIf", "", "network_overhead_defined", "overhead_calls"),
-        ("avgIf", "", f"{overhead}, network_overhead_defined", "overhead_mean_us"),
-    ]
     sql = (
-        aggregated_once(
-            "SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64} AS bucket_ns,"
-            f" {CALL_STATUS} AS status_code FROM ({rows_for(store, filters, options)})",
-            ("service", "method", "bucket_ns", "status_code"),
-            aggregates,
-            ((), ("service", "method"), ("bucket_ns",), ("service", "method", "status_code")),
-            select="multiIf(grouping(status_code) = 0, 'status', grouping(service) = 0, 'method',"
-            " grouping(bucket_ns) = 0, 'bucket', 'all') AS level,\n"
-            "    service, method, bucket_ns, status_code",
-            derived=(
-                "total_mean_ns / 1000 AS total_mean_us",
-                *(f"{name}_stat{p50} / 1000 AS {name}_us" for name in (*STACKED_PHASES, "total")),
-                "network_p99_q[1] AS network_p99_us",
-            ),
+        "SELECT multiIf(grouping(status_code) = 0, 'status', grouping(service) = 0, 'method',"
+        " grouping(bucket_ns) = 0, 'bucket', 'all') AS level,\n"
+        "    service, method, bucket_ns, status_code, count() AS calls,\n"
+        "    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns,\n"
+        "    countIf(total_defined) AS total_calls,\n"
+        f"    {QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined)"
+        " AS total_q,\n"
+        "    avgIf(toFloat64(total_value), total_defined) / 1000 AS total_mean_us,\n"
+        f"    countIf({COMPLETE}) AS calls_with_events,\n"
+        f"    countIf({SERVER_ONLY}) AS server_only_calls,\n"
+        f"    countIf({CLIENT_ONLY}) AS client_only_calls,\n"
+        f"    sumIf(total_value, {COMPLETE}) AS complete_total_ns,\n"
+        f"    sumIf(processing_value, {COMPLETE}) AS complete_processing_ns,\n"
+        f"    sumIf({NETWORK}, {COMPLETE}) AS complete_network_ns,\n    "
+        + ",\n    ".join(
+            f"{stat(f'{name}_value')} AS {name}_us" for name in (*STACKED_PHASES, "total")
         )
-        + "ORDER BY level, calls DESC, service, method, bucket_ns"
+        + ",\n"
+        f"    countIf({NETWORK_DEFINED}) AS network_calls,\n"
+        f"    avgIf({network}, {NETWORK_DEFINED}) AS network_mean_us,\n"
+        f"    {QUANTILE_FUNCTION}If(0.99)({network}, {NETWORK_DEFINED})[1] AS network_p99_us,\n"
+        "    countIf(network_overhead_defined) AS overhead_calls,\n"
+        f"    avgIf({overhead}, network_overhead_defined) AS overhead_mean_us\n"
+        "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
+        f" AS bucket_ns, {CALL_STATUS} AS status_code"
+        f" FROM ({rows_for(store, filters, options)}))\n"
+        "GROUP BY GROUPING SETS\n"
+        "    ((), (service, method), (bucket_ns), (service, method, status_code))\n"
+        "ORDER BY level, calls DESC, service, method, bucket_ns"
     )
     frame = store.query(
         sql, {**parameters(filters), "bucket_ns": step_s * 1_000_000_000}, readonly=True
@@ -144,9 +133,7 @@ def overview(
     )
     _missing_where(frame, ["network_mean_us", "network_p99_us"], frame["network_calls"])
     _missing_where(frame, ["overhead_mean_us"], frame["overhead_calls"])
-    intermediate = ["total_q", "total_mean_ns", "network_p99_q"]
-    intermediate += [f"{name}_stat" for name in (*STACKED_PHASES, "total")]
-    return frame.drop(columns=intermediate)
+    return frame.drop(columns=["total_q"])
 
 
 SUMMARY_COLUMNS = (
