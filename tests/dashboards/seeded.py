@@ -2,7 +2,8 @@
 
 Three methods, two runs, three server instances, two hosts (one pair with a
 server clock 5 ms ahead), gzip on one method, and failed calls: enough for
-every panel to show something a test can check against the seed and ``report``.
+every panel to show something a test can check against the seed and ``report``;
+and an experiment of two cells (grpc_runs rows for run-1 and run-2, through ``runs``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from grpc_overhead.analyzer.runs import RunRecord, create_runs, record_run
 from grpc_overhead.analyzer.store.base import Store
 from tests.analyzer.seed import (
     BASE_NS,
@@ -76,9 +78,52 @@ def calls() -> Iterator[Span]:
         yield from (client, server)
 
 
+EXPERIMENT = "batching"
+INVOCATION = "batching-20261124T120000"
+#: The experiment's two cells: run-1 (Predict) and run-2 (PredictBatch), as
+#: ``experiment`` records them (grpc_runs), with load-generator numbers of their own.
+RUNS = (
+    RunRecord(
+        run_id="run-1",
+        experiment=EXPERIMENT,
+        invocation=INVOCATION,
+        cell=0,
+        config={"batch": 1, "transport": "grpc"},
+        started_ns=BASE_NS,
+        ended_ns=BASE_NS + PREDICT_CALLS * 10 * MS,
+        calls=PREDICT_CALLS,
+        errors=FAILED_CALLS,
+        calls_per_s=100.0,
+        predictions_per_s=97.5,
+        p50_us=2100.0,
+        p99_us=3300.0,
+    ),
+    RunRecord(
+        run_id="run-2",
+        experiment=EXPERIMENT,
+        invocation=INVOCATION,
+        cell=1,
+        config={"batch": 64, "transport": "grpc"},
+        started_ns=BASE_NS + 2_000 * MS,
+        ended_ns=BASE_NS + 2_000 * MS + BATCH_CALLS * 10 * MS,
+        calls=BATCH_CALLS,
+        errors=0,
+        calls_per_s=100.0,
+        predictions_per_s=6400.0,
+        p50_us=5200.0,
+        p99_us=5900.0,
+    ),
+)
+
+
 def seeded_store(directory: Path) -> Iterator[Store]:
     with analysis_store(directory) as store:
         insert_spans(store, list(calls()))
+        create_runs(store)
+        for record in RUNS:
+            record_run(store, record)
+        # A cell of another experiment (no calls stored): no panel of this one shows it.
+        record_run(store, replace(RUNS[0], run_id="run-x", experiment="other", cell=0))
         yield store
 
 
@@ -100,6 +145,8 @@ def variables(
     run: str | list[str] = ALL,
     instance: str | list[str] = ALL,
     jaeger_url: str = "http://127.0.0.1:16686",
+    experiment: str = EXPERIMENT,
+    invocation: str | list[str] = ALL,
 ) -> dict[str, Variable]:
     """Selections as Grafana holds them; options as the variables' queries list them."""
     return {
@@ -110,4 +157,6 @@ def variables(
         "run": Variable("run", run, ["run-1", "run-2"]),
         "instance": Variable("instance", instance, ["c-1", "c-2", "s-1", "s-2", "s-3"]),
         "jaeger_url": Variable("jaeger_url", jaeger_url),
+        "experiment": Variable("experiment", experiment, [EXPERIMENT, "other"]),
+        "invocation": Variable("invocation", invocation, [INVOCATION]),
     }

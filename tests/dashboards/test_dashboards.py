@@ -20,6 +20,7 @@ import yaml
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.grafana.__main__ import main as write_dashboards
 from grpc_overhead.analyzer.grafana.dashboards import DASHBOARDS, TABLE_PHASES
+from grpc_overhead.analyzer.grafana.experiments import CALLS_WHERE, RUNS_WHERE
 from grpc_overhead.analyzer.grafana.panels import (
     DATASOURCE,
     FILTERS,
@@ -28,6 +29,7 @@ from grpc_overhead.analyzer.grafana.panels import (
     VARIABLE_QUERIES,
 )
 from grpc_overhead.analyzer.report import build_report
+from grpc_overhead.analyzer.runs import list_runs, run_calls
 from grpc_overhead.analyzer.store.base import Store
 from tests.dashboards import seeded
 from tests.dashboards.datasource import QueryContext, Variable, expand
@@ -35,14 +37,15 @@ from tests.dashboards.datasource import QueryContext, Variable, expand
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "dashboards"
 PANEL_TYPES = {"table": 1, "timeseries": 0, "barchart": 1, "stat": 1}
+EXPERIMENTS = "grpc-overhead-experiments.json"
 
 
 def load(name: str) -> dict[str, Any]:
     return json.loads((FOLDER / name).read_text())
 
 
-def panels() -> Iterator[tuple[str, dict[str, Any]]]:
-    for name in DASHBOARDS:
+def panels(names: tuple[str, ...] = tuple(DASHBOARDS)) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name in names:
         for panel in load(name)["panels"]:
             yield name, panel
 
@@ -73,15 +76,18 @@ def test_every_dashboard_follows_the_datasources_conventions() -> None:
         required = {item["id"]: item for item in model["__requires"]}
         assert required[PLUGIN]["type"] == "datasource"
         names = [variable["name"] for variable in model["templating"]["list"]]
-        assert names == [
-            "datasource",
-            "database",
-            "service",
-            "method",
-            "run",
-            "instance",
-            "jaeger_url",
-        ]
+        if name == EXPERIMENTS:
+            assert names == ["datasource", "database", "experiment", "invocation"]
+        else:
+            assert names == [
+                "datasource",
+                "database",
+                "service",
+                "method",
+                "run",
+                "instance",
+                "jaeger_url",
+            ]
         for variable in model["templating"]["list"]:
             if variable["name"] in ("service", "method", "run", "instance"):
                 assert variable["includeAll"] and variable["multi"]
@@ -103,11 +109,15 @@ def test_every_panel_is_a_sql_target_on_the_clickhouse_datasource() -> None:
         assert target["editorType"] == "sql"
         assert target["format"] == PANEL_TYPES[item["type"]]
         sql = target["rawSql"]
+        if name == EXPERIMENTS:
+            assert RUNS_WHERE in sql, item["title"]
+            assert "$__timeFilter(start_time)" in sql or "$__toTime" in sql
+            continue
         assert "$__timeFilter(start_time)" in sql
         assert "${database}.`grpc_calls` FINAL" in sql.replace("`${database}`", "${database}")
         for condition in FILTERS:
             assert condition in sql, (name, item["title"], condition)
-    assert count >= 18
+    assert count >= 22
 
 
 @pytest.mark.unit
@@ -295,3 +305,68 @@ def test_variable_queries_list_what_the_store_holds(store: Store) -> None:
     )
     found = store.query(expand(database["query"]["rawSql"], seeded.variables(), seeded.CONTEXT))
     assert found.iloc[:, 0].tolist()[0] == "default"
+
+
+# -- the experiments dashboard -------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_experiment_cells_are_the_grpc_runs_rows(store: Store) -> None:
+    expected = list_runs(store, seeded.EXPERIMENT).set_index("run_id")
+    cells = run(store, panel(EXPERIMENTS, "Cells"))
+    assert cells["run_id"].tolist() == ["run-1", "run-2"] == expected.index.tolist()
+    for row in cells.itertuples(index=False):
+        want = expected.loc[row.run_id]
+        assert json.loads(row.config) == json.loads(want.config)
+        assert (row.invocation, row.cell, row.calls, row.errors) == (
+            seeded.INVOCATION,
+            want.cell,
+            want.calls,
+            want.errors,
+        )
+        for column in ("calls_per_s", "predictions_per_s", "p50_us", "p99_us"):
+            assert getattr(row, column) == want[column], (row.run_id, column)
+    throughput = run(store, panel(EXPERIMENTS, "Throughput per cell"))
+    assert throughput["predictions_per_s"].tolist() == [97.5, 6400.0]
+    assert throughput["errors"].tolist() == [seeded.FAILED_CALLS, 0]
+    # The experiment variable selects: the other experiment's cell (run-x) only there.
+    other = run(store, panel(EXPERIMENTS, "Cells"), seeded.variables(experiment="other"))
+    assert other["run_id"].tolist() == ["run-x"]
+    unknown = seeded.variables(invocation=["batching-19700101T000000"])
+    assert run(store, panel(EXPERIMENTS, "Cells"), unknown).empty
+
+
+@pytest.mark.e2e
+def test_per_cell_phases_are_report_runs(store: Store) -> None:
+    item = panel(EXPERIMENTS, "Per cell and method: total p50 / p99 and mean phases (µs)")
+    assert CALLS_WHERE in item["targets"][0]["rawSql"]
+    frame = run(store, item)
+    stacked = run(store, panel(EXPERIMENTS, "Mean phases per cell (stacked)")).set_index("run_id")
+    assert stacked.index.tolist() == ["run-1", "run-2"]
+    # run-1 holds the Predict and the Remote calls, run-2 the PredictBatch ones.
+    assert frame[["run_id", "method", "calls"]].values.tolist() == [
+        ["run-1", "Predict", seeded.PREDICT_CALLS],
+        ["run-1", "Remote", seeded.REMOTE_CALLS],
+        ["run-2", "PredictBatch", seeded.BATCH_CALLS],
+    ]
+    for row in frame.itertuples(index=False):
+        report = build_report(store, CallFilters(run_id=row.run_id)).breakdown
+        expected = report.set_index(["method", "phase"]).loc[row.method]
+        assert row.calls == expected.loc["total", "calls"]
+        assert _close(row.total_p50_us, expected.loc["total", "p50_us"])
+        assert _close(row.total_p99_us, expected.loc["total", "p99_us"])
+        for phase in stacked.columns:
+            mean = expected.loc[phase, "mean_us"] if expected.loc[phase, "phase_calls"] else None
+            assert _close(getattr(row, f"{phase}_mean_us"), mean), (row, phase)
+    # The stack per cell: each phase's mean over the run's calls (all methods).
+    for run_id in stacked.index:
+        calls = run_calls(store, run_id)
+        for phase in stacked.columns:
+            values = calls[f"{phase}_us"].dropna()
+            expected = float(values.mean()) if len(values) else None
+            assert _close(stacked.loc[run_id, phase], expected), (run_id, phase)
+    # run-2's batches process for 4 ms each: the stack shows it.
+    assert _close(stacked.loc["run-2", "processing"], 4000.0)
+    # A selection of another experiment shows only its own cells' calls.
+    other = run(store, item, seeded.variables(experiment="other"))
+    assert other.empty

@@ -36,6 +36,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -119,6 +120,15 @@ class RunRecord:
         return str(self.config.get("transport", "grpc"))
 
 
+def _moment(unix_ns: int) -> datetime:
+    """A Unix-ns time as a UTC datetime (µs): both backends take it for DateTime64(6).
+
+    (A bare int would be read in the column's unit, µs, and clamp to year 9999.)
+    """
+    seconds, nanoseconds = divmod(int(unix_ns), 1_000_000_000)
+    return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=nanoseconds // 1000)
+
+
 def _float(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
@@ -133,8 +143,8 @@ def record_run(store: Store, record: RunRecord, options: CallsOptions | None = N
         int(record.cell),
         json.dumps(record.config, sort_keys=True),
         record.transport,
-        int(record.started_ns),
-        int(record.ended_ns),
+        _moment(record.started_ns),
+        _moment(record.ended_ns),
         int(record.calls),
         int(record.errors),
         float(record.calls_per_s),
@@ -142,7 +152,7 @@ def record_run(store: Store, record: RunRecord, options: CallsOptions | None = N
         _float(record.p50_us),
         _float(record.p99_us),
         json.dumps(record.phases, sort_keys=True),
-        time.time_ns(),
+        _moment(time.time_ns()),
     ]
     store.insert(options.qualified(RUNS_TABLE), RUN_COLUMNS, [[value] for value in values])
 

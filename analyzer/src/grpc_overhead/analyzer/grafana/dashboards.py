@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpc_overhead.analyzer.grafana.experiments import experiments
 from grpc_overhead.analyzer.grafana.panels import (
     WHERE,
     barchart,
@@ -371,4 +372,5 @@ DASHBOARDS = {
     "grpc-overhead-instances.json": instances,
     "grpc-overhead-clock-offsets.json": clock_offsets,
     "grpc-overhead-errors.json": errors,
+    "grpc-overhead-experiments.json": experiments,
 }
