@@ -47,6 +47,9 @@ def test_runs_are_recorded_replaced_and_listed(tmp_path) -> None:
         assert list(runs["run_id"]) == ["r0", "r1"]
         assert runs.loc[runs["run_id"] == "r1", "calls_per_s"].item() == 750.0
         assert json.loads(runs["config"].iloc[1])["compression"] == "gzip"
+        # Times keep their instant (µs): Unix-ns ints once landed at year 9999.
+        assert pd.Timestamp(runs["started"].iloc[0]).value == 1_700_000_000_000_000_000
+        assert pd.Timestamp(runs["ended"].iloc[1]).value == 1_700_000_001_000_000_000
         assert len(list_runs(store)) == 3
         frame = insights.cells(runs)
     assert list(frame["label"]) == ["compression=none", "compression=gzip"]
