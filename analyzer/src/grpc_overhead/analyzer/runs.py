@@ -220,12 +220,17 @@ def phase_summary(frame: pd.DataFrame, phases: tuple[str, ...] = CELL_PHASES) ->
     return summary
 
 
-def stored_calls(store: Store, run_id: str, options: CallsOptions | None = None) -> int:
-    """Calls of the run whose client half is stored (the client span is the last to close)."""
+def stored_calls(
+    store: Store, run_id: str, options: CallsOptions | None = None, *, complete: bool = False
+) -> int:
+    """Calls of the run whose client half is stored (the client span is the last to close);
+    with ``complete``, those whose server half is stored too (another process exports it,
+    so it may arrive after the client's)."""
     options = options or CallsOptions()
+    server = " AND server_start_ns != 0" if complete else ""
     found = store.query(
         f"SELECT count() AS n FROM {options.calls} FINAL "
-        "WHERE run_id = {run_id:String} AND client_start_ns != 0",
+        "WHERE run_id = {run_id:String} AND client_start_ns != 0" + server,
         {"run_id": run_id},
         readonly=True,
     )

@@ -139,7 +139,9 @@ def run_cell(
             raise CellFailed(f"load failed: {result.stderr.strip()[-500:]}")
         summary = result.summary
     # The services stopped (their spans flushed) when the stack closed.
-    traced = _wait_stored(store, run_id, int(summary["calls"]), options)
+    # Failed calls may never have reached the server: only the others must be complete.
+    calls, errors = int(summary["calls"]), int(summary["errors"])
+    traced = _wait_stored(store, run_id, calls, calls - errors, options)
     frame = run_calls(store, run_id, options)
     latency = summary.get("latency_ms") or {}
     record = RunRecord(
@@ -178,11 +180,17 @@ def _proxied(stack: ExitStack, targets: list[str], config: dict[str, Any]) -> li
     return proxied
 
 
-def _wait_stored(store: Store, run_id: str, calls: int, options: CallsOptions) -> int:
-    """Calls of the run in the store, once all are there or ``STORE_WAIT_S`` passed."""
+def _wait_stored(
+    store: Store, run_id: str, calls: int, complete: int, options: CallsOptions
+) -> int:
+    """Calls of the run in the store (client halves), once every call has both halves
+    there or ``STORE_WAIT_S`` passed: the service's spans come from another process and
+    may land after the client's, and phases read before they do would miss them."""
     deadline = time.monotonic() + STORE_WAIT_S
     while True:
         stored = stored_calls(store, run_id, options)
-        if stored >= calls or time.monotonic() > deadline:
+        if stored >= calls and stored_calls(store, run_id, options, complete=True) >= complete:
             return stored
+        if time.monotonic() > deadline:
+            return stored_calls(store, run_id, options)
         time.sleep(0.2)
