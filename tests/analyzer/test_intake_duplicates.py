@@ -54,7 +54,9 @@ def _rows(store: Store) -> list[tuple[int, str, int]]:
     )
     return [
         (int(span_id, 16) - 1000 if span_id else -1, name, int(copies))
-        for span_id, name, copies in zip(frame["SpanId"], frame["name"], frame["copies"])
+        for span_id, name, copies in zip(
+            frame["SpanId"], frame["name"], frame["copies"], strict=True
+        )
     ]
 
 
@@ -82,9 +84,7 @@ def test_a_span_twice_in_one_request_or_one_batch_is_stored_once(
     channel, export = stub(intake.port)
     try:
         export(request(span(5), span(5), span(6)), timeout=10)
-        futures = [
-            export.future(request(span(7), span(8 + n)), timeout=10) for n in range(3)
-        ]
+        futures = [export.future(request(span(7), span(8 + n)), timeout=10) for n in range(3)]
         for future in futures:
             future.result()
         stats = intake.stats()
@@ -114,9 +114,7 @@ def test_spans_without_ids_or_with_another_start_are_not_duplicates(
     assert stats.duplicate_spans == 0
 
 
-def test_a_retry_into_a_restarted_intake_is_not_stored_again(
-    store: Store, exporter: str
-) -> None:
+def test_a_retry_into_a_restarted_intake_is_not_stored_again(store: Store, exporter: str) -> None:
     first = _start(store, exporter)
     channel, export = stub(first.port)
     try:
