@@ -51,6 +51,8 @@ from grpc_overhead.instrumentation.vocabulary import (
 )
 
 _fixed64 = struct.Struct("<Q").pack
+_times = struct.Struct("<BQBQ").pack  # start_time_unix_nano (7) and end_time_unix_nano (8)
+_BYTES = tuple(bytes((value,)) for value in range(0x80))
 _double = struct.Struct("<d").pack
 _KIND_SERVER, _KIND_CLIENT = 2, 3
 _STATUS_ERROR = 2
@@ -61,8 +63,13 @@ _FLAGS_REMOTE_PARENT = struct.pack("<I", 0x300)
 
 
 def _varint(value: int) -> bytes:
+    # Lengths and per-call integers are mostly below 2**21: those take no loop.
     if value < 0x80:
-        return bytes((value,))
+        return _BYTES[value]
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -243,15 +250,16 @@ def _split_event(name: str, attributes: dict[str, Any] | None) -> tuple[bytes, b
 
 def _encode_fast(record: CallRecord) -> bytes:
     offset = clock.wall_offset_ns()
+    start = record.start
     parts = [
         b"\x0a\x10" + record.trace_id.to_bytes(16, "big"),
         b"\x12\x08" + record.span_id.to_bytes(8, "big"),
     ]
-    if record.parent_span_id:
-        parts.append(b"\x22\x08" + record.parent_span_id.to_bytes(8, "big"))
+    parent = record.parent_span_id
+    if parent:
+        parts.append(b"\x22\x08" + parent.to_bytes(8, "big"))
     parts.append(_head(record))
-    parts.append(b"\x39" + _fixed64(record.start + offset))
-    parts.append(b"\x41" + _fixed64(max(record.end, record.start) + offset))
+    parts.append(_times(0x39, start + offset, 0x41, max(record.end, start) + offset))
     if record.residence_ns >= 0:
         parts.append(_int_attribute(_RESIDENCE_KEY, record.residence_ns))
     budget = deadline_budget(record)
@@ -259,12 +267,17 @@ def _encode_fast(record: CallRecord) -> bytes:
         parts.append(_int_attribute(_BUDGET_KEY, budget))
     if record.attributes:
         parts.append(_attributes(b"\x4a", record.attributes))
+    # Per event: its cached bytes before and after the timestamp; one join at the end.
+    extend, cached, compression = parts.extend, _events.get, record.compression
     for event in record.events:
-        before, after = _event_parts(record, event)
-        parts.append(before + _fixed64(event[1] + offset) + after)
-    remote = record.parent_span_id and record.parent_is_remote
-    parts.append(_TAIL_REMOTE if remote else _TAIL_LOCAL)
-    return _length_delimited(b"\x12", b"".join(parts))
+        name, timestamp, message_id, size, payload = event
+        around = cached((name, message_id, size, compression)) if payload is None else None
+        if around is None:
+            around = _event_parts(record, event)
+        extend((around[0], _fixed64(timestamp + offset), around[1]))
+    parts.append(_TAIL_REMOTE if parent and record.parent_is_remote else _TAIL_LOCAL)
+    body = b"".join(parts)
+    return b"\x12" + _varint(len(body)) + body
 
 
 def encode_resource(resource: Resource) -> bytes:
