@@ -291,9 +291,13 @@ _SCOPE = _length_delimited(
 )
 
 
-def encode_request(records: Sequence[CallRecord], encoded_resource: bytes) -> bytes:
-    """An ExportTraceServiceRequest (one resource, one scope) as wire bytes."""
-    scope_spans = _SCOPE + b"".join(encode_span(record) for record in records)
+def encode_request(records: Sequence[CallRecord | bytes], encoded_resource: bytes) -> bytes:
+    """An ExportTraceServiceRequest (one resource, one scope) as wire bytes, from records
+    or from spans ``encode_span`` already encoded."""
+    if records and type(records[0]) is bytes:
+        scope_spans = _SCOPE + b"".join(records)  # type: ignore[arg-type]
+    else:
+        scope_spans = _SCOPE + b"".join(encode_span(record) for record in records)
     resource_spans = _length_delimited(b"\x0a", encoded_resource) + _length_delimited(
         b"\x12", scope_spans
     )
@@ -336,7 +340,11 @@ class CallRecordOTLPExporter(OTLPSpanExporter):
     def set_resource(self, resource: Resource) -> None:
         self._encoded_resource = encode_resource(resource)
 
+    def encode_spans(self, records: Sequence[CallRecord]) -> list[bytes]:
+        """Spans encoded ahead of their export request (SpanPipeline encodes early)."""
+        return [encode_span(record) for record in records]
+
     def _translate_data(self, data: Sequence[Any]) -> Any:
-        if data and not isinstance(data[0], CallRecord):
+        if data and not isinstance(data[0], CallRecord | bytes):
             return super()._translate_data(data)
         return encode_request(data, self._encoded_resource)

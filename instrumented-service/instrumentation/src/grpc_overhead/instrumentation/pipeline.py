@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 _LOGGER = logging.getLogger(__name__)
 _REANCHOR_INTERVAL_S = 30.0
+#: Records an encoding exporter is handed at a time (its batches stay export_batch_size).
+_ENCODE_CHUNK = 64
 _live_pipelines: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
 
 
@@ -79,6 +81,9 @@ class SpanPipeline:
             self._accepts_records = True
         else:
             self._accepts_records = False
+        # An exporter that encodes records one by one gets them early, a chunk at a time
+        # (see _encode_early), and sends the encoded spans in batches as before.
+        self._encode = getattr(exporter, "encode_spans", None) if self._accepts_records else None
         self.exporter = exporter
         self.sampling = sampling or Sampling.from_environment()
         self.max_queue_size = max_queue_size or _environment_int(MAX_QUEUE_SIZE, 8192)
@@ -89,6 +94,11 @@ class SpanPipeline:
         self.exported_spans = 0
         self.failed_spans = 0
         self._queue: collections.deque[CallRecord] = collections.deque()
+        self._wake_at = min(_ENCODE_CHUNK, self.export_batch_size) if self._encode else (
+            self.export_batch_size)  # fmt: skip
+        self._encoded: list[bytes] = []  # encoded spans not sent yet
+        self._encoded_since = 0.0
+        self._flush_requested = False
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._in_flight = 0
@@ -105,7 +115,7 @@ class SpanPipeline:
             self.dropped_calls += 1
             return
         queue.append(record)
-        if len(queue) == self.export_batch_size:
+        if len(queue) == self._wake_at:
             self._wake.set()
 
     # -- worker ---------------------------------------------------------------------------
@@ -114,14 +124,66 @@ class SpanPipeline:
         otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         last_anchor = time.monotonic()
         while True:
-            self._wake.wait(self.export_interval_s)
+            timeout = self.export_interval_s
+            if self._encoded:  # the oldest encoded span leaves within the interval
+                timeout = max(0.0, self._encoded_since + timeout - time.monotonic())
+            self._wake.wait(timeout)
             self._wake.clear()
             if time.monotonic() - last_anchor > _REANCHOR_INTERVAL_S:
                 clock.reanchor()
                 last_anchor = time.monotonic()
-            self._drain()
-            if self._stopped and not self._queue:
+            if self._encode is None:
+                self._drain()
+            else:
+                self._encode_early()
+            if self._stopped and not self._queue and not self._encoded:
                 return
+
+    def _encode_early(self) -> None:
+        """Encode queued records now, send when a batch is full, the oldest waited the
+        interval, or a flush asks. A record then lives a few milliseconds instead of up to
+        a batch's filling time: it is encoded while still in the CPU's caches, and few
+        records survive into the garbage collector's older generations (measured: gen-0
+        collections that each traverse hundreds of queued records, and gen-1/gen-2 ones)."""
+        queue = self._queue
+        flush = self._flush_requested or self._stopped
+        self._flush_requested = False
+        while queue:
+            with self._idle:  # taken and counted at once: a flush never sees them nowhere
+                records = []
+                try:
+                    while len(records) < self.export_batch_size - len(self._encoded):
+                        records.append(queue.popleft())
+                except IndexError:
+                    pass
+                self._in_flight = len(records)
+            try:
+                if not self._encoded:
+                    self._encoded_since = time.monotonic()
+                self._encoded += self._encode(records)
+            except Exception:
+                _LOGGER.exception("grpc-overhead could not encode %d spans", len(records))
+                self.failed_spans += len(records)
+            finally:
+                with self._idle:
+                    self._in_flight = 0
+            if len(self._encoded) >= self.export_batch_size:
+                self._send_encoded()
+        if self._encoded and (
+            flush or time.monotonic() - self._encoded_since >= self.export_interval_s
+        ):
+            self._send_encoded()
+
+    def _send_encoded(self) -> None:
+        with self._idle:
+            batch, self._encoded = self._encoded, []
+            self._in_flight = len(batch)
+        try:
+            self._export(batch)
+        finally:
+            with self._idle:
+                self._in_flight = 0
+                self._idle.notify_all()
 
     def _drain(self) -> None:
         queue = self._queue
@@ -141,7 +203,8 @@ class SpanPipeline:
                     self._in_flight = 0
                     self._idle.notify_all()
 
-    def _export(self, batch: list[CallRecord]) -> None:
+    def _export(self, batch: list[Any]) -> None:
+        """Records (or, from _encode_early, their encoded spans) -> the exporter."""
         try:
             spans = batch if self._accepts_records else [self._builder.build(r) for r in batch]
         except Exception:
@@ -165,12 +228,14 @@ class SpanPipeline:
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Export everything submitted so far; True when it all left within the timeout."""
         deadline = time.monotonic() + timeout_s
+        self._flush_requested = True
         self._wake.set()
         with self._idle:
-            while self._queue or self._in_flight:
+            while self._queue or self._in_flight or self._encoded:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
+                self._flush_requested = True
                 self._wake.set()
                 self._idle.wait(min(remaining, 0.05))
         return True
@@ -205,7 +270,7 @@ class SpanPipeline:
 
     @property
     def queued_calls(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + len(self._encoded)
 
 
 _default_pipeline: SpanPipeline | None = None
