@@ -97,7 +97,7 @@ class SpanPipeline:
         self._wake_at = min(_ENCODE_CHUNK, self.export_batch_size) if self._encode else (
             self.export_batch_size)  # fmt: skip
         self._encoded: list[bytes] = []  # encoded spans not sent yet
-        self._encoded_since = 0.0
+        self._sent_at = time.monotonic()  # a queued record waits at most the interval from here
         self._flush_requested = False
         self._wake = threading.Event()
         self._idle = threading.Condition()
@@ -125,8 +125,8 @@ class SpanPipeline:
         last_anchor = time.monotonic()
         while True:
             timeout = self.export_interval_s
-            if self._encoded:  # the oldest encoded span leaves within the interval
-                timeout = max(0.0, self._encoded_since + timeout - time.monotonic())
+            if self._encoded:  # every record queued since the last send leaves by then
+                timeout = max(0.0, self._sent_at + timeout - time.monotonic())
             self._wake.wait(timeout)
             self._wake.clear()
             if time.monotonic() - last_anchor > _REANCHOR_INTERVAL_S:
@@ -140,11 +140,12 @@ class SpanPipeline:
                 return
 
     def _encode_early(self) -> None:
-        """Encode queued records now, send when a batch is full, the oldest waited the
-        interval, or a flush asks. A record then lives a few milliseconds instead of up to
-        a batch's filling time: it is encoded while still in the CPU's caches, and few
-        records survive into the garbage collector's older generations (measured: gen-0
-        collections that each traverse hundreds of queued records, and gen-1/gen-2 ones)."""
+        """Encode queued records now; send when a batch is full, an interval passed since
+        the last send (no record waits longer than the interval, as before), or a flush
+        asks. A record then lives milliseconds instead of up to a batch's filling time: it
+        is encoded while still in the CPU's caches, and few records survive into the
+        garbage collector's older generations (measured: gen-0 collections that each
+        traverse hundreds of queued records, and gen-1/gen-2 ones)."""
         queue = self._queue
         flush = self._flush_requested or self._stopped
         self._flush_requested = False
@@ -158,8 +159,6 @@ class SpanPipeline:
                     pass
                 self._in_flight = len(records)
             try:
-                if not self._encoded:
-                    self._encoded_since = time.monotonic()
                 self._encoded += self._encode(records)
             except Exception:
                 _LOGGER.exception("grpc-overhead could not encode %d spans", len(records))
@@ -169,15 +168,14 @@ class SpanPipeline:
                     self._in_flight = 0
             if len(self._encoded) >= self.export_batch_size:
                 self._send_encoded()
-        if self._encoded and (
-            flush or time.monotonic() - self._encoded_since >= self.export_interval_s
-        ):
+        if self._encoded and (flush or time.monotonic() - self._sent_at >= self.export_interval_s):
             self._send_encoded()
 
     def _send_encoded(self) -> None:
         with self._idle:
             batch, self._encoded = self._encoded, []
             self._in_flight = len(batch)
+        self._sent_at = time.monotonic()
         try:
             self._export(batch)
         finally:
