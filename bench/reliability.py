@@ -38,7 +38,9 @@ def summary(figures: dict[str, Any]) -> str:
         f"Flood: {flood_['seconds']} s, requests {flood_['requests']}, attempts "
         f"{flood_['attempts']}, KILL attempts {flood_['kill_attempts']}, "
         f"{flood_['acknowledged_spans_per_s']} acknowledged spans/s.",
-        f"Crash: {crash_['seconds']} s, faults {crash_['faults']}.",
+        f"Crash: {crash_['seconds']} s, faults {crash_['faults']}; after the senders "
+        f"stopped, the collector's backlog reached the store in "
+        f"{crash_.get('collector_drained_s')} s (None: not within the harness's limit).",
         "",
         "| phase / path | acknowledged | refused | unknown | poison | lost | refused but stored "
         "| poison stored | duplicates | reports readable |",

@@ -54,6 +54,9 @@ class Scale:
     kills: int
 
 
+#: How long the crash phase waits for the collector's backlog to reach the store.
+DRAIN_LIMIT_S = 180.0
+
 QUICK = Scale(senders=6, requests=30, spans=40, crash_seconds=12.0, kills=1)
 FULL = Scale(senders=12, requests=300, spans=200, crash_seconds=90.0, kills=3)
 
@@ -253,7 +256,8 @@ def crash(scale: Scale, directory: str) -> dict[str, Any]:
     stop.set()
     for thread in threads:
         thread.join(120)
-    collector.stop()  # SIGTERM: it drains its queue into the intake first
+    drained_s = _wait_for_drain(through, directory)
+    collector.stop()  # SIGTERM: what it still holds stays in its on-disk queue
     serve.stop()
     stored = stored_counts(directory)
     through_figures = invariants(through, stored)
@@ -262,8 +266,44 @@ def crash(scale: Scale, directory: str) -> dict[str, Any]:
         "faults": faults,
         "direct": {"requests": dict(direct.requests), **invariants(direct, stored)},
         "through_collector": {"requests": dict(through.requests), **through_figures},
+        "collector_drained_s": drained_s,
         "reports_readable": reports_readable(directory),
     }
+
+
+def _wait_for_drain(through: Ledger, directory: str) -> float | None:
+    """Seconds until every span the collector acknowledged is in the store (None: not
+    within ``DRAIN_LIMIT_S``). The collector answers its senders before it forwards, so
+    after a kill its on-disk queue still holds a backlog the intake works through; the
+    count is read through the running serve (``sql``), which owns the store."""
+    started = time.monotonic()
+    wanted, unknown = len(through.acknowledged), len(through.unknown)
+    last = -1
+    while time.monotonic() - started < DRAIN_LIMIT_S:
+        found = subprocess.run(
+            [GRPC_OVERHEAD, "sql", "--store", directory, "--format", "json", THROUGH_COUNT],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        count = _count(found.stdout) if found.returncode == 0 else -1
+        # Spans the senders never heard about may arrive too: done once every
+        # acknowledged one could be there and nothing more is coming.
+        if count >= wanted + unknown or (count >= wanted and count == last):
+            return round(time.monotonic() - started, 1)
+        last = count
+        time.sleep(2.0)
+    return None
+
+
+#: Spans of the crash phase's senders through the collector (even sender numbers).
+THROUGH_COUNT = (
+    "SELECT count() AS n FROM otel_traces WHERE startsWith(ServiceName, 'fault-sender-') "
+    "AND toUInt32OrZero(substring(ServiceName, 14)) % 2 = 0"
+)
+
+
+def _count(output: str) -> int:
+    rows = json.loads(output)  # sql --format json: a list of row objects
+    return int(rows[0]["n"]) if rows else 0
 
 
 def run_suite(scale: Scale, workdir: str) -> dict[str, Any]:
