@@ -72,13 +72,19 @@ def _plain_engine(options: CallsOptions) -> str:
     return f"{engine}({options.engine_params if options.engine else ''})"
 
 
+#: After the ``rows_sql`` columns: how each call's offset was estimated (the call
+#: explorer and the Clock offsets page show it). Not part of the rows pages read.
+ESTIMATE_COLUMNS = ("own_window_offset_ns", "pair_offset_ns", "clock_uncertainty_ns")
+
+
 def create_settled_calls_sql(options: CallsOptions) -> str:
-    """The table, with exactly the columns of ``rows_sql(clock=False)`` (a page's raw
-    rows), keyed by call start so a time range reads only its parts."""
+    """The table: the columns of ``rows_sql(clock=False)`` (a page's raw rows), then
+    ``ESTIMATE_COLUMNS``; keyed by call start so a time range reads only its parts."""
+    estimates = ", ".join(f"toFloat64(0) AS {name}" for name in ESTIMATE_COLUMNS)
     return (
         f"CREATE TABLE IF NOT EXISTS {options.qualified(SETTLED_CALLS_TABLE)}"
         f"{options.on_cluster()}\nENGINE = {_plain_engine(options)}\nORDER BY call_start_ns\n"
-        "EMPTY AS SELECT * REPLACE (toInt64(call_start_ns) AS call_start_ns)\n"
+        f"EMPTY AS SELECT * REPLACE (toInt64(call_start_ns) AS call_start_ns), {estimates}\n"
         f"FROM ({rows_sql(options)})"
     )
 
@@ -110,20 +116,22 @@ def create_settled_calls(store: Store, options: CallsOptions) -> None:
     store.command(create_settled_calls_sql(options), _default_parameters())
 
 
-def settled_columns(store: Store, options: CallsOptions) -> list[str]:
-    """The table's columns in order (those of ``rows_sql``), quoted for a select list."""
+def settled_columns(store: Store, options: CallsOptions, *, estimates: bool = False) -> list[str]:
+    """The table's columns in order (those of ``rows_sql``; with ``estimates``, also
+    ``ESTIMATE_COLUMNS``), quoted for a select list."""
     found = store.query(
         "SELECT name FROM system.columns WHERE table = {table:String}"
         " AND database = if({database:String} = '', currentDatabase(), {database:String})"
         " ORDER BY position",
         {"table": SETTLED_CALLS_TABLE, "database": options.database},
     )
-    return [f"`{name}`" for name in found["name"]]
+    names = [name for name in found["name"] if estimates or name not in ESTIMATE_COLUMNS]
+    return [f"`{name}`" for name in names]
 
 
 def insert_settled_calls(store: Store, options: CallsOptions, parameters: dict[str, Any]) -> None:
     """The rows of the calls starting in the round's ``[since_ns, until_ns)``."""
-    columns = ", ".join(settled_columns(store, options))
+    columns = ", ".join(settled_columns(store, options, estimates=True))
     store.command(
         f"INSERT INTO {options.qualified(SETTLED_CALLS_TABLE)} ({columns})\n"
         f"SELECT {columns} FROM ({rows_sql(options, clock=True)})",

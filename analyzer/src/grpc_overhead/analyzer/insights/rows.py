@@ -29,7 +29,7 @@ from grpc_overhead.analyzer.calls import (
     CallsOptions,
     rows_to_scan,
 )
-from grpc_overhead.analyzer.clock_offsets import query_parameters
+from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES
 from grpc_overhead.analyzer.rollup import settled_range
 from grpc_overhead.analyzer.store.base import Store
@@ -52,16 +52,30 @@ BUCKET_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
 
 
 def rows_for(
-    store: Store, filters: CallFilters | None, options: CallsOptions | None = None, keys: str = ""
+    store: Store,
+    filters: CallFilters | None,
+    options: CallsOptions | None = None,
+    keys: str = "",
+    *,
+    clock: bool | None = None,
+    clock_options: ClockOptions | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """(SQL, bound values): ``rows_sql`` rows of the calls ``filters`` keep, with the
-    clock estimate only where it is needed; settled minutes read from
-    ``grpc_settled_calls`` (the same rows, stored when they settled) and only the
-    other calls computed raw. Callers add their own values to the bound ones."""
+    """(SQL, bound values): ``rows_sql`` rows of the calls ``filters`` keep; settled
+    minutes read from ``grpc_settled_calls`` (the same rows, stored when they
+    settled) and only the other calls computed raw. Callers add their own values
+    to the bound ones.
+
+    ``clock``: whether the raw part estimates clock offsets; by default only where
+    it is needed (``needs_clock``); False for a caller that reads no one-way phase.
+    ``clock_options``: bound too; other than the defaults, everything is raw (the
+    stored rows have the default windows).
+    """
     options = options or CallsOptions()
-    raw = rows_sql(options, clock=needs_clock(store, filters, options), keys=keys)
-    settled = _settled(store, filters, options)
-    bound = query_parameters(filters, None, settled)
+    if clock is None:
+        clock = needs_clock(store, filters, options)
+    raw = rows_sql(options, clock=clock, keys=keys)
+    settled = _settled(store, filters, clock_options, options)
+    bound = query_parameters(filters, clock_options, settled)
     if not settled:
         return raw, bound
     columns = call_rollup.settled_columns(store, options)
@@ -72,14 +86,14 @@ def rows_for(
 
 
 def _settled(
-    store: Store, filters: CallFilters | None, options: CallsOptions
+    store: Store, filters: CallFilters | None, clock: ClockOptions | None, options: CallsOptions
 ) -> tuple[int, int] | None:
     """The settled minutes in the filters' range, when ``grpc_settled_calls`` has them
     (it keeps the OpenTelemetry service names, so that filter applies to it too)."""
     if not call_rollup.has_settled_calls(store, options):
         return None
     any_otel = replace(filters, otel_service=None) if filters is not None else None
-    return settled_range(store, any_otel, None, options)
+    return settled_range(store, any_otel, clock, options)
 
 
 def needs_clock(
