@@ -17,6 +17,10 @@ states:
   and the last minutes) in one query.
 * ``grpc_offset_rollup`` (MergeTree, key ``window_start_ns, client_domain,
   server_domain``): each minute's clock-offset estimate per domain pair.
+* ``grpc_settled_calls`` (``call_rollup``): each settled call's merged row with
+  its phases computed, which the app's pages read instead of merging halves.
+  The layout is versioned (``call_rollup.ROLLUP_VERSION``): rollups of another
+  version are dropped and rebuilt from the calls.
 
 Rollups assume the default clock options (60 s windows, host domains); a
 report with other options computes everything raw. ``settle`` advances a
