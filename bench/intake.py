@@ -26,6 +26,8 @@ cost allows on two dedicated cores.
 
 Per-stage numbers, in the same run, on one batch of 4 collector-sized
 requests: protobuf parse into staging, the per-request counts query, the
+check for spans the store has already (each span is stored once; measured
+with a million other spans in the store), the
 mapping (INSERT ... SELECT into a Null table), the write (into the exporter's
 table, minus the mapping), and the fixed cost of one batch (the same
 statements on a one-span batch: mostly query analysis of the mapping). Plus
@@ -54,7 +56,7 @@ from bench.intake_requests import (
 from grpc_overhead.analyzer import schema
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.intake import Intake, IntakeConfig, protobuf_sql
-from grpc_overhead.analyzer.intake.exporter import ProtobufSqlExporter
+from grpc_overhead.analyzer.intake.exporter import ProtobufSqlExporter, RequestOutcome
 from grpc_overhead.analyzer.store import open_store
 
 TARGET_SPANS_PER_SECOND = 150_000
@@ -189,8 +191,17 @@ def stage_numbers(requests_per_batch: int = 4, repeats: int = 5) -> dict[str, An
                 store.command(protobuf_sql.TRUNCATE_STAGING)
                 store.insert_encoded(exporter._statement, "Protobuf", chunks, exporter._settings)
 
-            keys = ("parse", "counts", "mapping", "mapping_and_write", "batch_fixed")
+            def duplicates() -> None:
+                exporter._skip_duplicates(every["kept"], [RequestOutcome() for _ in batch])
+
+            keys = ("parse", "counts", "duplicates", "mapping", "mapping_and_write", "batch_fixed")
             samples: dict[str, list[float]] = {key: [] for key in keys}
+            # The check for spans stored already (each span once), on new spans, with the
+            # store holding a million spans of its own: before anything of the batch is.
+            store.command(MILLION_SPANS)
+            stage()
+            samples["duplicates"] = [_cpu(duplicates) for _ in range(repeats)]
+            store.command("TRUNCATE TABLE otel_traces")  # the other stages as before
             for _ in range(repeats):
                 samples["parse"].append(_cpu(stage))
                 samples["counts"].append(_cpu(lambda: store.query(protobuf_sql.REQUEST_COUNTS)))
@@ -216,15 +227,31 @@ def stage_numbers(requests_per_batch: int = 4, repeats: int = 5) -> dict[str, An
         "cpu_us_per_span": {
             "parse": rounded(per_span["parse"], 2),
             "counts": rounded(per_span["counts"], 2),
+            "duplicates": rounded(per_span["duplicates"], 2),
             "mapping": rounded(per_span["mapping"], 2),
             "write": rounded(per_span["mapping_and_write"] - per_span["mapping"], 2),
             "total": rounded(
-                per_span["parse"] + per_span["counts"] + per_span["mapping_and_write"], 2
+                per_span["parse"]
+                + per_span["counts"]
+                + per_span["duplicates"]
+                + per_span["mapping_and_write"],
+                2,
             ),
         },
         "batch_fixed_cpu_ms": rounded(median(samples["batch_fixed"]) * 1e3, 1),
         "plain_insert_rows_per_second": round(rows / insert_seconds),
     }
+
+
+#: A million spans of the last two hours (the duplicates check reads the store).
+MILLION_SPANS = """\
+INSERT INTO otel_traces (Timestamp, TraceId, SpanId, SpanName, ServiceName, SpanKind, Duration)
+SELECT now64(9) - toIntervalMillisecond(number % 7200000),
+    lower(hex(concat(reinterpretAsFixedString(cityHash64(number, 1)),
+                     reinterpretAsFixedString(cityHash64(number, 2))))),
+    lower(hex(reinterpretAsFixedString(cityHash64(number, 3)))),
+    concat('span-', toString(number % 8)), 'svc', 'Client', 1000
+FROM numbers(1000000)"""
 
 
 def _cpu(action: Callable[[], object]) -> float:

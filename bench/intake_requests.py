@@ -99,16 +99,35 @@ def realistic_request(spans: int, seed: int) -> bytes:
 # -- the sender process ---------------------------------------------------------------------
 
 
-def unique(payload: bytes, index: int) -> bytes:
-    """``payload`` plus a span-less ResourceSpans naming ``index``: distinct bytes, same rows.
+def trace_id_offsets(payload: bytes) -> list[int]:
+    """Where each span's trace id sits in ``payload`` (for ``unique``)."""
+    request = ExportTraceServiceRequest.FromString(payload)
+    offsets, position = [], 0
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                position = payload.find(span.trace_id, position)
+                offsets.append(position)
+                position += len(span.trace_id)
+    return offsets
 
-    The intake answers a copy of a request it already stored from its digest
-    (a retry), so every request sent must differ; protobuf concatenation
-    merges the extra ResourceSpans into the request.
+
+def unique(payload: bytes, index: int, offsets: list[int]) -> bytes:
+    """``payload`` with new spans: each trace id starts with ``index`` (``offsets`` from
+    ``trace_id_offsets``), plus a span-less ResourceSpans naming ``index``.
+
+    The intake stores every span once: spans it has already are retries, not new
+    rows, so every request sent must carry spans of its own (new trace ids), and
+    distinct bytes (the digest of a request it stored already answers a copy).
+    Protobuf concatenation merges the extra ResourceSpans into the request.
     """
+    patched = bytearray(payload)
+    prefix = index.to_bytes(4, "big")
+    for offset in offsets:
+        patched[offset : offset + 4] = prefix
     resource = Resource(attributes=[_kv("bench.request", index)])
     return (
-        payload
+        bytes(patched)
         + ExportTraceServiceRequest(
             resource_spans=[ResourceSpans(resource=resource)]
         ).SerializeToString()
@@ -118,6 +137,7 @@ def unique(payload: bytes, index: int) -> bytes:
 def send(port: int, spans_per_request: int, requests: int, senders: int) -> tuple[int, float]:
     """Send the requests from this process: (UNAVAILABLE answers retried, seconds taken)."""
     variants = [realistic_request(spans_per_request, seed) for seed in range(4)]
+    offsets = [trace_id_offsets(variant) for variant in variants]
     print("ready", flush=True)
     sys.stdin.readline()  # "go": the measuring process is ready too
     channel = grpc.insecure_channel(
@@ -141,7 +161,8 @@ def send(port: int, spans_per_request: int, requests: int, senders: int) -> tupl
                 return
             while True:
                 try:
-                    export(unique(variants[index % len(variants)], index), timeout=120)
+                    variant = index % len(variants)
+                    export(unique(variants[variant], index, offsets[variant]), timeout=120)
                     break
                 except grpc.RpcError as error:
                     if error.code() != grpc.StatusCode.UNAVAILABLE:

@@ -298,7 +298,8 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             stats = intake.stats()
             print(
                 f"intake stopped: {stats.spans_inserted} spans stored, "
-                f"{stats.spans_rejected} rejected, {stats.requests_refused} requests refused",
+                f"{stats.spans_rejected} rejected, {stats.duplicate_spans} already stored "
+                f"(retries, not stored again), {stats.requests_refused} requests refused",
                 flush=True,
             )
     finally:

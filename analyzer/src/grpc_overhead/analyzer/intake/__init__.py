@@ -26,7 +26,7 @@ from typing import Self
 
 import grpc
 
-from grpc_overhead.analyzer.intake.exporter import Exporter, exporter_for
+from grpc_overhead.analyzer.intake.exporter import Exporter, exporter_for, share_commit_lock
 from grpc_overhead.analyzer.intake.processor import BatchProcessor
 from grpc_overhead.analyzer.intake.receiver import (
     DEFAULT_WAIT_TIMEOUT_S,
@@ -118,6 +118,7 @@ class Intake:
                     session = self.store.session()
                     self._sessions.append(session)
                     self.exporters.append(exporter_for(session, self.schema))
+                share_commit_lock(self.exporters)
             for exporter in self.exporters:
                 exporter.start()
         except BaseException:

@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -56,22 +57,38 @@ class RequestOutcome:
     malformed: bool = False
     #: Not stored because its caller stopped waiting before the batch was committed.
     withdrawn: bool = False
+    #: Spans left out because the store has them already (a retry whose bytes differ
+    #: from the first attempt's, e.g. a collector's batch cut anew after its restart).
+    duplicates: int = 0
 
     @property
     def accepted(self) -> int:
-        return self.spans - self.rejected
+        """Spans this request added to the store."""
+        return self.spans - self.rejected - self.duplicates
 
 
 class Exporter(Protocol):
     #: Where it stores (the processor journals stored requests there too, ``journal``).
     store: Store
     schema: SchemaOptions
+    #: Held from the check for spans stored already to the statement that stores the
+    #: rest. Exporters writing to the same table share one (``share_commit_lock``), so a
+    #: span sent twice at once (a retry while the first attempt is being stored by
+    #: another worker) cannot pass both checks.
+    commit_lock: threading.Lock
 
     def start(self) -> None: ...
 
     def export(self, requests: list[bytes], claim: Claim | None = None) -> list[RequestOutcome]: ...
 
     def shutdown(self) -> None: ...
+
+
+def share_commit_lock(exporters: Sequence[Exporter]) -> None:
+    """One ``commit_lock`` for exporters writing to the same table (see ``Exporter``)."""
+    lock = threading.Lock()
+    for exporter in exporters:
+        exporter.commit_lock = lock
 
 
 def exporter_for(store: Store, schema: SchemaOptions | None = None) -> Exporter:
@@ -86,10 +103,14 @@ class ProtobufSqlExporter:
     def __init__(self, store: Store, schema: SchemaOptions | None = None) -> None:
         self.store = store
         self.schema = schema or SchemaOptions.for_store(store)
+        self.commit_lock = threading.Lock()
         self._schema_dir = ""
         self._statement = ""
         self._settings = ""
-        self._transform = protobuf_sql.transform_insert(self.schema.qualified_traces_table())
+        table = self.schema.qualified_traces_table()
+        self._transform = protobuf_sql.transform_insert(table)
+        self._transform_once = protobuf_sql.transform_insert(table, once=True)
+        self._duplicates = protobuf_sql.duplicates_query(table)
 
     def start(self) -> None:
         create_schema(self.store, self.schema)
@@ -100,8 +121,13 @@ class ProtobufSqlExporter:
             handle.write(protobuf_sql.INTAKE_PROTO)
         self._statement, self._settings = protobuf_sql.staging_insert(schema_path)
         protobuf_sql.register_complex_value_function()
-        self.store.command(protobuf_sql.CREATE_STAGING)
-        self.store.command(protobuf_sql.TRUNCATE_STAGING)
+        for statement in (
+            protobuf_sql.CREATE_STAGING,
+            protobuf_sql.TRUNCATE_STAGING,
+            protobuf_sql.CREATE_SPAN_KEYS,
+            protobuf_sql.TRUNCATE_SPAN_KEYS,
+        ):
+            self.store.command(statement)
 
     def shutdown(self) -> None:
         if self._schema_dir:
@@ -136,8 +162,9 @@ class ProtobufSqlExporter:
         return outcomes
 
     def _truncate(self) -> None:
-        with contextlib.suppress(Exception):
-            self.store.command(protobuf_sql.TRUNCATE_STAGING)
+        for statement in (protobuf_sql.TRUNCATE_STAGING, protobuf_sql.TRUNCATE_SPAN_KEYS):
+            with contextlib.suppress(Exception):
+                self.store.command(statement)
 
     def _export(
         self, requests: list[bytes], indexes: range, outcomes: list[RequestOutcome], claim: Claim
@@ -164,10 +191,39 @@ class ProtobufSqlExporter:
             )
         kept = [i for i in claim() if i in seen]
         if kept:
-            self.store.command(self._transform, {"kept": kept})
+            with self.commit_lock:
+                stored, repeated = self._skip_duplicates(kept, outcomes)
+                self.store.command(
+                    self._transform_once if repeated else self._transform,
+                    {"kept": kept, "stored": stored, "repeated": repeated},
+                )
         for index in set(indexes) - set(kept):
             if not outcomes[index].malformed:
                 outcomes[index].withdrawn = True
+
+    def _skip_duplicates(
+        self, kept: list[int], outcomes: list[RequestOutcome]
+    ) -> tuple[list[str], list[str]]:
+        """Keys (trace id, span id, start) of staged spans the table has already, and of
+        spans staged more than once: each span is stored once, however often it is sent.
+
+        Each skipped copy is counted against the request that carried it (the first
+        request of a span staged twice keeps it).
+        """
+        self.store.command(protobuf_sql.TRUNCATE_SPAN_KEYS)
+        self.store.command(protobuf_sql.STAGE_SPAN_KEYS, {"kept": kept})
+        frame = self.store.query(self._duplicates)
+        stored, repeated = [], []
+        for key, seqs, is_stored in zip(frame["key"], frame["seqs"], frame["stored"], strict=True):
+            ordered = sorted(int(seq) for seq in seqs)
+            if is_stored:
+                stored.append(key)
+            else:
+                repeated.append(key)
+                ordered = ordered[1:]
+            for seq in ordered:
+                outcomes[seq].duplicates += 1
+        return stored, repeated
 
     def _stage(
         self, requests: list[bytes], indexes: range, outcomes: list[RequestOutcome]
@@ -201,6 +257,7 @@ class RowsExporter:
     def __init__(self, store: Store, schema: SchemaOptions | None = None) -> None:
         self.store = store
         self.schema = schema or SchemaOptions.for_store(store)
+        self.commit_lock = threading.Lock()
         self._table = self.schema.qualified_traces_table()
 
     def start(self) -> None:
@@ -230,18 +287,63 @@ class RowsExporter:
                 outcome.error = REJECTED_SPAN_MESSAGE.format(rejected=rows.rejected)
             outcomes.append(outcome)
             converted.append(rows)
-        batch = Rows()
+        batch, origins = Rows(), []
         kept = set(claim())
         for index, rows in enumerate(converted):
             if rows is None:
                 continue
             if index in kept:
                 batch.extend(rows)
+                origins.extend([index] * len(rows))
             else:
                 outcomes[index].withdrawn = True
         if len(batch):
-            self.store.insert(self._table, COLUMNS, batch.columns)
+            with self.commit_lock:
+                batch = self._skip_duplicates(batch, origins, outcomes)
+                self.store.insert(self._table, COLUMNS, batch.columns)
         return outcomes
+
+    def _skip_duplicates(
+        self, batch: Rows, origins: list[int], outcomes: list[RequestOutcome]
+    ) -> Rows:
+        """``batch`` without the spans the table has already or that came twice (the
+        same rule as ``ProtobufSqlExporter._skip_duplicates``, decided in Python)."""
+        timestamps, traces, spans = batch.columns[0], batch.columns[1], batch.columns[2]
+        identified = [row for row in range(len(batch)) if traces[row] and spans[row]]
+        if not identified:
+            return batch
+        frame = self.store.query(
+            _STORED_KEYS.format(table=self._table),
+            {
+                "first": min(timestamps[row] for row in identified),
+                "last": max(timestamps[row] for row in identified),
+                "traces": sorted({traces[row] for row in identified}),
+            },
+        )
+        seen = set(zip(frame["TraceId"], frame["SpanId"], frame["start"], strict=True))
+        keep = []
+        for row in range(len(batch)):
+            key = (traces[row], spans[row], timestamps[row])
+            if key[0] and key[1]:
+                if key in seen:
+                    outcomes[origins[row]].duplicates += 1
+                    continue
+                seen.add(key)
+            keep.append(row)
+        if len(keep) == len(batch):
+            return batch
+        kept = Rows(rejected=batch.rejected, errors=batch.errors)
+        kept.columns = [[column[row] for row in keep] for column in batch.columns]
+        return kept
+
+
+#: Which of a batch's spans the table has already (``RowsExporter._skip_duplicates``).
+_STORED_KEYS = (
+    "SELECT TraceId, SpanId, toUnixTimestamp64Nano(Timestamp) AS start FROM {table} "
+    "WHERE Timestamp >= fromUnixTimestamp64Nano({{first:Int64}}) "
+    "AND Timestamp <= fromUnixTimestamp64Nano({{last:Int64}}) "
+    "AND TraceId IN {{traces:Array(String)}}"
+)
 
 
 def _decoded(data: bytes) -> tuple[ExportTraceServiceRequest, int]:

@@ -82,6 +82,8 @@ class BatchStats:
     batches: int = 0
     failed_batches: int = 0
     rows_inserted: int = 0
+    #: Spans a request carried that the store had already (stored once, not again).
+    duplicate_spans: int = 0
     last_error: str = ""
     last_flush_seconds: float = 0.0
     export_seconds: float = 0.0  # summed over workers: time spent in the exporters
@@ -278,11 +280,10 @@ class BatchProcessor:
         else:
             with self._condition:
                 self.stats.batches += 1
-                self.stats.rows_inserted += sum(
-                    outcome.accepted
-                    for outcome in outcomes
-                    if not outcome.malformed and not outcome.withdrawn
-                )
+                for outcome in outcomes:
+                    if not outcome.malformed and not outcome.withdrawn:
+                        self.stats.rows_inserted += outcome.accepted
+                        self.stats.duplicate_spans += outcome.duplicates
                 for pending, outcome in zip(batch, outcomes, strict=True):
                     if pending.state is not State.WITHDRAWN:
                         pending.state = State.DONE

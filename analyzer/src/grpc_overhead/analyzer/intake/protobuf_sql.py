@@ -220,9 +220,84 @@ def _enum_name(expression: str, names: tuple[str, ...]) -> str:
     return f"if({inside}, [{listed}][{expression} + 1], '')"
 
 
-def transform_insert(qualified_table: str) -> str:
-    """``INSERT INTO <otel_traces> SELECT ...`` from the staging table, valid spans only."""
+#: The staged requests' storable spans, one row each: ``item`` is (resource index, scope
+#: name, scope version, span), ``intake_seq`` the request. The caller adds the spans' own
+#: validity to its WHERE (``_valid``), after ``resource_ok[item.1]``.
+_STAGED_SPANS = f"""\
+FROM (
+    SELECT
+        intake_seq,
+        arrayMap(rs -> {_attributes("rs.resource.attributes")}, resource_spans) AS resource_maps,
+        arrayMap(rs -> {_storable("rs.resource.attributes")}, resource_spans) AS resource_ok,
+        arrayFlatten(arrayMap((rs, r) -> arrayMap(ss -> arrayMap(
+            sp -> (r, ss.scope.name, ss.scope.version, sp), ss.spans), rs.scope_spans),
+            resource_spans, arrayEnumerate(resource_spans))) AS spans
+    FROM {STAGING_TABLE}
+    WHERE has({{kept:Array(UInt64)}}, intake_seq)
+)
+ARRAY JOIN spans AS item
+WHERE resource_ok[item.1] AND {_valid("item.4")}"""
+
+_TRACE_ID = _hex_id("item.4.trace_id", 16)
+_SPAN_ID = _hex_id("item.4.span_id", 8)
+#: A span's identity: trace id, span id and start time (a retry repeats all three).
+_SPAN_KEY = f"concat({_TRACE_ID}, {_SPAN_ID}, toString(toInt64(item.4.start_time_unix_nano)))"
+
+
+#: The kept staged spans' identities, written once per batch and read by ``duplicates_query``
+#: (a CTE would parse the staged requests again for every reference).
+SPAN_KEYS_TABLE = "grpc_overhead_intake_span_keys"
+CREATE_SPAN_KEYS = (
+    f"CREATE TEMPORARY TABLE IF NOT EXISTS {SPAN_KEYS_TABLE} "
+    "(trace String, span String, start_ns Int64, seq UInt64)"
+)
+TRUNCATE_SPAN_KEYS = f"TRUNCATE TABLE {SPAN_KEYS_TABLE}"
+#: Spans without a trace or span id are never duplicates of one another.
+STAGE_SPAN_KEYS = f"""\
+INSERT INTO {SPAN_KEYS_TABLE}
+SELECT {_TRACE_ID} AS trace, {_SPAN_ID} AS span,
+    toInt64(item.4.start_time_unix_nano) AS start_ns, intake_seq AS seq
+{_STAGED_SPANS}
+AND trace != '' AND span != ''"""
+
+
+def duplicates_query(qualified_table: str) -> str:
+    """The staged spans (``STAGE_SPAN_KEYS``) already in the table, or staged more than
+    once: (key, copies, seqs, stored), ``key`` as the transform's ``_SPAN_KEY``.
+
+    ``Timestamp`` bounds the look-up to the staged spans' own time range (a retry
+    carries the same start) and ``TraceId`` uses the table's bloom filter index.
+    """
+    start = "fromUnixTimestamp64Nano(start_ns)"
+    return f"""\
+SELECT concat(trace, span, toString(start_ns)) AS key, count() AS copies,
+    groupArray(seq) AS seqs,
+    (trace, span, {start}) IN (
+        SELECT TraceId, SpanId, Timestamp FROM {qualified_table}
+        WHERE Timestamp >= (SELECT fromUnixTimestamp64Nano(min(start_ns)) FROM {SPAN_KEYS_TABLE})
+          AND Timestamp <= (SELECT fromUnixTimestamp64Nano(max(start_ns)) FROM {SPAN_KEYS_TABLE})
+          AND TraceId IN (SELECT trace FROM {SPAN_KEYS_TABLE})
+    ) AS stored
+FROM {SPAN_KEYS_TABLE}
+GROUP BY trace, span, start_ns
+HAVING copies > 1 OR stored
+"""
+
+
+def transform_insert(qualified_table: str, *, once: bool = False) -> str:
+    """``INSERT INTO <otel_traces> SELECT ...`` from the staging table, valid spans only.
+
+    Spans whose ``_SPAN_KEY`` is in ``{stored:Array(String)}`` are left out (a
+    retry of what is stored already: see ``DUPLICATES``); with ``once``, a span staged
+    several times whose key is in ``{repeated:Array(String)}`` is stored once.
+    """
     s = "item.4"
+    key = _SPAN_KEY
+    limit = (
+        f"\nLIMIT 1 BY {key}, if(has({{repeated:Array(String)}}, {key}), 0, rowNumberInAllBlocks())"
+        if once
+        else ""
+    )
     return f"""\
 INSERT INTO {qualified_table} (
     Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName,
@@ -231,8 +306,8 @@ INSERT INTO {qualified_table} (
     `Links.SpanId`, `Links.TraceState`, `Links.Attributes`)
 SELECT
     {_TIMESTAMP.format(f"{s}.start_time_unix_nano")},
-    {_hex_id(f"{s}.trace_id", 16)},
-    {_hex_id(f"{s}.span_id", 8)},
+    {_TRACE_ID},
+    {_SPAN_ID},
     {_hex_id(f"{s}.parent_span_id", 8)},
     {s}.trace_state,
     {s}.name,
@@ -252,18 +327,8 @@ SELECT
     arrayMap(l -> {_hex_id("l.span_id", 8)}, {s}.links),
     arrayMap(l -> l.trace_state, {s}.links),
     arrayMap(l -> {_attributes("l.attributes")}, {s}.links)
-FROM (
-    SELECT
-        arrayMap(rs -> {_attributes("rs.resource.attributes")}, resource_spans) AS resource_maps,
-        arrayMap(rs -> {_storable("rs.resource.attributes")}, resource_spans) AS resource_ok,
-        arrayFlatten(arrayMap((rs, r) -> arrayMap(ss -> arrayMap(
-            sp -> (r, ss.scope.name, ss.scope.version, sp), ss.spans), rs.scope_spans),
-            resource_spans, arrayEnumerate(resource_spans))) AS spans
-    FROM {STAGING_TABLE}
-    WHERE has({{kept:Array(UInt64)}}, intake_seq)
-)
-ARRAY JOIN spans AS item
-WHERE resource_ok[item.1] AND {_valid(s)}
+{_STAGED_SPANS}
+AND NOT has({{stored:Array(String)}}, {key}){limit}
 """
 
 

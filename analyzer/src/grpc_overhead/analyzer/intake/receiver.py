@@ -52,6 +52,8 @@ class IntakeStats:
     requests_rejected: int = 0
     requests_refused: int = 0
     spans_inserted: int = 0
+    #: Spans of retries (new bytes, same spans) that were stored already: not stored again.
+    duplicate_spans: int = 0
     batches: int = 0
     failed_batches: int = 0
     pending_bytes: int = 0
@@ -88,6 +90,7 @@ class TraceReceiver:
             snapshot = IntakeStats(**vars(self._stats))
         batch = self.processor.stats
         snapshot.spans_inserted = batch.rows_inserted
+        snapshot.duplicate_spans = batch.duplicate_spans
         snapshot.batches = batch.batches
         snapshot.failed_batches = batch.failed_batches
         snapshot.pending_bytes = self.processor.pending_bytes
