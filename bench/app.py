@@ -310,6 +310,11 @@ def markdown(results: dict[str, Any]) -> str:
             ],
         ),
     ]
+    if fresh.get("stored_without_client_half"):
+        lines.append(
+            f"{fresh['stored_without_client_half']} probe(s) shown but stored without the "
+            "client half (no call end to measure from): left out."
+        )
     if fresh["not_shown_within_s"]["count"]:
         lines.append(
             f"{fresh['not_shown_within_s']['count']} probe(s) not shown within "
