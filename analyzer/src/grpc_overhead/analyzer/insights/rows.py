@@ -1,4 +1,8 @@
-"""The per-call source the Overview, Phases and Payload insights aggregate.
+"""The per-call source every chart page aggregates (``rows_for``).
+
+Settled minutes come from ``grpc_settled_calls`` (``call_rollup``: the same rows,
+stored by the settle), so only the unsettled rest is merged and computed: at 1 M
+calls that is what brought the pages' queries from 0.9-3.9 s to 0.2-0.6 s.
 
 ``phases.per_call_sql`` always estimates clock offsets (a second pass over
 every call, plus a scalar subquery) to correct the one-way phases. These pages
