@@ -146,7 +146,7 @@ def generate(store: Store, calls: int) -> None:
     """``calls`` calls as the view writes them: per chunk of consecutive calls (one
     minute at 1k calls/s), one INSERT of client halves, then one of server halves, in
     time order, so parts hold contiguous time ranges as in a live store."""
-    for table in ("grpc_calls", "grpc_phase_rollup", "grpc_offset_rollup"):
+    for table in ("grpc_calls", "grpc_phase_rollup", "grpc_offset_rollup", "grpc_settled_calls"):
         store.command(f"TRUNCATE TABLE IF EXISTS {table}")
     for offset in range(0, calls, _CHUNK):
         count = min(_CHUNK, calls - offset)

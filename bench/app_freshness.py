@@ -92,11 +92,14 @@ def freshness(probes: int, timeout_s: float = 60.0) -> dict[str, Any]:
     ends = _client_ends(directory / "store")
     shutil.rmtree(directory, ignore_errors=True)
     by_mode: dict[str, list[float]] = {"reload": [], "auto-refresh": []}
-    missing = 0
+    missing = no_client_half = 0
     for probe in range(probes):
         run = f"fresh-{probe}"
         if run not in shown_at or run not in ends:
             missing += 1
+            continue
+        if not ends[run]:  # stored without its client half: no call end to measure from
+            no_client_half += 1
             continue
         mode, shown = shown_at[run]
         by_mode[mode].append((shown - ends[run]) / 1e9)
@@ -104,6 +107,7 @@ def freshness(probes: int, timeout_s: float = 60.0) -> dict[str, Any]:
         "probes": probes,
         "through_collector": collector is not None,
         "not_shown_within_s": {"count": missing, "timeout_s": timeout_s},
+        "stored_without_client_half": no_client_half,
         "modes": {
             mode: {
                 "median_s": _round(median(values)),

@@ -341,7 +341,13 @@ def analysis_store(directory: Any) -> Iterator[Store]:
 
 def clear(store: Store) -> Store:
     """Empty every table (a module's store is shared by its tests)."""
-    for table in ("otel_traces", "grpc_calls", "grpc_phase_rollup", "grpc_offset_rollup"):
+    for table in (
+        "otel_traces",
+        "grpc_calls",
+        "grpc_phase_rollup",
+        "grpc_offset_rollup",
+        "grpc_settled_calls",
+    ):
         store.command(f"TRUNCATE TABLE IF EXISTS {table}")
     return store
 

@@ -100,3 +100,11 @@ def test_empty_store_still_answers(served_store):
     at = run_sql("SELECT count() AS n FROM grpc_calls")
     assert not at.exception
     assert at.dataframe[0].value["n"].tolist() == [0]
+
+
+def test_the_caption_points_to_the_phase_view_not_final(served_store):
+    seed(served_store, calls=1)
+    at = run_page("sql_console")
+    caption = " ".join(element.value for element in at.caption)
+    assert "`grpc_call_phases`" in caption and "no `FINAL` needed" in caption
+    assert "read it with `FINAL`" not in caption

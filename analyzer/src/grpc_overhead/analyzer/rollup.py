@@ -17,6 +17,10 @@ states:
   and the last minutes) in one query.
 * ``grpc_offset_rollup`` (MergeTree, key ``window_start_ns, client_domain,
   server_domain``): each minute's clock-offset estimate per domain pair.
+* ``grpc_settled_calls`` (``call_rollup``): each settled call's merged row with
+  its phases computed, which the app's pages read instead of merging halves.
+  The layout is versioned (``call_rollup.ROLLUP_VERSION``): rollups of another
+  version are dropped and rebuilt from the calls.
 
 Rollups assume the default clock options (60 s windows, host domains); a
 report with other options computes everything raw. ``settle`` advances a
@@ -54,6 +58,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer import call_rollup
 from grpc_overhead.analyzer.calls import (
     CALL_START,
     HALF_MARGIN_NS,
@@ -161,10 +166,14 @@ def create_arrivals_sql(options: CallsOptions) -> list[str]:
 
 
 def create_rollups(store: Store, options: CallsOptions | None = None) -> None:
-    """Create the rollup tables and the arrival log if missing (idempotent)."""
+    """Create the rollup tables and the arrival log if missing (idempotent); rollups
+    made by another ``call_rollup.ROLLUP_VERSION`` are dropped first, to be rebuilt."""
     options = options or CallsOptions()
+    rollups = [options.rollup_table, options.offset_rollup_table, call_rollup.SETTLED_CALLS_TABLE]
+    call_rollup.ensure_version(store, options, rollups)
     for statement in create_rollup_tables_sql(options) + create_arrivals_sql(options):
         store.command(statement)
+    call_rollup.create_settled_calls(store, options)
 
 
 def settled_until(store: Store, options: CallsOptions | None = None) -> int:
@@ -282,7 +291,8 @@ def _roll(store: Store, options: CallsOptions, start: int, end: int) -> None:
     offsets, phases = settle_sql(options)
     parameters = _settle_parameters(start, end)
     store.command(offsets, parameters)
-    store.command(phases, parameters)
+    call_rollup.insert_settled_calls(store, options, parameters)
+    store.command(phases, parameters)  # last: its marker row moves the watermark
 
 
 def late_minutes(
@@ -334,6 +344,7 @@ def reroll_late_minutes(
                 f"DELETE FROM {options.qualified(options.offset_rollup_table)} WHERE {window}",
                 parameters,
             )
+            call_rollup.delete_settled_calls(store, options, parameters)
             _roll(store, options, start, end)
     return len(minutes)
 

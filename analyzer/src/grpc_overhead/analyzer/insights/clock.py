@@ -16,6 +16,7 @@ from datetime import datetime
 
 import pandas as pd
 
+from grpc_overhead.analyzer import call_rollup
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
     CallFilters,
@@ -31,8 +32,9 @@ from grpc_overhead.analyzer.clock_offsets import (
     window_sources,
 )
 from grpc_overhead.analyzer.insights.instances import phase
+from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phases import per_call_sql
-from grpc_overhead.analyzer.rollup import settled_range
+from grpc_overhead.analyzer.rollup import settled_range, settled_until
 from grpc_overhead.analyzer.store.base import Store
 
 #: Windows shown per pair at most (the most recent); 10 080 = a week of minutes.
@@ -121,16 +123,17 @@ def window_calls(
     """
     options = options or CallsOptions()
     network = " OR ".join(phase(name).defined for name in ("request_network", "response_network"))
+    # Windows and domains only (no offset): stored rows of settled minutes, the rest raw.
+    rows, bound = rows_for(store, filters, options, clock=False, clock_options=clock)
     sql = (
-        f"WITH\n{merged_cte(options)}\n"
         "SELECT any(client_domain) AS client_host, any(server_domain) AS server_host,\n"
         "    fromUnixTimestamp64Nano(any(window_start_ns), 'UTC') AS window_start,\n"
         "    count() AS calls,\n"
         f"    countIf(NOT same_domain AND ({network})) AS network_calls\n"
-        f"FROM merged\nWHERE {CALL_FILTER}\nGROUP BY window_key\n"
+        f"FROM ({rows})\nGROUP BY window_key\n"
         "ORDER BY client_host, server_host, window_start"
     )
-    return store.query(sql, query_parameters(filters, clock), readonly=True)[list(COUNT_COLUMNS)]
+    return store.query(sql, bound, readonly=True)[list(COUNT_COLUMNS)]
 
 
 PAIR_COLUMNS = (
@@ -242,12 +245,21 @@ def corrected_calls(
     options = options or CallsOptions()
     clock = clock or ClockOptions()
     parameters = query_parameters(filters, clock)
+    source = per_call_sql(options)
     if window_start is not None:
         window_ns = clock.parameters()["window_ns"]
         start = unix_ns(window_start) // window_ns * window_ns
         since = max(parameters["since_ns"], start)
         until = min(parameters["until_ns"], start + window_ns)
         parameters.update(time_parameters(since, max(until, since)))
+        if _whole_settled_window(store, clock, since, until, start, window_ns, options):
+            # Stored rows of a settled minute, those its own estimate corrected: a
+            # one-window computation corrects exactly these, with the same estimate.
+            source = (
+                f"SELECT * FROM {options.qualified(call_rollup.SETTLED_CALLS_TABLE)}"
+                " WHERE call_start_ns >= {since_ns:Int64} AND call_start_ns < {until_ns:Int64}"
+                f" AND {CALL_FILTER} AND NOT isNaN(own_window_offset_ns)"
+            )
     pair = "concat(client_domain, ' → ', server_domain)"
     sql = (
         "SELECT fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start, TraceId AS trace_id,"
@@ -263,10 +275,27 @@ def corrected_calls(
         " AS response_network_raw_us,\n"
         "    if(response_network_corrected_defined, response_network_corrected_value / 1000,"
         " NULL) AS response_network_corrected_us\n"
-        f"FROM ({per_call_sql(options)})\n"
+        f"FROM ({source})\n"
         "WHERE client_domain != server_domain AND clock_defined"
         " AND (request_network_defined OR response_network_defined)\n"
         "ORDER BY call_start_ns DESC LIMIT {limit:UInt32}"
     )
     parameters["limit"] = max(int(limit), 0)
     return store.query(sql, parameters, readonly=True)[list(CORRECTED_CALL_COLUMNS)]
+
+
+def _whole_settled_window(
+    store: Store,
+    clock: ClockOptions,
+    since: int,
+    until: int,
+    start: int,
+    window_ns: int,
+    options: CallsOptions,
+) -> bool:
+    """The filters keep the whole window, which the stored rows' estimates cover."""
+    if clock != ClockOptions() or (since, until) != (start, start + window_ns):
+        return False
+    if not call_rollup.has_settled_calls(store, options):
+        return False
+    return until <= settled_until(store, options)

@@ -145,13 +145,14 @@ def phase_histogram(
         f"toUInt32(least(greatest(floor(log(greatest({value}, {{low:Float64}}) / {{low:Float64}})"
         " / log({high:Float64} / {low:Float64}) * {bins:UInt32}), 0.), {bins:UInt32} - 1.))"
     )
+    rows, bound = rows_for(store, filters, options)
     sql = (
-        f"SELECT {index} AS bin, count() AS calls\nFROM ({rows_for(store, filters, options)})\n"
+        f"SELECT {index} AS bin, count() AS calls\nFROM ({rows})\n"
         f"WHERE {phase}_defined\nGROUP BY bin ORDER BY bin"
     )
     found = store.query(
         sql,
-        {**parameters(filters), "low": float(low_us), "high": float(high_us), "bins": int(bins)},
+        {**bound, "low": float(low_us), "high": float(high_us), "bins": int(bins)},
         readonly=True,
     )
     counts = np.zeros(bins, dtype="int64")
@@ -282,15 +283,16 @@ def tail(
         f" AND ({duration} >= {{t_tail:Int64}}"
         f" OR ({duration} >= {{t_low:Int64}} AND {duration} <= {{t_high:Int64}}))"
     )
+    rows, rows_bound = rows_for(store, filters, options, keys=keys)
     sql = (
         "SELECT multiIf(total_value >= {t_tail:Int64}, 'slowest',"
         " total_value >= {t_low:Int64} AND total_value <= {t_high:Int64}, 'median', '')"
         " AS band,\n    count() AS calls, {t_tail:Int64} / 1000 AS slowest_from_us,\n    "
         + ",\n    ".join(means)
-        + f"\nFROM ({rows_for(store, filters, options, keys=keys)})\n"
+        + f"\nFROM ({rows})\n"
         "WHERE unattributed_defined AND band != ''\nGROUP BY band"
     )
-    found = store.query(sql, bound, readonly=True)
+    found = store.query(sql, {**bound, **rows_bound}, readonly=True)
     bands = {row["band"]: row for row in found.to_dict("records")}
     if "slowest" not in bands or "median" not in bands:
         return pd.DataFrame(columns=list(TAIL_COLUMNS))

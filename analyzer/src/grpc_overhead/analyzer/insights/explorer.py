@@ -20,8 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer import call_rollup
 from grpc_overhead.analyzer.calls import (
-    CALL_FILTER,
     COLUMNS,
     HALF_MARGIN_NS,
     INT64_MAX,
@@ -30,20 +30,21 @@ from grpc_overhead.analyzer.calls import (
     calls_source,
     time_parameters,
 )
-from grpc_overhead.analyzer.clock_offsets import ClockOptions, merged_cte, query_parameters
+from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.call_tables import COARSE_PHASES as COARSE_PHASES
 from grpc_overhead.analyzer.insights.call_tables import ONE_WAY as ONE_WAY
 from grpc_overhead.analyzer.insights.call_tables import event_table as event_table
 from grpc_overhead.analyzer.insights.call_tables import phase_table as phase_table
+from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phases import (
     ALL_PHASES,
     CALL_IDENTITY,
     CONSECUTIVE_PHASES,
     PHASES,
     per_call_sql,
-    unclocked_calls,
 )
+from grpc_overhead.analyzer.rollup import settled_until
 from grpc_overhead.analyzer.store.base import Store
 
 ORDERS = {
@@ -70,21 +71,6 @@ FOUND_COLUMNS = (
     "request_bytes",
     "response_bytes",
 )
-
-
-def _phase_columns(names: tuple[str, ...]) -> list[str]:
-    """``{name}_value``/``{name}_defined`` of every phase up to the last one named (later
-    phases may refer to earlier ones), without the clock-corrected ones."""
-    last = max(ALL_PHASES.index(name) for name in names)
-    columns = []
-    for phase in PHASES[: last + 1]:
-        if "clock" in phase.defined:
-            continue
-        columns += [
-            f"{phase.value} AS {phase.name}_value",
-            f"{phase.defined} AS {phase.name}_defined",
-        ]
-    return columns
 
 
 def find_calls(
@@ -116,8 +102,9 @@ def find_calls(
     phases_us = [
         f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in FOUND_PHASES
     ]
+    # Phases that need no clock estimate: stored rows of settled minutes, the rest raw.
+    rows, bound = rows_for(store, filters, options, clock=False)
     sql = (
-        f"WITH\n{merged_cte(options)}\n"
         "SELECT fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start,"
         " TraceId AS trace_id, ClientSpanId AS client_span_id, service, method, run_id,"
         " client_host, server_instance, server_host,"
@@ -125,10 +112,8 @@ def find_calls(
         + ",\n    ".join(phases_us)
         + ",\n    request_uncompressed_bytes AS request_bytes,"
         " response_uncompressed_bytes AS response_bytes\n"
-        "FROM (\n    SELECT *,\n        "
-        + ",\n        ".join(_phase_columns(FOUND_PHASES))
-        + ",\n        if(total_defined, total_value, NULL) AS total_ns\n"
-        f"    FROM {unclocked_calls(CALL_FILTER)}\n"
+        "FROM (\n    SELECT *, if(total_defined, total_value, NULL) AS total_ns\n"
+        f"    FROM ({rows})\n"
         "    WHERE ({trace_id:String} = '' OR TraceId = {trace_id:String})\n"
         ")\nWHERE ({min_total_ns:Int64} = -1"
         " OR (total_defined AND total_value >= {min_total_ns:Int64}))"
@@ -137,7 +122,7 @@ def find_calls(
         f"\nORDER BY {ORDERS[order]}\nLIMIT {{limit:UInt64}}"
     )
     parameters = {
-        **query_parameters(filters, None),
+        **bound,
         "trace_id": normalize_trace_id(trace_id) if trace_id else "",
         "min_total_ns": -1 if min_total_us is None else round(min_total_us * 1000),
         "max_total_ns": -1 if max_total_us is None else round(max_total_us * 1000),
@@ -250,25 +235,53 @@ def call_summary(
     if found is None:
         return pd.DataFrame({column: [] for column in SUMMARY_COLUMNS})
     span, start_ns = found
+    bound = _window_parameters(start_ns, clock, trace_id, span)
+    if clock == ClockOptions() and _is_settled(store, start_ns, options):
+        # A key lookup in the stored rows, where the call's own window (or one shared
+        # clock) gave its offset: exactly what the window's raw computation gives.
+        stored = (
+            f"SELECT * FROM {options.qualified(call_rollup.SETTLED_CALLS_TABLE)}"
+            " WHERE call_start_ns = {start_ns:Int64}"
+        )
+        frame = store.query(
+            _summary_sql(stored)
+            + " AND (client_domain = server_domain OR NOT isNaN(own_window_offset_ns))",
+            {**bound, "start_ns": start_ns},
+            readonly=True,
+        )
+        if not frame.empty:
+            return frame[list(SUMMARY_COLUMNS)]
+    frame = store.query(_summary_sql(per_call_sql(options)), bound, readonly=True)
+    return frame[list(SUMMARY_COLUMNS)]
+
+
+def _is_settled(store: Store, start_ns: int, options: CallsOptions) -> bool:
+    """Whether the call's minute is in ``grpc_settled_calls``."""
+    if not call_rollup.has_settled_calls(store, options):
+        return False
+    return start_ns < settled_until(store, options)
+
+
+def _summary_sql(source: str) -> str:
+    """``call_summary``'s select over ``source`` (``per_call_sql`` rows, with the clock)."""
     phases_us = [
         f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in ALL_PHASES
     ]
-    sql = (
+    return (
         "SELECT TraceId AS trace_id, ClientSpanId AS client_span_id,"
         " ServerSpanId AS server_span_id,"
         f" fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start, {', '.join(CALL_IDENTITY)},"
-        f" status_code, client_domain, server_domain, {', '.join(SOURCE_COLUMNS)},\n"
+        " if(client_status_code >= 0, client_status_code, server_status_code) AS status_code,"
+        f" client_domain, server_domain, {', '.join(SOURCE_COLUMNS)},\n"
         "    if(clock_defined, clock_offset_ns / 1000, NULL) AS clock_offset_us,\n"
         "    if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us,\n"
         "    multiIf(client_domain = server_domain, 'same clock',"
         " NOT isNaN(own_window_offset_ns), 'own window',"
         " NOT isNaN(pair_offset_ns), 'pair', 'none') AS clock_estimate,\n    "
         + ",\n    ".join(phases_us)
-        + f"\nFROM ({per_call_sql(options)})\n"
+        + f"\nFROM ({source})\n"
         "WHERE TraceId = {trace_id:String} AND ClientSpanId = {span:String}"
     )
-    frame = store.query(sql, _window_parameters(start_ns, clock, trace_id, span), readonly=True)
-    return frame[list(SUMMARY_COLUMNS)]
 
 
 # -- the waterfall -------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ from grpc_overhead.analyzer.calls import (
     CallFilters,
     CallsOptions,
 )
-from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
+from grpc_overhead.analyzer.clock_offsets import query_parameters
+from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phases import PHASES, QUANTILE_FUNCTION, Phase
 from grpc_overhead.analyzer.store.base import Store
 
@@ -116,8 +117,9 @@ def instance_load(
     span = time_span(store, filters, options)
     step_s = bucket_seconds(*span, target=buckets) if span else 60
     total, server = phase("total"), phase("server_duration")
+    # No one-way phase here: the raw part needs no clock estimate.
+    rows, bound = rows_for(store, filters, options, clock=False)
     sql = (
-        f"WITH\n{merged_cte(options)}\n"
         "SELECT multiIf(grouping(dialled) = 0, 'overlap', grouping(bucket_ns) = 0, 'bucket',"
         " 'instance') AS level, bucket_ns, instance, server_group, dialled,"
         " any(server_host) AS host, any(server_service) AS server_service, count() AS calls,\n    "
@@ -134,14 +136,14 @@ def instance_load(
         "FROM (\n    SELECT *,"
         " intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64} AS bucket_ns,"
         f" {INSTANCE} AS instance, {SERVER_GROUP} AS server_group, server_address AS dialled\n"
-        f"    FROM merged WHERE {CALL_FILTER}\n)\n"
+        f"    FROM ({rows})\n)\n"
         "GROUP BY GROUPING SETS\n"
         "    ((bucket_ns, instance), (instance), (bucket_ns, instance, server_group, dialled))\n"
         "ORDER BY level DESC, bucket_ns, calls DESC, instance\n"
         "LIMIT {max_rows:UInt32}"
     )
     parameters: dict[str, Any] = {
-        **query_parameters(filters, None),
+        **bound,
         "bucket_ns": step_s * 1_000_000_000,
         "max_rows": MAX_INSTANCES * (buckets * 4 + 1),
     }

@@ -29,7 +29,6 @@ from grpc_overhead.analyzer.insights.rows import (
     SERVER_ONLY,
     STACKED_PHASES,
     bucket_seconds,
-    parameters,
     rows_for,
     time_span,
 )
@@ -84,6 +83,7 @@ def overview(
             return f"avgIf(toFloat64({expression}), {COMPLETE}) / 1000"
         return f"{QUANTILE_FUNCTION}If(0.5)(toFloat64({expression}), {COMPLETE})[1] / 1000"
 
+    rows, bound = rows_for(store, filters, options)
     network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
     sql = (
         "SELECT multiIf(grouping(status_code) = 0, 'status', grouping(service) = 0, 'method',"
@@ -111,14 +111,12 @@ def overview(
         f"    avgIf({overhead}, network_overhead_defined) AS overhead_mean_us\n"
         "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
         f" AS bucket_ns, {CALL_STATUS} AS status_code"
-        f" FROM ({rows_for(store, filters, options)}))\n"
+        f" FROM ({rows}))\n"
         "GROUP BY GROUPING SETS\n"
         "    ((), (service, method), (bucket_ns), (service, method, status_code))\n"
         "ORDER BY level, calls DESC, service, method, bucket_ns"
     )
-    frame = store.query(
-        sql, {**parameters(filters), "bucket_ns": step_s * 1_000_000_000}, readonly=True
-    )
+    frame = store.query(sql, {**bound, "bucket_ns": step_s * 1_000_000_000}, readonly=True)
     frame = frame[(frame["calls"] > 0) | (frame["level"] == ALL)].reset_index(drop=True)
     frame["bucket_s"] = step_s
     frame["total_p50_us"] = [

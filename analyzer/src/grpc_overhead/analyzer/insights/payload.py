@@ -32,7 +32,6 @@ from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.rows import (
     STACKED_PHASES,
     halves,
-    parameters,
     rows_for,
 )
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, QUANTILE_FUNCTION
@@ -146,19 +145,20 @@ def by_algorithm(
         "total_mean_ns / 1000 AS total_mean_us",
         *(f"{name}_ns / 1000 AS {name}_us" for name in STACKED_PHASES),
     ]
+    rows, bound = rows_for(store, filters, options)
     sql = (
         "SELECT if(grouping(algorithm) = 1, {all:String}, algorithm) AS label,"
         " if(grouping(service) = 0, 'method', 'all') AS scope,"
         " service, method, run_id,\n    "
         + ",\n    ".join(merged)
         + f"\nFROM (\nSELECT service, method, run_id, algorithm,\n    {states}\n"
-        f"FROM ({rows_for(store, filters, options)})\n"
+        f"FROM ({rows})\n"
         "GROUP BY service, method, run_id, algorithm\n)\n"
         "GROUP BY GROUPING SETS ((), (algorithm), (service, method, run_id),"
         " (service, method, run_id, algorithm))\n"
         "ORDER BY scope, grouping(algorithm) DESC, calls DESC, service, method, run_id, label"
     )
-    frame = store.query(sql, {**parameters(filters), "all": ALL}, readonly=True)
+    frame = store.query(sql, {**bound, "all": ALL}, readonly=True)
     frame = frame.rename(columns={"label": "algorithm"})
     return frame[frame["calls"] > 0].reset_index(drop=True)
 
@@ -295,17 +295,16 @@ def payload_sample(
     phases = [
         f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in FITTED_PHASES
     ]
+    rows, bound = rows_for(store, filters, options)
     sql = (
         "SELECT service, method, algorithm,\n"
         f"    {REQUEST_BYTES} AS request_bytes, {RESPONSE_BYTES} AS response_bytes,\n    "
         + ",\n    ".join(phases)
-        + f"\nFROM ({rows_for(store, filters, options)})\n"
+        + f"\nFROM ({rows})\n"
         "WHERE cityHash64(TraceId, ClientSpanId) % {modulo:UInt64} = 0\n"
         "ORDER BY cityHash64(TraceId, ClientSpanId)\nLIMIT {limit:UInt32}"
     )
-    frame = store.query(
-        sql, {**parameters(filters), "limit": int(limit), "modulo": modulo}, readonly=True
-    )
+    frame = store.query(sql, {**bound, "limit": int(limit), "modulo": modulo}, readonly=True)
     for name in FITTED_PHASES:
         frame[f"{name}_us"] = frame[f"{name}_us"].astype("float64")
     return frame[list(SAMPLE_COLUMNS)]

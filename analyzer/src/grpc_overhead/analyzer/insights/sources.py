@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
-from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.span_sources import A72, A72_JAVA, OURS, SEMCONV, SOURCES, SPANS_ONLY
 from grpc_overhead.analyzer.store.base import Store
 
@@ -140,16 +140,17 @@ def source_table() -> pd.DataFrame:
 def source_mix(
     store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
 ) -> pd.DataFrame:
-    """Calls per (client source, server source, languages, scopes) among the filtered calls."""
+    """Calls per (client source, server source, languages, scopes) among the filtered calls
+    (settled minutes from their stored rows: ``rows.rows_for``)."""
+    rows, bound = rows_for(store, filters, options, clock=False)
     sql = (
-        f"WITH {merged_cte(options or CallsOptions())}\n"
         "SELECT client_source, server_source, client_language, server_language,"
         " client_scope, server_scope, count() AS calls\n"
-        f"FROM merged WHERE {CALL_FILTER}\n"
+        f"FROM ({rows})\n"
         "GROUP BY client_source, server_source, client_language, server_language,"
         " client_scope, server_scope\nORDER BY calls DESC"
     )
-    return store.query(sql, query_parameters(filters, None), readonly=True)
+    return store.query(sql, bound, readonly=True)
 
 
 def unavailable_phases(mix: pd.DataFrame) -> pd.DataFrame:

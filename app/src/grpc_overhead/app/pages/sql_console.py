@@ -25,8 +25,10 @@ def use_example() -> None:
 
 
 st.caption(
-    "ClickHouse SQL over `otel_traces` (spans as the collector's exporter writes them) and "
-    "`grpc_calls` (one row per call; read it with `FINAL`). Read-only, enforced by the "
+    "ClickHouse SQL over `grpc_call_phases` (one row per call, every phase as `<phase>_us` in "
+    "µs, NULL where undefined; no `FINAL` needed), `otel_traces` (spans as the collector's "
+    "exporter writes them) and `grpc_calls` (the raw call halves, merged only with `FINAL`). "
+    "Read-only, enforced by the "
     f"engine, with limits ({console.PAGE_LIMITS.describe()}): statements that change data, "
     "settings or other queries are refused, and a query stops when you leave the page."
 )
