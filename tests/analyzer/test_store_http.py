@@ -3,6 +3,8 @@ exactly as it reads chDB (a real interface on a real chDB store, no stand-ins)."
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 import time
 from collections.abc import Iterator
@@ -95,3 +97,22 @@ def test_credentials_and_reachability_are_store_unavailable(interface):
         ClickHouseHttpStore(interface.url, user="u", password="wrong")
     with pytest.raises(StoreUnavailable, match="cannot reach"):
         open_store(None, "http://127.0.0.1:9")
+
+
+def test_a_busy_process_with_descriptors_above_1023_still_answers(reader, store):
+    """CI's whole suite holds over a thousand open files: a connection's descriptor above
+    1023 once made every query look abandoned (select() refuses such descriptors)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.dup(0))
+        for pair in seed.calls_across_hosts(2, server_offset=0, request_network=100 * seed.US,
+                                            response_network=100 * seed.US):  # fmt: skip
+            seed.insert_spans(store, pair)
+        assert phase_breakdown(reader).equals(phase_breakdown(store))
+    finally:
+        for descriptor in held:
+            os.close(descriptor)

@@ -152,11 +152,16 @@ class _Handler(BaseHTTPRequestHandler):
         """True once the client closed its end (a readable socket with nothing to read)."""
         connection = self.connection
         try:
-            readable, _, _ = select.select([connection], [], [], 0)
-            if not readable:
+            # poll, not select: select refuses descriptors above 1023 (ValueError), which a
+            # busy process reaches, and every query would then look abandoned.
+            poller = select.poll()
+            poller.register(connection, select.POLLIN | select.POLLHUP | select.POLLERR)
+            if not poller.poll(0):
                 return False
-            return connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
+            return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
             return True
 
     def _send(self, answer: Answer, send_body: bool) -> None:
