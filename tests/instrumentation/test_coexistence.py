@@ -69,7 +69,8 @@ def test_their_spans_fold_into_ours_in_one_trace(
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     target = f"127.0.0.1:{port}"
-    raw = grpc.insecure_channel(target)
+    sent = _SentHeaders()
+    raw = grpc.intercept_channel(grpc.insecure_channel(target), sent)  # innermost: what grpcio gets
     theirs_client = client_interceptor(tracer_provider=provider)
     if client_outside == "theirs":
         ours = instrument_channel(raw, target, pipeline=captured.pipeline)
@@ -90,6 +91,9 @@ def test_their_spans_fold_into_ours_in_one_trace(
         channel.close()
         server.stop(0)
 
+    # One traceparent per request (W3C), whichever instrumentation is inside. (grpcio's
+    # own server keeps only the last of several; other servers may see them all.)
+    assert [key for key, _ in sent.metadata if key == "traceparent"] == ["traceparent"]
     their_spans = exporter.get_finished_spans()
     assert len(their_spans) == 2
     ours_by_kind = {our_client.kind.name: our_client, our_server.kind.name: our_server}
@@ -112,6 +116,21 @@ def test_their_spans_fold_into_ours_in_one_trace(
     # Nothing stays current in the caller once the call is over (their streaming
     # generator restores the context it found: ours must be gone by then).
     assert not trace.get_current_span().get_span_context().is_valid
+
+
+class _SentHeaders(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """The metadata of the last call as the instrumentations hand it to grpcio."""
+
+    def __init__(self) -> None:
+        self.metadata: tuple = ()
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        self.metadata = tuple(client_call_details.metadata or ())
+        return continuation(client_call_details, request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        self.metadata = tuple(client_call_details.metadata or ())
+        return continuation(client_call_details, request)
 
 
 def _ours(captured):

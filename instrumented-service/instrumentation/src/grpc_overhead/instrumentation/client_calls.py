@@ -41,6 +41,18 @@ Metadata = tuple[tuple[str, str | bytes], ...]
 _LONGEST_TIMEOUT_S = 27_000 * 3600
 
 
+def _with_trace_context(metadata: Any, ours: Metadata) -> Metadata:
+    """The call's metadata with our headers last and no other ``traceparent``.
+
+    An instrumentation wrapping ours (opentelemetry-instrumentation-grpc's client
+    interceptor outside) has put its own in already; W3C allows one per request, and
+    ours is the span the server's halves must hang under.
+    """
+    if not metadata:
+        return ours
+    return tuple(item for item in metadata if item[0] != TRACEPARENT_HEADER) + ours
+
+
 def start_client_call(
     recorder: Recorder,
     target: str,
@@ -70,7 +82,7 @@ def start_client_call(
     sampled = recorder.sampler.should_sample(trace_id, parent_sampled)
     if not sampled:  # trace context only: no timestamps kept, no record, no span
         traceparent = ((TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, False)),)
-        return None, tuple(metadata) + traceparent if metadata else traceparent
+        return None, _with_trace_context(metadata, traceparent)
     attributes = CALL_ATTRIBUTES.get()
     run_id = attributes.get(RUN_ID) if attributes else None
     run_id = run_id or recorder.run_id
@@ -80,7 +92,7 @@ def start_client_call(
     )
     if run_id:
         ours += ((RUN_ID_HEADER, str(run_id)),)
-    outgoing = tuple(metadata) + ours if metadata else ours
+    outgoing = _with_trace_context(metadata, ours)
     record = CallRecord(
         recorder, True, method, call_type, trace_id, span_id, parent_span_id, started
     )
