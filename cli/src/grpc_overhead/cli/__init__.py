@@ -12,7 +12,9 @@ chDB or Streamlit.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 
 # sub-command -> (module with main(argv), one-line help)
@@ -62,6 +64,38 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         raise
     try:
-        return int(module.main(rest) or 0)
+        code = int(module.main(rest) or 0)
+        sys.stdout.flush()  # a write error shows here, not in the interpreter's exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except OSError as error:
+        if error.errno not in _OUTPUT_ERRORS:
+            raise
+        return _output_failed(name, error)
+
+
+#: Failures of writing the output (``| head`` closing the pipe, a full disk), not of the command.
+_OUTPUT_ERRORS = (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+#: What a shell reports for a process that SIGPIPE ended (``yes | head`` has it too).
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+def _output_failed(name: str, error: OSError) -> int:
+    """The reader went away (``| head``) or the output cannot be written (disk full).
+
+    Python turns SIGPIPE into ``BrokenPipeError`` and a full disk into ``OSError`` at the
+    next write or flush, which would end in a traceback, and again at exit when the
+    interpreter flushes stdout: point stdout at /dev/null so that flush stays quiet.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+    if error.errno == errno.EPIPE:
+        return EXIT_BROKEN_PIPE  # the reader has what it wanted: nothing to say
+    print(f"grpc-overhead {name}: cannot write the output: {error.strerror}", file=sys.stderr)
+    return 1
