@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.cli import sql as sql_command
 from grpc_overhead.cli.processes import free_port
 from tests.analyzer.otlp_requests import request, span, stub
+from tests.analyzer.seed import insert_spans, synthetic_call
 
 pytestmark = pytest.mark.e2e
 
@@ -57,6 +59,43 @@ def test_sql_formats(store_dir: str, capsys: pytest.CaptureFixture) -> None:
     ]
     assert sql_command.main([query, "--store", store_dir, "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "SpanName,SpanKind,m"
+
+
+def test_sql_makes_the_phase_view_a_store_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A store with calls but without ``grpc_call_phases`` (an older version's, or one a
+    benchmark seeded) answers the README's first query instead of UNKNOWN_TABLE."""
+    directory = str(tmp_path / "old")
+    with open_store(directory) as store:
+        create_schema(store)
+        create_calls(store)  # the calls, not the view
+        insert_spans(store, synthetic_call())
+    assert (
+        sql_command.main(["SELECT count() AS n FROM grpc_call_phases", "--store", directory]) == 0
+    )
+    assert capsys.readouterr().out.split() == ["n", "1"]
+
+
+def test_sql_on_a_store_with_nothing_says_how_the_view_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "empty").mkdir()
+    query = "SELECT count() FROM grpc_call_phases"
+    assert sql_command.main([query, "--store", str(tmp_path / "empty")]) == 1
+    assert "run `grpc-overhead report` on this store once" in capsys.readouterr().err
+
+
+def test_sql_refuses_a_store_that_is_not_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A typo in --store is an error, not a new empty store read as if it were the real one."""
+    missing, a_file = tmp_path / "typo", tmp_path / "file"
+    a_file.write_text("")
+    for where in (missing, a_file):
+        assert sql_command.main(["SELECT 1", "--store", str(where)]) == 2
+        assert f"no store at {where}" in capsys.readouterr().err
+    assert not missing.exists()
 
 
 def _serve(directory: str, port: int) -> subprocess.Popen:

@@ -26,7 +26,7 @@ from typing import Any
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
-from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.base import Store, table_exists
 
 PHASES_VIEW = "grpc_call_phases"
 
@@ -129,6 +129,24 @@ def create_phase_view(store: Store, options: CallsOptions | None = None) -> None
     """Create ``grpc_call_phases``, or replace one an older version made (cheap: a view
     holds no data, and ``CREATE OR REPLACE`` swaps it atomically for readers)."""
     store.command(create_view_sql(options))
+
+
+def ensure_phase_view(store: Store, options: CallsOptions | None = None) -> bool:
+    """Create the view on a store that has ``grpc_calls`` but not the view; True if it is there.
+
+    A store made by an older version, or written by a process that never ran
+    ``create_call_tables`` (a benchmark's seed), has the calls but not this view,
+    and a user's first query of it would fail. The view holds no data, so making
+    it is as cheap as ``report``'s own start. Raises ``QueryError`` where the
+    user may not create it (a read-only ClickHouse user).
+    """
+    options = options or CallsOptions()
+    if table_exists(store, PHASES_VIEW, options.database):
+        return True
+    if not table_exists(store, options.calls_table, options.database):
+        return False
+    create_phase_view(store, options)
+    return True
 
 
 def create_call_tables(

@@ -18,6 +18,7 @@ the engine's text is printed as it is.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -27,12 +28,17 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
-from grpc_overhead.analyzer.phase_view import PHASES_VIEW, view_columns
+from grpc_overhead.analyzer.phase_view import PHASES_VIEW, ensure_phase_view, view_columns
+from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
-from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store
 from grpc_overhead.analyzer.store.base import QueryLimits, output_format
-from grpc_overhead.cli.report import through_serve
+from grpc_overhead.cli.report import _open as open_for_reading
+
+#: ClickHouse's UNKNOWN_TABLE: the code a query of a view the store lacks fails with.
+UNKNOWN_TABLE = 60
 
 EXIT_QUERY = 1
 EXIT_USAGE = 2
@@ -110,11 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("grpc-overhead sql: empty statement", file=sys.stderr)
         return EXIT_USAGE
     try:
-        store = open_store(
-            None if args.clickhouse else (args.store or DEFAULT_STORE_DIR),
-            args.clickhouse,
-            **through_serve(),
-        )
+        # A --store that is no directory is a typo, not a new store to create and read empty.
+        store = open_for_reading(args)
     except AnalyzerError as error:
         print(f"grpc-overhead sql: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -127,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return EXIT_USAGE
         try:
+            _prepare_view(store, sql)
             if args.write:
                 result: Any = store.query(sql)
             else:
@@ -151,6 +155,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         sys.stdout.write(render(result, args.format))
     return 0
+
+
+def _prepare_view(store: Store, sql: str) -> None:
+    """Make ``grpc_call_phases`` for a statement that reads it on a store that lacks it.
+
+    Only where this process may write (its own chDB store, a ClickHouse user allowed
+    DDL): a store read through ``serve`` has it from serve, and a read-only user gets
+    ``explain``'s hint instead.
+    """
+    if PHASES_VIEW not in sql.lower() or not store.backend.writable:
+        return
+    with contextlib.suppress(QueryError):
+        ensure_phase_view(store, CallsOptions.from_schema(SchemaOptions.for_store(store)))
 
 
 def _read(store: Store, sql: str, limits: QueryLimits, stop: threading.Event) -> Any:
@@ -209,6 +226,12 @@ def explain(error: QueryError, *, writable: bool = True) -> str:
         )
     else:
         headline = error.message
+    if error.code == UNKNOWN_TABLE and PHASES_VIEW in error.message:
+        headline += (
+            f"\n  {PHASES_VIEW} is made by `grpc-overhead report` (and serve, app) on a store "
+            "with calls: run `grpc-overhead report` on this store once, as a user allowed "
+            "to create views"
+        )
     return f"grpc-overhead sql: {headline}\n  SQL: {error.sql.strip()}"
 
 
