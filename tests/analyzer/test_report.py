@@ -117,6 +117,8 @@ def test_since_and_until_parsing():
     assert parse_moment("2026-11-21T10:00:00", option="--since").tzinfo is not None
     with pytest.raises(ReportInputError, match="bad --since 'yesterday'"):
         parse_moment("yesterday", option="--since")
+    with pytest.raises(ReportInputError, match="bad --since '99999999d': that is before year 1"):
+        parse_moment("99999999d", option="--since")
 
 
 @pytest.mark.unit
@@ -128,6 +130,12 @@ def test_command_errors_before_opening_a_store(tmp_path, capsys):
     assert f"no store at {missing}" in capsys.readouterr().err
     assert not missing.exists()  # the report never creates a store
     assert main(["--store", str(tmp_path), "--window", "0"]) == 2
+    for window in ("nan", "inf", "1e308"):  # each one a traceback before
+        assert main(["--store", str(tmp_path), "--window", window]) == 2
+        assert f"bad --window {window}" in capsys.readouterr().err.replace("1e+308", "1e308")
+    # Backwards: nothing could match, which looked like a quiet hour (exit 0, empty report).
+    assert main(["--store", str(tmp_path), "--since", "1h", "--until", "2h"]) == 2
+    assert "--since 1h (" in capsys.readouterr().err
 
 
 def calls_with_statuses(store) -> None:
@@ -216,6 +224,10 @@ def test_command_on_a_real_store(module_store, tmp_path):
     result = run_cli("--store", directory, "--format", "csv", "--method", "Get")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("\n") == 1 + len(ALL_PHASES)
+
+    result = run_cli("--store", directory, "--run", "run-2")  # a typo, not an empty report
+    assert result.returncode == 2
+    assert "no calls of run 'run-2'; known runs: run-1" in result.stderr
 
     result = run_cli("--store", directory, "--since", "10m")  # the seeded calls are older
     assert result.returncode == 0 and "no calls match the filters" in result.stdout

@@ -23,7 +23,7 @@ from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.importers.jaeger import API_VERSIONS, JaegerQuery, import_traces
 from grpc_overhead.analyzer.schema import SchemaOptions, create_schema
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
-from grpc_overhead.cli.report import parse_moment
+from grpc_overhead.cli.report import check_range, check_window, parse_moment
 
 EXIT_USAGE = 2
 PROG = "grpc-overhead import jaeger"
@@ -69,9 +69,8 @@ def run(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     since = parse_moment(args.since, option="--since", now=now)
     until = parse_moment(args.until, option="--until", now=now) if args.until else now
-    if args.window <= 0:
-        print(f"{PROG}: bad --window {args.window}: must be positive seconds", file=sys.stderr)
-        return EXIT_USAGE
+    check_range(args, since, until)
+    check_window(args.window)
     jaeger = JaegerQuery(args.url, api=args.api)
     print(f"[import] {jaeger.url}: query API {jaeger.api}", file=sys.stderr)
     with _open(args) as store:

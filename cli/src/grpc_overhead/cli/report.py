@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
-from grpc_overhead.analyzer.insights.catalog import known_names, resolve_names
+from grpc_overhead.analyzer.insights.catalog import check_run, known_names, resolve_names
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
 from grpc_overhead.analyzer.rollup import settle
@@ -39,6 +40,8 @@ INTAKE_HINT = (
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+#: Longest clock offset window: a year (the window is nanoseconds in the engine's Int64).
+MAX_WINDOW_S = 366 * 86_400
 
 
 class ReportInputError(BadInput):
@@ -51,7 +54,13 @@ def parse_moment(text: str, *, option: str, now: datetime | None = None) -> date
     now = now or datetime.now(UTC)
     match = _DURATION.match(text)
     if match:
-        return now - timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        try:
+            return now - timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        except OverflowError:
+            raise ReportInputError(
+                f"bad {option} {text!r}: that is before year 1; give a shorter duration "
+                "or an ISO 8601 moment"
+            ) from None
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -60,6 +69,25 @@ def parse_moment(text: str, *, option: str, now: datetime | None = None) -> date
             "or a duration back from now (30s, 15m, 2h, 1d)"
         ) from None
     return moment if moment.tzinfo else moment.astimezone()
+
+
+def check_range(args: argparse.Namespace, since: datetime | None, until: datetime | None) -> None:
+    """``ReportInputError`` for a --since not before --until: nothing could match."""
+    if since and until and since >= until:
+        raise ReportInputError(
+            f"--since {args.since} ({since:%Y-%m-%d %H:%M:%S %Z}) is not before --until "
+            f"{args.until} ({until:%Y-%m-%d %H:%M:%S %Z}): no call can match; durations count "
+            "back from now, so --since 2h --until 1h is the hour before last"
+        )
+
+
+def check_window(seconds: float) -> None:
+    """``ReportInputError`` unless ``seconds`` is a usable clock offset window."""
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_WINDOW_S):
+        raise ReportInputError(
+            f"bad --window {seconds:g}: must be a positive number of seconds, "
+            f"at most {MAX_WINDOW_S:,} (a year)"
+        )
 
 
 def through_serve() -> dict[str, str | None]:
@@ -163,8 +191,8 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
 def run(args: argparse.Namespace) -> int:
     since = parse_moment(args.since, option="--since") if args.since else None
     until = parse_moment(args.until, option="--until") if args.until else None
-    if args.window <= 0:
-        raise ReportInputError(f"bad --window {args.window}: must be a positive number of seconds")
+    check_range(args, since, until)
+    check_window(args.window)
     clock = ClockOptions(window=timedelta(seconds=args.window), domain=args.clock_domain)
     with _open(args) as store:
         options, missing = prepare(store)
@@ -172,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
             print(missing, file=sys.stderr)
             return EXIT_USAGE
         service, method = args.service, args.method
+        if args.run:
+            check_run(store, args.run, options=options)
         if service or method or args.otel_service:
             names = known_names(store, options=options)
             service, method = resolve_names(names, service, method, args.otel_service)

@@ -92,6 +92,30 @@ def known_names(store: Store, *, options: CallsOptions | None = None) -> pd.Data
     )
 
 
+def check_run(store: Store, run_id: str, *, options: CallsOptions | None = None) -> None:
+    """Raise ``BadInput`` listing the stored run ids, most recent first, unless
+    ``run_id`` has calls: a mistyped ``--run`` is a mistake to name, not an empty
+    report that looks like a quiet period."""
+    options = options or CallsOptions()
+    found = store.query(
+        f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls}"
+        " WHERE run_id = {run:String} LIMIT 1)",
+        {"run": run_id},
+        readonly=True,
+    )
+    if int(found["n"].iloc[0]):
+        return
+    runs = store.query(
+        "SELECT run_id FROM (SELECT run_id,"
+        " max(greatest(client_start_ns, server_start_ns)) AS last"
+        f" FROM {options.calls} WHERE run_id != '' GROUP BY run_id)"
+        " ORDER BY last DESC LIMIT {limit:UInt32}",
+        {"limit": MAX_CHOICES},
+        readonly=True,
+    )
+    raise BadInput(f"no calls of run {run_id!r}; known runs: {_listing(list(runs['run_id']))}")
+
+
 def _listing(names: list[str]) -> str:
     shown = ", ".join(names[:20]) or "none yet"
     return shown + (f" (and {len(names) - 20} more)" if len(names) > 20 else "")
