@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -155,6 +157,47 @@ def test_unreachable_server_is_store_unavailable() -> None:
     message = str(raised.value)
     assert "127.0.0.1:9" in message and "secret" not in message
     assert isinstance(raised.value, AnalyzerError)
+
+
+@pytest.fixture
+def not_clickhouse() -> Iterator[tuple[str, int]]:
+    """A real HTTP server that is not ClickHouse (what a wrong port often reaches): it
+    answers every POST 200 with an HTML page, and the native hello with HTTP's 400."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b"<html><body>Sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield "127.0.0.1", server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.unit
+def test_a_url_that_reaches_something_else_says_so(not_clickhouse: tuple[str, int]) -> None:
+    host, port = not_clickhouse
+    with pytest.raises(StoreUnavailable) as raised:
+        open_store(None, f"http://{host}:{port}")
+    message = str(raised.value)
+    assert "does not answer as a ClickHouse HTTP interface" in message and "Sign in" in message
+    with pytest.raises(StoreUnavailable) as raised:  # the native URL on an HTTP port
+        open_store(None, f"clickhouse://{host}:{port}/db")
+    assert f"is {port} its HTTP port? Use http://{host}:{port}" in str(raised.value)
+    for url in ("http://u:secret@127.0.0.1:notaport", "http://127.0.0.1:99999"):
+        with pytest.raises(BadInput) as bad:  # a traceback (ValueError) before
+            open_store(None, url)
+        assert "bad ClickHouse HTTP URL" in str(bad.value) and "secret" not in str(bad.value)
 
 
 @pytest.mark.unit

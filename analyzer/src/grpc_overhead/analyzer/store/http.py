@@ -73,7 +73,10 @@ class ClickHouseHttpStore(Store):
             raise BadInput(f"not a ClickHouse HTTP URL: {url!r} (expected http://host:8123)")
         self._https = parts.scheme == "https"
         self._host = parts.hostname
-        self._port = parts.port or (8443 if self._https else 8123)
+        try:
+            self._port = parts.port or (8443 if self._https else 8123)
+        except ValueError as exc:  # a port that is no number, or above 65535
+            raise BadInput(f"bad ClickHouse HTTP URL {_without_password(url)!r}: {exc}") from None
         self._database = unquote(parts.path.strip("/"))
         user = user if user is not None else unquote(parts.username or "") or None
         password = password if password is not None else unquote(parts.password or "") or None
@@ -88,7 +91,19 @@ class ClickHouseHttpStore(Store):
         self._closed = threading.Event()
         # Fail now, with a clear message, rather than at the first query; and ask whether
         # this user may write at all (serve's interface, a read-only ClickHouse user: no).
-        found = self.query("SELECT toUInt8(getSetting('readonly')) AS readonly")
+        try:
+            found = self.query("SELECT toUInt8(getSetting('readonly')) AS readonly")
+        except QueryError as error:
+            if error.code is not None:
+                raise
+            # No ClickHouse error code: whatever answers there (a web app, Prometheus, the
+            # native port's neighbour) is not ClickHouse's HTTP interface.
+            raise StoreUnavailable(
+                f"{self.url} does not answer as a ClickHouse HTTP interface ({error.message}): "
+                "check the host and port (ClickHouse's HTTP port is 8123 by default; `serve` "
+                "prints its own as 'clickhouse http:')",
+                location=self.url,
+            ) from error
         if not read_only and int(found["readonly"].iloc[0]) == 0:
             self.backend = HTTP
 
@@ -190,9 +205,22 @@ class ClickHouseHttpStore(Store):
                     location=self.url,
                 )
             if code is None:
-                message = f"HTTP {response.status} from {self.description}: {message}"
+                message = f"HTTP {response.status} {response.reason}: {_excerpt(message)}"
             raise QueryError(message, sql=sql, parameters=parameters, code=code)
         return body
+
+
+def _excerpt(text: str, limit: int = 100) -> str:
+    """The start of an answer that is not ClickHouse's (an HTML page), on one line."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
 def _text(value: Any) -> str:
@@ -219,5 +247,7 @@ def _frame(body: bytes) -> pd.DataFrame:
     try:
         table = pa.ipc.open_stream(body).read_all()
     except pa.ArrowInvalid as exc:
-        raise QueryError(f"unreadable ArrowStream answer: {exc}", sql="") from exc
+        raise QueryError(
+            f"unreadable ArrowStream answer: {exc}; it starts {_excerpt(repr(body[:80]))}", sql=""
+        ) from exc
     return arrow_frame(table)

@@ -38,6 +38,8 @@ from grpc_overhead.analyzer.store.text import LENIENT_UTF8
 from grpc_overhead.analyzer.store.watch import watch
 
 _SCHEMES = ("clickhouse", "clickhouses", "tcp")
+#: clickhouse-driver's UNEXPECTED_PACKET_FROM_SERVER: what an HTTP port answers a native hello.
+_UNEXPECTED_PACKET = 102
 CLICKHOUSE = Backend("clickhouse", owns_data=False, encoded_inserts=False)
 
 # The driver logs every failed connect attempt with a traceback; we raise
@@ -75,7 +77,18 @@ class ClickHouseServerStore(Store):
         self._connect_timeout = connect_timeout
         self._client = self._new_client()
         # Fail now, with a clear message, rather than at the first query.
-        self._execute("SELECT 1", None, settings=None)
+        try:
+            self._execute("SELECT 1", None, settings=None)
+        except QueryError as error:
+            if error.code != _UNEXPECTED_PACKET:
+                raise
+            port = urlsplit(url).port or 9000
+            raise StoreUnavailable(
+                f"{_redacted(url)} does not speak ClickHouse's native protocol "
+                f"({error.message}): is {port} its HTTP port? Use http://{parts.hostname}:{port} "
+                "for the HTTP interface, or the native port (9000 by default)",
+                location=_redacted(url),
+            ) from error
 
     def _new_client(self) -> Any:
         from clickhouse_driver import Client
@@ -182,7 +195,10 @@ class ClickHouseServerStore(Store):
         if isinstance(exc, errors.ServerException):
             code, message = split_clickhouse_error(str(exc))
             return QueryError(message, sql=sql, parameters=parameters, code=code or exc.code)
-        if isinstance(exc, errors.Error | TypeError | ValueError):
+        if isinstance(exc, errors.Error):
+            code, message = split_clickhouse_error(str(exc))
+            return QueryError(message, sql=sql, parameters=parameters, code=code)
+        if isinstance(exc, TypeError | ValueError):
             return QueryError(str(exc), sql=sql, parameters=parameters)
         return exc
 
