@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 from grpc_overhead.analyzer import rollup
 from grpc_overhead.analyzer.calls import CallsOptions
-from grpc_overhead.analyzer.errors import AnalyzerError, BadInput
+from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, StoreLocked
 from grpc_overhead.analyzer.http_interface import (
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             through_owner=False,  # serve owns its store, never reads another serve's
         )
     except AnalyzerError as error:
-        print(f"grpc-overhead serve: {error}", file=sys.stderr)
+        print(f"grpc-overhead serve: {_served_already(error) or error}", file=sys.stderr)
         return EXIT_USAGE
     try:
         # Checked first: grpcio would log an error line for a port it cannot bind.
@@ -304,6 +304,26 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             )
     finally:
         store.close()
+
+
+def _served_already(error: AnalyzerError) -> str:
+    """What to do when another serve owns the store ('' if another kind of process does).
+
+    The generic lock message is about readers (they go through a serve); a second
+    serve needs to hear that one already takes this store's spans, and where.
+    """
+    if not isinstance(error, StoreLocked) or not error.location:
+        return ""
+    info = read_serve_info(error.location)
+    if info is None or info.pid != error.holder_pid:
+        return ""
+    http = f", ClickHouse HTTP {info.http_url}" if info.http_url else ""
+    return (
+        f"store {error.location} is already served by process {info.pid}, a `grpc-overhead "
+        f"serve` (intake {info.intake}{http}); a store has one serve. Send spans to that "
+        "intake and read with report, sql or app (they go through it); or stop it first, "
+        "or pass another --store DIR"
+    )
 
 
 def _say_standard_port(host: str, ports: OtlpPorts, intake: Intake) -> None:
