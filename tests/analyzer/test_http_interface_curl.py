@@ -7,6 +7,8 @@ import json
 import shutil
 import subprocess
 import time
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -139,6 +141,9 @@ def test_database_and_query_parameters(url):
         ("KILL QUERY WHERE 1", 500, 164, "KILL"),
         ("SELECT 1 INTO OUTFILE '/tmp/x'", 500, 164, "INTO OUTFILE"),
         ("SELECT 1 SETTINGS readonly = 0", 500, 164, "readonly"),
+        # chDB's Python layer makes objects of these, not bytes (UNKNOWN_EXCEPTION before)
+        ("SELECT 1 FORMAT DataFrame", 404, 73, "UNKNOWN_FORMAT"),
+        ("SELECT 1 FORMAT ArrowTable", 404, 73, "UNKNOWN_FORMAT"),
     ],
 )
 def test_errors_look_like_clickhouses(url, sql, status, code, words):
@@ -148,6 +153,34 @@ def test_errors_look_like_clickhouses(url, sql, status, code, words):
     assert headers["x-clickhouse-exception-code"] == str(code)
     assert text.startswith(f"Code: {code}. DB::Exception: ") and words in text
     assert text.rstrip().endswith(")") and "Traceback" not in text
+
+
+def test_bodies_that_cannot_be_read_get_clickhouse_errors(url, tmp_path):
+    """Hostile or careless bodies: each a ClickHouse-style error, and a gzip bomb is never
+    inflated whole in memory (200 MB from 200 KB: it was, before the size check)."""
+    inflater = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = b" " * (1 << 20)
+    bomb = tmp_path / "bomb.gz"
+    bomb.write_bytes(b"".join([inflater.compress(chunk) for _ in range(200)] + [inflater.flush()]))
+    gzip_header = ["-H", "Content-Encoding: gzip", url, "--data-binary"]
+    tracemalloc.start()
+    try:
+        status, headers, body = curl(*gzip_header, f"@{bomb}")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (status, headers["x-clickhouse-exception-code"]) == (413, "229"), body
+    assert peak < 50 << 20, f"{peak >> 20} MiB held for a 200 MiB gzip body"
+    cases = [
+        ([*gzip_header, "SELECT 1"], 400, "CANNOT_DECOMPRESS"),
+        (["-H", "Content-Encoding: br", url, "--data-binary", "SELECT 1"], 415, "br"),
+        (["-H", "Content-Length: -5", url, "--data-binary", ""], 400, "Content-Length -5"),
+    ]
+    for args, status, words in cases:
+        got, headers, body = curl(*args, timeout_s=20)  # -5 used to wait for EOF: a hang
+        assert got == status and "x-clickhouse-exception-code" in headers, body
+        assert body.startswith(b"Code: ") and words.encode() in body
+    assert curl(url, "--data-binary", "SELECT 7")[2] == b"7\n"  # still serving
 
 
 def test_settings_lower_the_limits_never_raise_them(url, calls):

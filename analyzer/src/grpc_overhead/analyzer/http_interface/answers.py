@@ -349,6 +349,12 @@ class Answerer:
 
     # -- errors ---------------------------------------------------------------------------
 
+    def refusal(self, name: str, message: str, status: int | None = None) -> Answer:
+        """A ClickHouse-style error for a request refused before it became a query (a body
+        that cannot be read); ``status`` overrides ClickHouse's for ``name``."""
+        answer = self._error(name, message, str(uuid.uuid4()))
+        return answer if status is None else Answer(status, answer.body, answer.headers)
+
     def _error(self, name: str | None, message: str, query_id: str, code: int = 0) -> Answer:
         facts = self._facts()
         codes = facts.codes

@@ -93,7 +93,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._body(headers)
         except _BadBody as error:
-            self._send(Answer(error.status, f"{error}\n".encode()), send_body)
+            self._send(self.answerer.refusal(error.name, str(error), error.status), send_body)
             self.close_connection = True
             return
         user, password = _credentials(headers, parameters)
@@ -118,18 +118,21 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 length = int(headers.get("content-length", "0") or 0)
             except ValueError:
-                raise _BadBody(400, "bad Content-Length") from None
+                raise _BadBody(400, "BAD_ARGUMENTS", "bad Content-Length") from None
+            if length < 0:  # read(-1) would wait for the client to close its end
+                raise _BadBody(400, "BAD_ARGUMENTS", f"bad Content-Length {length}")
             if length > MAX_QUERY_BYTES:
-                raise _BadBody(413, f"the query is over {MAX_QUERY_BYTES} bytes")
+                raise _too_large()
             data = self.rfile.read(length)
         encoding = headers.get("content-encoding", "identity").lower()
         if encoding in ("gzip", "deflate"):
-            try:
-                return zlib.decompress(data, 16 + zlib.MAX_WBITS if encoding == "gzip" else 0)
-            except zlib.error as exc:
-                raise _BadBody(400, f"cannot decompress the {encoding} body: {exc}") from exc
+            return _decompressed(data, encoding)
         if encoding not in ("identity", ""):
-            raise _BadBody(415, f"Content-Encoding {encoding} is not supported (gzip, deflate)")
+            raise _BadBody(
+                415,
+                "UNKNOWN_COMPRESSION_METHOD",
+                f"Content-Encoding {encoding} is not supported (gzip, deflate)",
+            )
         return data
 
     def _chunked(self) -> bytes:
@@ -139,14 +142,14 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 size = int(line.split(b";")[0], 16)
             except ValueError:
-                raise _BadBody(400, "bad chunk in a chunked body") from None
+                raise _BadBody(400, "BAD_ARGUMENTS", "bad chunk in a chunked body") from None
             if size == 0:
                 self.rfile.readline(64)
                 return bytes(data)
+            if size < 0 or len(data) + size > MAX_QUERY_BYTES:  # before reading, not after
+                raise _too_large()
             data += self.rfile.read(size)
             self.rfile.readline(64)
-            if len(data) > MAX_QUERY_BYTES:
-                raise _BadBody(413, f"the query is over {MAX_QUERY_BYTES} bytes")
 
     def _client_gone(self) -> bool:
         """True once the client closed its end (a readable socket with nothing to read)."""
@@ -179,9 +182,33 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _BadBody(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    """A body that cannot be read: HTTP status and ClickHouse error name of the answer."""
+
+    def __init__(self, status: int, name: str, message: str) -> None:
         super().__init__(message)
         self.status = status
+        self.name = name
+
+
+def _too_large() -> _BadBody:
+    return _BadBody(413, "QUERY_IS_TOO_LARGE", f"the query is over {MAX_QUERY_BYTES} bytes")
+
+
+def _decompressed(data: bytes, encoding: str) -> bytes:
+    """The body inflated, never beyond ``MAX_QUERY_BYTES``: a 1 MB gzip of spaces inflates
+    to 1 GB, which a whole ``zlib.decompress`` would hold in memory before any check."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else 0)
+    try:
+        data = inflater.decompress(data, MAX_QUERY_BYTES + 1)
+    except zlib.error as exc:
+        raise _BadBody(
+            400, "CANNOT_DECOMPRESS", f"cannot decompress the {encoding} body: {exc}"
+        ) from exc
+    if len(data) > MAX_QUERY_BYTES:
+        raise _too_large()
+    if not inflater.eof:
+        raise _BadBody(400, "CANNOT_DECOMPRESS", f"the {encoding} body is truncated")
+    return data
 
 
 def _credentials(

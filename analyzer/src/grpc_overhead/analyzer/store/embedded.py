@@ -69,6 +69,11 @@ from grpc_overhead.analyzer.store.text import arrow_frame
 from grpc_overhead.analyzer.store.watch import watch
 
 CHDB = Backend("chdb", owns_data=True, encoded_inserts=True)
+#: Output "formats" chDB's Python layer makes objects of (any case), not ClickHouse formats:
+#: asked for by a user (``FORMAT DataFrame``, ``default_format=ArrowTable``) they are unknown.
+_PYTHON_FORMATS = frozenset({"dataframe", "arrowtable", "datastore"})
+#: ClickHouse's UNKNOWN_FORMAT.
+_UNKNOWN_FORMAT = 73
 
 
 class ChdbStore(Store):
@@ -183,6 +188,10 @@ class ChdbStore(Store):
         output: str | None = None,
         database: str | None = None,
     ) -> pd.DataFrame | bytes:
+        if output is not None and output.lower() in _PYTHON_FORMATS:
+            raise QueryError(
+                f"Unknown format {output}. (UNKNOWN_FORMAT)", sql=sql, code=_UNKNOWN_FORMAT
+            )
         tag = f"grpc-overhead-user-query-{uuid.uuid4().hex}"
         with self._lock:
             self._open_connection()
