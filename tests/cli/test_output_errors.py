@@ -7,12 +7,15 @@ Every command prints through the dispatcher, so one command stands for all:
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from grpc_overhead.cli import EXIT_BROKEN_PIPE
+from grpc_overhead.cli.processes import offline_env
 
 pytestmark = pytest.mark.e2e
 
@@ -36,3 +39,26 @@ def test_a_full_disk_is_one_line_not_a_traceback() -> None:
     assert run.stderr.splitlines() == [
         "grpc-overhead collector: cannot write the output: No space left on device"
     ]
+
+
+def test_serve_stops_when_nobody_reads_its_output_any_more(tmp_path: Path) -> None:
+    """``serve | tee serve.log`` and Ctrl-C: tee ends first, and Streamlit's "Stopping..."
+    then met a closed pipe, so the app server was never stopped and serve hung."""
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(tmp_path / "store"),
+         "--otlp-port", "0", "--standard-otlp-port", "off", "--http-port", "0", "--app-port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=offline_env(),
+    )  # fmt: skip
+    try:
+        assert serve.stdout is not None
+        for line in iter(serve.stdout.readline, b""):  # up to the app: its signals are set
+            if line.startswith(b"app: "):
+                break
+        serve.stdout.close()  # the reader (tee) is gone
+        serve.send_signal(signal.SIGTERM)
+        _, error = serve.communicate(timeout=60)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    assert serve.returncode == 0 and b"Traceback" not in error, error.decode()

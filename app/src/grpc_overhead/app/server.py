@@ -20,6 +20,7 @@ Only one Streamlit server can run per process (its ``Runtime`` is a singleton).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import signal
@@ -169,7 +170,7 @@ class AppServer:
                 return
             self._stopping = True
         try:
-            loop.call_soon_threadsafe(server.stop)
+            loop.call_soon_threadsafe(_stop_server, server)
         except RuntimeError:
             pass  # the loop already ended
 
@@ -270,6 +271,31 @@ class AppServer:
     def _restore_signals(previous: dict[int, Any]) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _stop_server(server: Any) -> None:
+    """Streamlit's ``Server.stop``, even when nobody reads our output any more.
+
+    It prints "Stopping..." first; with stdout a pipe whose reader is gone
+    (``serve | tee log`` and Ctrl-C, which ends tee too) that print raises
+    BrokenPipeError, the server is never told to stop and the process hangs
+    until killed. Output nobody reads goes to /dev/null instead, and it stops.
+    """
+    try:
+        server.stop()
+    except OSError:
+        _detach_output()
+        server.stop()
+
+
+def _detach_output() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.dup2(devnull, stream.fileno())
+    finally:
+        os.close(devnull)
 
 
 def has_display() -> bool:
