@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from grpc_overhead.cli.serve import OtlpPorts, parser
@@ -33,3 +35,19 @@ def test_bad_standard_port_values_are_usage_errors(
         parser().parse_args(["--standard-otlp-port", value])
     assert exited.value.code == 2
     assert "--standard-otlp-port" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["serve", "app", "demo"])
+@pytest.mark.parametrize("value", ["99999", "-1", "x"])
+def test_port_options_out_of_range_are_usage_errors(
+    command: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """99999 was a traceback (OverflowError from bind) for app ports, and gRPC quietly
+    listened on 34463 (99999 - 65536) for --otlp-port."""
+    module = importlib.import_module(f"grpc_overhead.cli.{command}")
+    options = {"serve": ["--otlp-port", "--app-port", "--http-port"], "app": ["--port"]}
+    for option in options.get(command, ["--app-port"]):
+        with pytest.raises(SystemExit) as exited:
+            module.parser().parse_args([option, value])
+        assert exited.value.code == 2
+        assert f"argument {option}:" in capsys.readouterr().err

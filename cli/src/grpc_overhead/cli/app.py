@@ -24,6 +24,7 @@ from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.app import runtime
 from grpc_overhead.app.runtime import Served
 from grpc_overhead.app.server import AppServer, AppServerError, check_port, open_browser
+from grpc_overhead.cli.ports import port_number
 from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments, through_serve
 from grpc_overhead.cli.serve import DEFAULT_APP_PORT, read_serve_info
 from grpc_overhead.instrumentation import environment
@@ -39,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     add_store_arguments(result)
     result.add_argument(
         "--port",
-        type=int,
+        type=port_number,
         default=DEFAULT_APP_PORT,
         metavar="N",
         help=f"port of the app (default {DEFAULT_APP_PORT}; 0 picks a free one)",

@@ -51,6 +51,7 @@ from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR
 from grpc_overhead.app.server import DEFAULT_PORT, open_browser
 from grpc_overhead.cli.demo_scenarios import SCENARIOS, SERVICES
 from grpc_overhead.cli.demo_stack import Demo, DemoError
+from grpc_overhead.cli.ports import port_number
 from grpc_overhead.cli.processes import ComponentFailed
 
 __all__ = ["SCENARIOS", "SERVICES", "main", "parser"]
@@ -80,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--no-browser", action="store_true", help="do not open a browser")
     result.add_argument(
         "--app-port",
-        type=int,
+        type=port_number,
         default=DEFAULT_PORT,
         metavar="N",
         help=f"port of the web app (default {DEFAULT_PORT}; 0 picks a free one)",

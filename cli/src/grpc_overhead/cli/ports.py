@@ -10,6 +10,7 @@ holder is simply unknown and the message says less).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import os
@@ -20,6 +21,21 @@ from pathlib import Path
 STANDARD_OTLP_PORT = 4317
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
+
+
+def port_number(text: str) -> int:
+    """argparse type of a port option: 0..65535 (0: a free one), or a usage error.
+
+    Not ``type=int``: gRPC takes 99999 as 34463 (modulo 65536) and listens there
+    without a word, and a socket bind raises OverflowError (a traceback).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
+    return value
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

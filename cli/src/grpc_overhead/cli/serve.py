@@ -60,7 +60,7 @@ from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.owner import SERVE_INFO_FILE as SERVE_INFO_FILE
 from grpc_overhead.analyzer.store.owner import ServeInfo, remove_serve_info, write_serve_info
 from grpc_overhead.analyzer.store.owner import read_serve_info as read_serve_info
-from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, holder, port_is_free
+from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, holder, port_is_free, port_number
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
     )
     result.add_argument(
         "--otlp-port",
-        type=int,
+        type=port_number,
         metavar="N",
         help=f"OTLP/gRPC port of the intake, where a collector forwards (default "
         f"{DEFAULT_OTLP_PORT}; 0 picks a free one)",
@@ -113,7 +113,7 @@ def parser() -> argparse.ArgumentParser:
     app = result.add_mutually_exclusive_group()
     app.add_argument(
         "--app-port",
-        type=int,
+        type=port_number,
         default=DEFAULT_APP_PORT,
         metavar="N",
         help=f"port of the web app (default {DEFAULT_APP_PORT}; 0 picks a free one)",
@@ -169,7 +169,7 @@ def add_http_arguments(result: argparse.ArgumentParser) -> None:
     http = result.add_mutually_exclusive_group()
     http.add_argument(
         "--http-port",
-        type=int,
+        type=port_number,
         metavar="N",
         help=f"port of the ClickHouse HTTP interface on an embedded store (default "
         f"{DEFAULT_HTTP_PORT}, or a free port when that one is taken; 0 picks a free one)",

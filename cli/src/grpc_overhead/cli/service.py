@@ -15,6 +15,7 @@ import sys
 import threading
 import uuid
 
+from grpc_overhead.cli.ports import port_number
 from grpc_overhead.prediction.server import GRPC_COMPRESSION, ServiceConfig
 
 
@@ -32,13 +33,6 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpc-overhead service",
@@ -47,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the standard OTEL_* variables.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=0, help="port; 0 = pick a free one (default)")
+    parser.add_argument(
+        "--port", type=port_number, default=0, help="port; 0 = pick a free one (default)"
+    )
     parser.add_argument(
         "--workers",
         type=_positive_int,
