@@ -146,6 +146,10 @@ def load(path: str | Path) -> Experiment:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise SpecError(f"cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:  # a binary file, or another encoding
+        raise SpecError(
+            f"{path}: not UTF-8 text (byte {error.start}): an experiment is a YAML file"
+        ) from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
