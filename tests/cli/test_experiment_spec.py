@@ -70,7 +70,7 @@ def test_a_file_that_is_not_yaml_is_refused_with_its_line(tmp_path) -> None:
         load(tmp_path / "missing.yaml")
     binary = tmp_path / "latin1.yaml"
     binary.write_bytes("calls: 5 # réglage\n".encode("latin-1"))  # a traceback before
-    with pytest.raises(SpecError, match=r"latin1.yaml: not UTF-8 text \(byte 11\)"):
+    with pytest.raises(SpecError, match=r"latin1.yaml: not UTF-8 text \(byte 12\)"):
         load(binary)
 
 
