@@ -62,3 +62,17 @@ def test_serve_stops_when_nobody_reads_its_output_any_more(tmp_path: Path) -> No
             serve.kill()
             serve.wait()
     assert serve.returncode == 0 and b"Traceback" not in error, error.decode()
+
+
+def test_demo_with_logs_it_cannot_write_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked before anything starts (a FileExistsError traceback before)."""
+    from grpc_overhead.cli import demo
+
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    argv = ["--logs", str(taken), "--store", str(tmp_path / "store"), "--app-port", "0",
+            "--no-browser", "--no-collector", "--duration", "1"]  # fmt: skip
+    assert demo.main(argv) == 2
+    assert f"cannot make --logs {taken}" in capsys.readouterr().err

@@ -111,7 +111,13 @@ class Demo:
             check_port("127.0.0.1", self.args.app_port)
         except AppServerError as error:
             raise DemoError(str(error)) from None
-        self.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            self.logs.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise DemoError(
+                f"cannot make --logs {self.logs}: {error.strerror}; pass a writable "
+                "directory, or none (a temporary one)"
+            ) from None
 
     def build_collector(self) -> None:
         from grpc_overhead.collector.runner import (
