@@ -175,6 +175,7 @@ def test_bodies_that_cannot_be_read_get_clickhouse_errors(url, tmp_path):
         ([*gzip_header, "SELECT 1"], 400, "CANNOT_DECOMPRESS"),
         (["-H", "Content-Encoding: br", url, "--data-binary", "SELECT 1"], 415, "br"),
         (["-H", "Content-Length: -5", url, "--data-binary", ""], 400, "Content-Length -5"),
+        (["-X", "PUT", url, "--data-binary", "SELECT 1"], 501, "GET or POST"),  # was HTML
     ]
     for args, status, words in cases:
         got, headers, body = curl(*args, timeout_s=20)  # -5 used to wait for EOF: a hang

@@ -177,6 +177,14 @@ class _Handler(BaseHTTPRequestHandler):
             if send_body:
                 self.wfile.write(answer.body)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Protocol-level refusals (a PUT, a malformed request line, a URL too long) in
+        ClickHouse's shape, not http.server's HTML page."""
+        name = "NOT_IMPLEMENTED" if code == 501 else "BAD_ARGUMENTS"
+        text = (message or "bad request") + ": send queries with GET or POST /?query=..."
+        self.close_connection = True
+        self._send(self.answerer.refusal(name, text, code), getattr(self, "command", "") != "HEAD")
+
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: one line per request would drown serve's own output."""
 
