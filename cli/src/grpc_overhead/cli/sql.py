@@ -130,10 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return EXIT_USAGE
         try:
-            _prepare_view(store, sql)
-            if args.write:
+            if args.write:  # the statement may be about the view itself (DROP, CREATE)
                 result: Any = store.query(sql)
             else:
+                _prepare_view(store, sql)
                 limits = QueryLimits().lowered(
                     max_execution_time_s=args.max_seconds,
                     max_memory_bytes=args.max_memory,
