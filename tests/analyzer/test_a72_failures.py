@@ -8,19 +8,22 @@ met attaching a Go or Java fleet (docs/notes/qa-polyglot.md).
 * An attempt that reached no server (connection refused while an instance restarts) is a
   row with neither half's start: it must not become a call of its own in the rollups
   (a report then counted it twice, once in 1970) nor stretch the pages' time axis.
+* Spans without ``host.name`` (Java's SDK, Go's default resource) get per-service clock
+  domains: the report says what to set.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer import rollup
 from grpc_overhead.analyzer.insights import instances, rows
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
-from grpc_overhead.analyzer.phases import calls
-from grpc_overhead.analyzer.report import build_report, to_json
+from grpc_overhead.analyzer.phases import BREAKDOWN_COLUMNS, calls
+from grpc_overhead.analyzer.report import Report, build_report, render_table, to_json
 from tests.analyzer import seed
 from tests.analyzer.other_spans import T0, a72_call
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
@@ -125,3 +128,16 @@ def test_an_attempt_that_reached_no_server_is_one_call_after_settling(store):
     assert first >= T0
     first, _, _ = rows.halves(store, CallFilters(), options)
     assert first >= T0
+
+
+def test_the_report_says_what_to_set_when_spans_have_no_host():
+    offsets = pd.DataFrame(
+        {"client_host": ["service:java-client", "vm"], "server_host": ["service:java-server", "vm"],
+         "offset_us": [-423.8, 0.0], "uncertainty_us": [163.1, 0.0], "calls": [50, 9],
+         "windows": [1, 1], "offset_min_us": [-423.8, 0.0], "offset_max_us": [-423.8, 0.0]}
+    )  # fmt: skip
+    empty = pd.DataFrame(columns=list(BREAKDOWN_COLUMNS))
+    text = render_table(Report(empty, offsets), width=200)
+    assert "no host.name on the spans of java-client, java-server" in text
+    assert "OTEL_RESOURCE_ATTRIBUTES=host.name=" in text
+    assert "no host.name" not in render_table(Report(empty, offsets.iloc[1:]), width=200)
