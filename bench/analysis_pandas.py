@@ -16,7 +16,8 @@ PANDAS_COLUMNS = (
     "client_inbound_message_read_ns, server_call_started_ns, call_scheduled_ns, "
     "server_inbound_message_ns, server_inbound_message_read_ns, predictions_made_ns, "
     "server_outbound_message_ns, server_outbound_message_sent_ns, "
-    "server_outbound_message_sent_last_ns, server_residence_ns"
+    "server_outbound_message_sent_last_ns, server_residence_ns, client_attempt_start_ns, "
+    "request_created_ns, client_deadline_budget_ns, server_deadline_budget_ns"
 )
 
 
@@ -25,7 +26,16 @@ def load_rows(store: Store) -> pd.DataFrame:
 
 
 def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.DataFrame:
-    """What ``phase_breakdown`` computes, in pandas/numpy (exact quantiles, linear)."""
+    """What ``phase_breakdown`` computes, in pandas/numpy (exact quantiles, linear).
+
+    ``server_dispatch`` needs both sides' deadline budgets (``analyzer.dispatch``: gRPC
+    core's timeout encoding); the generated calls carry none, so it is undefined here as
+    in SQL, and a store whose calls do carry budgets is refused rather than compared
+    wrongly.
+    """
+    budgets = (rows["client_deadline_budget_ns"] > 0) & (rows["server_deadline_budget_ns"] > 0)
+    if budgets.any():
+        raise ValueError("pandas_breakdown has no server_dispatch: calls with deadline budgets")
 
     def between(later: str, earlier: str) -> pd.Series:
         a, b = rows[later].to_numpy(), rows[earlier].to_numpy()
@@ -57,8 +67,6 @@ def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.
         "server_outbound_message_sent_last_ns", "server_call_started_ns"
     ).fillna(pd.Series(np.where(residence >= 0, residence, np.nan)))
     p["network_overhead"] = p["total"] - p["processing"]
-    eight = sum(p[name] for name in list(p)[:8])
-    p["unattributed"] = p["total"] - eight
     p["pool_wait"] = between("call_scheduled_ns", "server_call_started_ns")
     p["server_duration"] = between("server_end_ns", "server_start_ns")
     p["client_server_gap"] = p["total"] - p["server_duration"]
@@ -94,8 +102,40 @@ def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.
         .to_numpy()
     )
     offset = np.where(same, 0.0, offset)
-    p["request_network_corrected"] = p["request_network"] - offset
-    p["response_network_corrected"] = p["response_network"] + offset
+    p["request_network_raw"] = p["request_network"]  # no dispatch estimate to take off
+    p["response_network_raw"] = p["response_network"]
+    p["request_network"] = p["request_network_raw"] - offset  # the best estimates
+    p["response_network"] = p["response_network_raw"] + offset
+    p["request_network_corrected"] = p["request_network"]
+    p["response_network_corrected"] = p["response_network"]
+    p["server_dispatch"] = pd.Series(np.full(len(rows), np.nan))
+    # The eight consecutive phases (dispatch undefined counts as 0, as in SQL).
+    consecutive = list(p)[:8]  # client_serialize ... client_deserialize, in order
+    p["unattributed"] = p["total"] - sum(p[name] for name in consecutive)
+
+    def first_set(preferred: str, fallback: str) -> np.ndarray:
+        a, b = rows[preferred].to_numpy(), rows[fallback].to_numpy()
+        return np.where(a != 0, a, b)
+
+    def span(later: np.ndarray, earlier: np.ndarray) -> pd.Series:
+        return pd.Series(np.where((later != 0) & (earlier != 0), later - earlier, np.nan))
+
+    column = {name: rows[name].to_numpy() for name in rows.columns}
+    attempt = first_set("client_attempt_start_ns", "request_created_ns")
+    server_read = first_set("server_inbound_message_read_ns", "server_inbound_message_ns")
+    client_read = first_set("client_inbound_message_read_ns", "client_received_response_ns")
+    received = first_set("client_received_response_ns", "client_inbound_message_read_ns")
+    p["client_pre_send"] = span(column["client_outbound_message_sent_ns"], attempt)
+    p["server_receive"] = span(server_read, column["server_call_started_ns"])
+    p["server_handler"] = span(column["server_outbound_message_sent_ns"], server_read)
+    p["server_tail"] = span(column["server_end_ns"], column["server_outbound_message_sent_last_ns"])
+    p["response_receive"] = span(client_read, column["server_outbound_message_sent_ns"]) + offset
+    sent, started = column["client_outbound_message_sent_ns"], column["server_call_started_ns"]
+    replied = column["server_outbound_message_sent_ns"]
+    defined = (received != 0) & (sent != 0) & (replied != 0) & (started != 0)
+    p["network_round_trip"] = pd.Series(
+        np.where(defined, (received - sent) - (replied - started), np.nan)
+    )
 
     frame = pd.DataFrame({name: p[name] for name in ALL_PHASES})
     frame["service"], frame["method"] = rows["service"].to_numpy(), rows["method"].to_numpy()

@@ -121,6 +121,7 @@ class Span:
     status: str = "Unset"
     name: str = "predict.Predictor/Predict"
     scope: str = "grpc_overhead"
+    status_message: str = ""
 
     def row(self) -> list[Any]:
         duration = (self.end - self.start) & ((1 << 64) - 1)  # the exporter's uint64 wrap
@@ -139,7 +140,7 @@ class Span:
             self.attributes,
             duration,
             self.status,
-            "",
+            self.status_message,
             [time for _, time, _ in self.events],
             [name for name, _, _ in self.events],
             [attributes for _, _, attributes in self.events],

@@ -117,3 +117,18 @@ def test_the_catalogue_says_why_a_phase_is_missing():
     assert table.loc["request_network", "from"].startswith('client: "Outbound message"')
     missing = sources.phase_sources(SPANS_ONLY, "").set_index("phase")
     assert "server span missing" in missing.loc["server_duration", "unavailable"]
+
+
+def test_a72_compressed_messages_mark_the_call_compressed(store):
+    # A72 adds message-size-compressed only to compressed messages and never names the
+    # algorithm: such calls are "compressed", not lumped with uncompressed ones.
+    spans = a72_call(ids=11)
+    for span in spans:
+        for _, _, attributes in span.events:
+            attributes["message-size-compressed"] = "60"
+    seed.insert_spans(store, spans + a72_call(ids=12))
+    frame = calls(store).set_index("TraceId")
+    compressed, plain = frame.loc[f"{11:032x}"], frame.loc[f"{12:032x}"]
+    assert (compressed["compression"], plain["compression"]) == ("compressed", "")
+    assert compressed["request_compressed_bytes"] == 60
+    assert compressed["request_uncompressed_bytes"] == 900

@@ -55,6 +55,8 @@ def test_filters_take_the_names_the_report_prints(module_store):
         (("--method", "nope.Svc/Predict"), "no calls of gRPC service 'nope.Svc'"),
         (("--service", "Predictor"), "'Predictor' is ambiguous: legacy.Predictor, predict"),
         (("--otel-service", "predict.Predictor"), "no calls from or to the OpenTelemetry"),
+        # An OTEL_SERVICE_NAME given as the gRPC service: the option that takes it.
+        (("--service", "health-checker"), "OpenTelemetry service name: --otel-service health"),
     ):
         result = run_cli("--store", directory, *args)
         assert result.returncode == 2, result.stdout

@@ -28,6 +28,7 @@ from grpc_overhead.analyzer.grafana.panels import (
     SCHEMA_VERSION,
     VARIABLE_QUERIES,
 )
+from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.report import build_report
 from grpc_overhead.analyzer.runs import list_runs, run_calls
 from grpc_overhead.analyzer.store.base import Store
@@ -370,3 +371,18 @@ def test_per_cell_phases_are_report_runs(store: Store) -> None:
     # A selection of another experiment shows only its own cells' calls.
     other = run(store, item, seeded.variables(experiment="other"))
     assert other.empty
+
+
+@pytest.mark.e2e
+def test_the_experiments_dashboard_runs_where_no_experiment_ran(store: Store) -> None:
+    # What `serve` / `report` leave on a ClickHouse fed by the collector: the experiments
+    # dashboard must show no data there, not "Unknown table grpc_runs". (One chDB store per
+    # process: the seeded one, its runs set aside meanwhile.)
+    store.command("RENAME TABLE grpc_runs TO grpc_runs_set_aside")
+    try:
+        create_call_tables(store)
+        for _, item in panels(("grpc-overhead-experiments.json",)):
+            assert run(store, item).empty, item["title"]
+    finally:
+        store.command("DROP TABLE IF EXISTS grpc_runs")
+        store.command("RENAME TABLE grpc_runs_set_aside TO grpc_runs")

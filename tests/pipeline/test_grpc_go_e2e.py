@@ -27,6 +27,9 @@ EVENT_PHASES = (
 OUR_CLIENT_PHASES = ("client_serialize", "client_deserialize", "response_network")
 OUR_SERVER_PHASES = ("server_queue", "request_deserialize", "processing", "response_serialize")
 CALLS = {"go-retry": 4, "go-to-python": 3, "python-to-go": 3, "otelgrpc": 3}
+#: Failing calls (client service -> calls): refused by the server without a retry, and
+#: sent to a port nothing listens on (an attempt that reaches no server).
+FAILING = {"go-refused": 2, "go-no-server": 2}
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +59,15 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
                     extra=["-retry"],
                 )  # fmt: skip
                 assert summary["errors"] == 0, summary
+                summary = peers.run_client(
+                    server.target, request, calls=FAILING["go-refused"], env=env("go-refused")
+                )
+                assert summary["errors"] == FAILING["go-refused"], summary
+            summary = peers.run_client(
+                f"127.0.0.1:{free_port()}", request, calls=FAILING["go-no-server"],
+                env=env("go-no-server"),
+            )  # fmt: skip
+            assert summary["errors"] == FAILING["go-no-server"], summary
             with ServiceProcess(["--workers", "2"], env=env("python-server")) as service:
                 summary = peers.run_client(
                     service.target, request, calls=CALLS["go-to-python"], env=env("go-to-python")
@@ -86,9 +98,11 @@ def _defined(call: dict, phases: tuple[str, ...]) -> list[str]:
 
 
 def test_each_rpc_is_one_call(stored_calls):
-    assert {name: len(calls) for name, calls in stored_calls.items()} == CALLS
-    for calls in stored_calls.values():
+    assert {name: len(calls) for name, calls in stored_calls.items()} == CALLS | FAILING
+    for name, calls in stored_calls.items():
         for call in calls:
+            if name in FAILING:
+                continue
             assert call["service"] == "grpc_overhead.prediction.v1.Predictor"
             assert call["method"] == "Predict"
             assert call["status_code"] == 0 and call["error"] == 0
@@ -139,3 +153,13 @@ def test_otelgrpc_message_events(stored_calls):
         assert call["client_scope"] == peers.OTELGRPC_SCOPE
         assert _defined(call, EVENT_PHASES) == list(EVENT_PHASES)
         assert _defined(call, OUR_CLIENT_PHASES + OUR_SERVER_PHASES) == []
+
+
+def test_failed_calls_are_errors_with_the_code_grpc_go_names(stored_calls):
+    # grpc-go's A72 spans carry no code: a server's own error message names none (failed,
+    # code not recorded), a refused connection is its transport's UNAVAILABLE.
+    for name, code in (("go-refused", -2), ("go-no-server", 14)):
+        for call in stored_calls[name]:
+            assert (call["status_code"], call["error"]) == (code, 1), (name, call["status_code"])
+    # The attempt that reached no server is the call's, not a call of its own.
+    assert [call["client_attempts"] for call in stored_calls["go-no-server"]] == [1, 1]

@@ -59,4 +59,7 @@ def fold_attempts_sql(base: str, a72: str, columns: Sequence[str]) -> str:
         f"SELECT TraceId, fold_key AS ClientSpanId, {folded}"
         f" FROM (SELECT {_RANKED} FROM ({a72}) WHERE CallSpanId != '')"
         " GROUP BY TraceId, fold_key"
+        # Attempts alone (no call span, no server half: a try that never reached a server,
+        # read without its call span) are a fragment of a call, never a call of their own.
+        " HAVING client_start_ns != 0 OR server_start_ns != 0"
     )

@@ -63,19 +63,57 @@ _CODE_NAMES = (
     " 'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS',"
     " 'UNAUTHENTICATED']"
 )
+# A72 records no code attribute, only the span status and its message: grpc-java writes
+# "CODE: description" (or "CODE"), grpc-go only the description, which names the code
+# for the context's own errors (status.FromContextError) and its transport's connection
+# errors ("connection error: desc = ...", UNAVAILABLE). Attempts keep -1: a refused try
+# of a call that then succeeded is not the call's outcome (the call span is).
+_A72_FAILED = f"a72_role IN ('call', 'server') AND StatusCode IN {ERROR_STATUSES!r}"
+_A72_CODE = f"indexOf({_CODE_NAMES}, extract(StatusMessage, '^([A-Z_]+)(?::|$)'))"
 # The numeric code (older semconv, ours); the code's name (semconv 1.3x+:
-# rpc.response.status_code, otelgrpc); A72 records no code, only OK or an error.
+# rpc.response.status_code, otelgrpc); A72's from its status (above); else -1.
 _STATUS = (
     "multiIf(SpanAttributes['rpc.grpc.status_code'] != '',"
     " toInt16OrDefault(SpanAttributes['rpc.grpc.status_code'], toInt16(-1)),"
     f" SpanAttributes['rpc.response.status_code'] != '',"
     f" toInt16(indexOf({_CODE_NAMES}, SpanAttributes['rpc.response.status_code']) - 1),"
-    " a72_role != '' AND StatusCode IN ('Ok', 'STATUS_CODE_OK'), toInt16(0), toInt16(-1))"
+    " a72_role != '' AND StatusCode IN ('Ok', 'STATUS_CODE_OK'), toInt16(0),"
+    f" {_A72_FAILED} AND {_A72_CODE} > 0, toInt16({_A72_CODE} - 1),"
+    f" {_A72_FAILED} AND startsWith(StatusMessage, 'context deadline exceeded'), toInt16(4),"
+    f" {_A72_FAILED} AND startsWith(StatusMessage, 'context canceled'), toInt16(1),"
+    # grpc-go's transport failures (connection refused, reset): always UNAVAILABLE.
+    f" {_A72_FAILED} AND startsWith(StatusMessage, 'connection error: '), toInt16(14),"
+    " toInt16(-1))"
 )
 # An A72 attempt that failed before a retry succeeded is not the call's error: the
 # call span says how the call ended.
 _ERROR = f"toUInt8(StatusCode IN {ERROR_STATUSES!r} AND a72_role != 'attempt')"
 _LANGUAGE = "ResourceAttributes['telemetry.sdk.language']"
+#: What A72 and semconv message events say of a compressed call: only that a message was
+#: (A72 adds message-size-compressed only then; semconv sizes differ), not the algorithm.
+COMPRESSED_UNNAMED = "compressed"
+_COMPRESSION = (
+    "if(SpanAttributes['grpc.compression'] != '', SpanAttributes['grpc.compression'],"
+    " if(foreign_events AND arrayExists((n, a) -> a['message-size-compressed'] != ''"
+    " OR (n = 'message' AND a['rpc.message.compressed_size'] != ''"
+    " AND a['rpc.message.compressed_size'] != a['rpc.message.uncompressed_size']),"
+    f" Events.Name, Events.Attributes), '{COMPRESSED_UNNAMED}', ''))"
+)
+#: A call that failed without either side naming the code (an A72 span's status is only
+#: OK or an error, and grpc-go's message does not name the code): counted as an error.
+FAILED_NO_CODE = -2
+#: A merged call's status code: the client's; where the client failed without a code,
+#: the server's if it names a failure, else FAILED_NO_CODE (never the server's OK: the
+#: client saw the call fail, e.g. its deadline passed while the server answered); where
+#: the client half is missing or recorded nothing, the server's, likewise; -1 if neither.
+CALL_STATUS = (
+    "multiIf(client_status_code >= 0, client_status_code,"
+    " client_error = 1 AND server_status_code > 0, server_status_code,"
+    f" client_error = 1, toInt16({FAILED_NO_CODE}),"
+    " server_status_code >= 0, server_status_code,"
+    f" server_error = 1, toInt16({FAILED_NO_CODE}), toInt16(-1))"
+)
+
 
 # Expressions shared by several columns, evaluated once per span.
 SPAN_ALIASES = (
@@ -153,13 +191,7 @@ COLUMNS: tuple[Column, ...] = (
         ),
         absent="''",
     ),
-    Column(
-        "compression",
-        LC,
-        "SpanAttributes['grpc.compression']",
-        "SpanAttributes['grpc.compression']",
-        "''",
-    ),
+    Column("compression", LC, _COMPRESSION, _COMPRESSION, "''"),
     Column(
         "payload_codec",
         LC,

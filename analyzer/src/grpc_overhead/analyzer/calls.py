@@ -54,6 +54,7 @@ from grpc_overhead.analyzer.options import CALL_START as CALL_START
 from grpc_overhead.analyzer.options import CALLS_TABLE as CALLS_TABLE
 from grpc_overhead.analyzer.options import CALLS_VIEW as CALLS_VIEW
 from grpc_overhead.analyzer.options import HALF_MARGIN_NS as HALF_MARGIN_NS
+from grpc_overhead.analyzer.options import HAS_ROW_START as HAS_ROW_START
 from grpc_overhead.analyzer.options import INT64_MAX as INT64_MAX
 from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
 from grpc_overhead.analyzer.options import ROLLUP_FILTER as ROLLUP_FILTER
@@ -147,6 +148,8 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
     return (
         FOLDED_INTO in query
         and "grpc_overhead.transport" in query
+        and "StatusMessage" in query  # A72 status codes (call_columns._A72_CODE)
+        and "'compressed', '')) AS compression" in query  # call_columns._COMPRESSION
         and all(f"AS {column.name}" in query for column in COLUMNS)
     )
 

@@ -109,15 +109,27 @@ HALF_MARGIN_NS = 60 * 1_000_000_000
 
 _ROW_START = "greatest(client_start_ns, server_start_ns)"
 
+
 #: A time pre-filter on unmerged halves, applied before they merge (PREWHERE
 #: with FINAL, WHERE before GROUP BY), so rows far outside the time filter are
 #: not merged at all. It widens the call-level ``TIME_FILTER`` by
 #: ``HALF_MARGIN_NS`` on every edge, which keeps both halves of any call the
 #: call-level filter can keep. Parameters: ``time_parameters``.
+def _in_scan(start: str) -> str:
+    return (
+        f"{start} >= {{scan_since_ns:Int64}} AND {start} < {{scan_until_ns:Int64}}"
+        f" AND NOT ({start} >= {{skip_from_ns:Int64}} AND {start} < {{skip_until_ns:Int64}})"
+    )
+
+
+#: A gRFC A72 attempt that reached no server (connection refused, a server restarting)
+#: is a row with neither half's start: it is read with its call by the attempt's start
+#: (the second branch; the index still skips parts without such rows).
 ROW_FILTER = (
-    f"{_ROW_START} >= {{scan_since_ns:Int64}} AND {_ROW_START} < {{scan_until_ns:Int64}}"
-    f" AND NOT ({_ROW_START} >= {{skip_from_ns:Int64}} AND {_ROW_START} < {{skip_until_ns:Int64}})"
+    f"(({_in_scan(_ROW_START)}) OR ({_ROW_START} = 0 AND {_in_scan('client_attempt_start_ns')}))"
 )
+#: Rows that stand for a call's start (not such an attempt): for first/last call times.
+HAS_ROW_START = f"{_ROW_START} != 0"
 
 
 #: Rows are ordered by trace id, so within a part every granule spans the

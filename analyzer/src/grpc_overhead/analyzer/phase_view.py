@@ -26,6 +26,7 @@ from typing import Any
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
+from grpc_overhead.analyzer.runs import create_runs
 from grpc_overhead.analyzer.store.base import Store, table_exists
 
 PHASES_VIEW = "grpc_call_phases"
@@ -152,12 +153,16 @@ def ensure_phase_view(store: Store, options: CallsOptions | None = None) -> bool
 def create_call_tables(
     store: Store, options: CallsOptions | None = None, *, backfill: bool = True
 ) -> bool:
-    """``create_calls`` and the phase view: everything readers of calls need, idempotent.
+    """``create_calls``, the phase view and ``grpc_runs`` (empty until an experiment runs):
+    everything readers of calls need, idempotent. ``grpc_runs`` is created here because the
+    experiments dashboard reads it, and a Grafana panel on a missing table shows an error
+    where an empty one shows "no data".
 
     Returns True when the calls' materialized view was created now (``create_calls``).
     """
     created = create_calls(store, options, backfill=backfill)
     create_phase_view(store, options)
+    create_runs(store, options)
     return created
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from grpc_overhead.analyzer import span_sources as src
+from grpc_overhead.analyzer.call_columns import CALL_STATUS
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
     ROLLUP_FILTER,
@@ -215,9 +216,11 @@ assert tuple(phase.name for phase in PHASES) == ALL_PHASES
 
 def _status_columns() -> tuple[str, ...]:
     return (
-        "if(client_status_code >= 0, client_status_code, server_status_code) AS status_code",
+        f"{CALL_STATUS} AS status_code",
         "client_status_code",
         "server_status_code",
+        "client_error",
+        "server_error",
         "toUInt8(client_error OR server_error) AS error",
         "client_start_ns != 0 AS has_client",
         "server_start_ns != 0 AS has_server",

@@ -235,4 +235,33 @@ def render_table(report: Report, width: int | None = None) -> str:
                 f"{int(row.windows):,}",
             )
         console.print(table)
+        hint = no_host_hint(report.offsets)
+        if hint:
+            console.print(hint, highlight=False, soft_wrap=True)
     return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+#: The clock domain of spans without ``host.name`` (``clock_offsets``: per service).
+NO_HOST_DOMAIN = "service:"
+
+
+def no_host_hint(offsets: pd.DataFrame) -> str:
+    """What to do when some spans carry no ``host.name`` (the OpenTelemetry Java SDK never
+    sets it, nor Go's default resource): their clock is then estimated per service, so
+    services on one machine get an offset (and shifted one-way phases) instead of 0."""
+    names = sorted(
+        {
+            str(host)[len(NO_HOST_DOMAIN) :]
+            for column in ("client_host", "server_host")
+            for host in offsets[column]
+            if str(host).startswith(NO_HOST_DOMAIN)
+        }
+    )
+    if not names:
+        return ""
+    return (
+        f"no host.name on the spans of {', '.join(names)}: their clocks are estimated per"
+        " service (an offset where there may be none). Set"
+        " OTEL_RESOURCE_ATTRIBUTES=host.name=<host> in their environment (Java's SDK and Go's"
+        " default resource leave it out): docs/reference.md, 'Attaching a Go or Java service'."
+    )

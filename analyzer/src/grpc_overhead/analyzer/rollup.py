@@ -62,6 +62,7 @@ from grpc_overhead.analyzer import call_rollup
 from grpc_overhead.analyzer.calls import (
     CALL_START,
     HALF_MARGIN_NS,
+    HAS_ROW_START,
     CallFilters,
     CallsOptions,
     time_parameters,
@@ -191,7 +192,7 @@ def settled_until(store: Store, options: CallsOptions | None = None) -> int:
 def _first_call_ns(store: Store, options: CallsOptions) -> int | None:
     found = store.query(
         "SELECT min(if(client_start_ns != 0, client_start_ns, server_start_ns)) AS first, "
-        f"count() AS n FROM {options.calls}"
+        f"count() AS n FROM {options.calls} WHERE {HAS_ROW_START}"
     )
     return int(found["first"].iloc[0]) if int(found["n"].iloc[0]) else None
 

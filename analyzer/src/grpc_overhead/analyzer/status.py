@@ -1,9 +1,14 @@
 """Calls by gRPC status code: how many calls ended OK, and how the others failed.
 
 A call's status is the code its client saw (``rpc.grpc.status_code`` on the
-client span), or the server's where the client half is missing (or did not
-record one); ``-1`` where neither side recorded a code (shown as
-``unknown``). Names are gRPC's own (``grpc.StatusCode``): a reader of a
+client span; for gRFC A72 spans, which carry no code attribute, the code their
+status message names), or the server's where the client half is missing (or did
+not record one); ``-1`` where neither side recorded a code (shown as
+``unknown``). A call whose client failed without naming a code (grpc-go's A72
+spans name it only for deadlines and cancellations) takes the server's failure
+code, else ``-2`` (``failed (no code)``, counted as an error), never the
+server's OK: a client whose deadline passed saw a failure, whatever the server
+did. Names are gRPC's own (``grpc.StatusCode``): a reader of a
 report greps for ``DEADLINE_EXCEEDED``, not for 4.
 
 ``status_codes`` counts, per (gRPC service, method) and code, the calls the
@@ -16,6 +21,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from grpc_overhead.analyzer.call_columns import CALL_STATUS as _CALL_STATUS
+from grpc_overhead.analyzer.call_columns import FAILED_NO_CODE
 from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
 from grpc_overhead.analyzer.store.base import Store
@@ -42,9 +49,8 @@ STATUS_NAMES: dict[int, str] = {
 }
 #: No side recorded a code (e.g. spans from an instrumentation that does not set it).
 NOT_RECORDED = -1
-
-#: A merged call's status code (see the module doc).
-CALL_STATUS = "if(client_status_code != -1, client_status_code, server_status_code)"
+#: A merged call's status code (see the module doc and ``call_columns.CALL_STATUS``).
+CALL_STATUS = _CALL_STATUS
 
 STATUS_COLUMNS = ("service", "method", "status_code", "status", "calls", "share")
 
@@ -54,6 +60,8 @@ def status_name(code: int) -> str:
     keeps its number (``code 42``)."""
     if code == NOT_RECORDED:
         return "unknown"
+    if code == FAILED_NO_CODE:
+        return "failed (no code)"
     return STATUS_NAMES.get(code, f"code {code}")
 
 

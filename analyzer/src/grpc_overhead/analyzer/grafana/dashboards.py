@@ -340,7 +340,7 @@ def errors() -> dict[str, Any]:
         [
             table(
                 "Status codes per method",
-                "gRPC status code (0 = OK, -1 = not reported).",
+                "gRPC status code (0 = OK, -1 = not reported, -2 = failed, no code named).",
                 by_status,
                 (0, 0, 12, 9),
                 unit="µs",

@@ -171,7 +171,17 @@ def resolve_names(
                 if _short(known) == service and (with_method is None or known in with_method)
             ]
             if not matches:
-                raise BadInput(f"no calls of gRPC service {service!r}; known: {_listing(services)}")
+                # An OTEL_SERVICE_NAME (what Go and Java fleets are known by) is not the
+                # gRPC service: say which option takes it.
+                otel = {*names["client_service"], *names["server_service"]} - {""}
+                hint = (
+                    f" ({service!r} is an OpenTelemetry service name: --otel-service {service})"
+                    if service in otel
+                    else ""
+                )
+                raise BadInput(
+                    f"no calls of gRPC service {service!r}{hint}; known: {_listing(services)}"
+                )
             if len(matches) > 1:
                 raise BadInput(f"{service!r} is ambiguous: {', '.join(matches)}; name one in full")
             service = matches[0]

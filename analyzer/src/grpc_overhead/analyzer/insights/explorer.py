@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer import call_rollup
+from grpc_overhead.analyzer.call_columns import CALL_STATUS
 from grpc_overhead.analyzer.calls import (
     COLUMNS,
     HALF_MARGIN_NS,
@@ -108,7 +109,7 @@ def find_calls(
         "SELECT fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start,"
         " TraceId AS trace_id, ClientSpanId AS client_span_id, service, method, run_id,"
         " client_host, server_instance, server_host,"
-        " if(client_status_code >= 0, client_status_code, server_status_code) AS status_code,\n    "
+        f" {CALL_STATUS} AS status_code,\n    "
         + ",\n    ".join(phases_us)
         + ",\n    request_uncompressed_bytes AS request_bytes,"
         " response_uncompressed_bytes AS response_bytes\n"
@@ -271,7 +272,7 @@ def _summary_sql(source: str) -> str:
         "SELECT TraceId AS trace_id, ClientSpanId AS client_span_id,"
         " ServerSpanId AS server_span_id,"
         f" fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start, {', '.join(CALL_IDENTITY)},"
-        " if(client_status_code >= 0, client_status_code, server_status_code) AS status_code,"
+        f" {CALL_STATUS} AS status_code,"
         f" client_domain, server_domain, {', '.join(SOURCE_COLUMNS)},\n"
         "    if(clock_defined, clock_offset_ns / 1000, NULL) AS clock_offset_us,\n"
         "    if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us,\n"

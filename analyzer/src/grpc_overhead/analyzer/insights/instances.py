@@ -22,6 +22,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
+    HAS_ROW_START,
     ROW_FILTER,
     TIME_FILTER,
     CallFilters,
@@ -263,7 +264,8 @@ def time_span(
     sql = (
         "SELECT count() AS n, min(call_start_ns) AS first, max(call_start_ns) AS last FROM ("
         "SELECT greatest(client_start_ns, server_start_ns) AS call_start_ns, service, method,"
-        f" run_id, client_service, server_service FROM {options.calls} WHERE {ROW_FILTER})"
+        f" run_id, client_service, server_service FROM {options.calls}"
+        f" WHERE {ROW_FILTER} AND {HAS_ROW_START})"
         f" WHERE {TIME_FILTER} AND {CALL_FILTER}"
     )
     found = store.query(sql, query_parameters(filters, None), readonly=True).iloc[0]

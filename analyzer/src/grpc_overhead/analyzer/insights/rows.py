@@ -28,6 +28,7 @@ from grpc_overhead.analyzer.call_rollup import ALGORITHM as ALGORITHM
 from grpc_overhead.analyzer.call_rollup import rows_sql as rows_sql
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
+    HAS_ROW_START,
     ROW_FILTER,
     CallFilters,
     CallsOptions,
@@ -132,7 +133,7 @@ def halves(
     scan = parameters(filters)
     found = store.query(
         f"SELECT min({start}) AS first, max({start}) AS last, count() AS n\n"
-        f"FROM {options.calls} WHERE {ROW_FILTER} AND {CALL_FILTER}",
+        f"FROM {options.calls} WHERE {ROW_FILTER} AND {HAS_ROW_START} AND {CALL_FILTER}",
         scan,
         readonly=True,
     )
