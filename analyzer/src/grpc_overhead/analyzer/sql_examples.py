@@ -62,14 +62,14 @@ ORDER BY rpc_method, calls DESC""",
     ),
     (
         "Does compression pay: serialization plus network time per compression?",
-        """SELECT compression, count() AS calls,
+        """SELECT compression_algorithm, count() AS calls,
     round(avg(request_bytes) / 1024, 1) AS request_kib,
     round(avg(client_serialize_us + response_serialize_us), 1) AS serialize_us,
     round(avg(request_network_us + response_network_us), 1) AS network_us,
     round(avg(total_us), 1) AS total_us
 FROM grpc_call_phases
-GROUP BY compression
-ORDER BY compression""",
+GROUP BY compression_algorithm
+ORDER BY compression_algorithm""",
     ),
     (
         "Which server instance is slowest, and is it the handler or the queue?",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallsOptions
@@ -137,12 +138,28 @@ def examples(options: CallsOptions | None = None) -> dict[str, str]:
 
 def displayable(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with nested values (maps, arrays: ``Events.Attributes``) as text, which
-    a table widget and a CSV file can show; flat columns stay as they are."""
-    shown = frame.copy()
+    a table widget and a CSV file can show, and ``Float32`` columns as the decimals the
+    engine prints (``decimal_floats``); other flat columns stay as they are."""
+    shown = decimal_floats(frame)
     for column in shown.columns:
         values = shown[column]
         if values.dtype == object and values.map(_nested).any():
             shown[column] = values.map(_as_text)
+    return shown
+
+
+def decimal_floats(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` whose ``Float32`` columns are the ``float64`` of their shortest
+    decimal: ``quantileTDigest`` answers in Float32 (``round()`` of it too), whose 28210.9
+    is 28210.900390625 in double precision, which a table prints as 28210.900391 where
+    ClickHouse's own clients print 28210.9."""
+    shown = frame.copy()
+    for column in shown.columns:
+        if str(shown[column].dtype) in ("float32", "Float32"):
+            single = shown[column].to_numpy(dtype=np.float32, na_value=np.nan)
+            shown[column] = pd.Series(
+                single.astype(str).astype(np.float64), index=shown.index, name=column
+            )
     return shown
 
 
