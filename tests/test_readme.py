@@ -78,3 +78,20 @@ def test_the_readme_lists_every_page_of_the_app():
         assert re.search(rf"^\| (\[{re.escape(title)}\]\(|{re.escape(title)} \|)", listed, re.M), (
             title
         )
+
+
+def test_the_docs_give_the_query_time_limits_the_code_enforces():
+    """The SQL page's time limit and that of `sql` and the HTTP interface, each from its
+    one constant, as the README and docs/reliability.md state them."""
+    from grpc_overhead.analyzer.insights import console
+    from grpc_overhead.analyzer.store.base import QueryLimits
+
+    page = f"{console.PAGE_LIMITS.max_execution_time_s:g} s"
+    ceiling = f"{QueryLimits().max_execution_time_s:g} s"
+    sql_row = next(line for line in README.splitlines() if line.startswith("| [SQL]"))
+    assert f"stops after {page}" in sql_row and f"allow {ceiling}" in sql_row
+    assert f"({QueryLimits().describe()};" in README  # the HTTP interface
+    reliability = (ROOT / "docs" / "reliability.md").read_text()
+    assert f"| {ceiling} (SQL page: {page}) |" in reliability
+    assert f"at most {console.MAX_LIMIT:,})" in reliability
+    assert console.page_limits().startswith(f"{page}, 4 GiB, the row limit")
