@@ -33,6 +33,12 @@ STATIC_TTL_S = 600.0
 
 ANY = "(all)"
 
+#: ``st.dataframe(height=...)`` of every table with a bounded set of rows (phases, methods,
+#: instances, algorithms): all of them, never Streamlit's default of ten and a scrollbar
+#: (which hid the Phases table's last row, unattributed, "shown, never hidden"). Lists
+#: the user sizes (the explorer's calls, the SQL page's rows) keep the default and scroll.
+ALL_ROWS = "content"
+
 
 @dataclass(frozen=True)
 class TimeRange:

@@ -258,6 +258,7 @@ with left:
         explorer.phase_table(summary),
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config=RAW_AND_CORRECTED,
     )
 with right:
@@ -266,6 +267,7 @@ with right:
         explorer.event_table(waterfall),
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config=RAW_AND_CORRECTED,
     )
 with st.expander(
@@ -279,6 +281,7 @@ with st.expander(
         origins,
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={"value_us": st.column_config.NumberColumn("value (µs)", format="%.1f")},
     )
     st.caption(

@@ -102,6 +102,7 @@ else:
         totals.rename(columns={"label": "method", "total_us": f"{statistic} total (µs)"}),
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={
             f"{statistic} total (µs)": st.column_config.NumberColumn(format="%.1f"),
         },
@@ -178,6 +179,7 @@ else:
         ),
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={"share": st.column_config.NumberColumn("share", format="percent")},
         key="overview_status_table",
     )

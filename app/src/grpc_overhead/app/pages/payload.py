@@ -125,6 +125,7 @@ st.dataframe(
     ),
     hide_index=True,
     width="stretch",
+    height=shared.ALL_ROWS,
     column_config={
         "run_id": "run",
         "slope_us_per_mb": st.column_config.NumberColumn("µs per MB", format="%.1f"),
@@ -194,6 +195,7 @@ st.dataframe(
     pd.DataFrame(table),
     hide_index=True,
     width="stretch",
+    height=shared.ALL_ROWS,
     column_config={
         "request_bytes_mean": st.column_config.NumberColumn("request bytes (mean)", format="%.0f"),
         "response_bytes_mean": st.column_config.NumberColumn(
@@ -224,6 +226,7 @@ if len(per_algorithm):
         per_algorithm[["service", "method", "run_id", "algorithm", "calls", "r2", "verdict"]],
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={
             "run_id": "run",
             "r2": st.column_config.NumberColumn("R²", format="%.2f"),
