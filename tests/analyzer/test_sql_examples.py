@@ -78,6 +78,11 @@ def test_every_example_runs_and_answers(store):
     compression = by_index[4].set_index("compression_algorithm")["calls"]
     assert compression.to_dict() == {"gzip": 1, "lz4": 1, "none": 8, "zstd": 1}
     assert set(by_index[5]["server_instance"]) == {"s-1"}
+    # The network is the two network phases, apart from total - processing (which holds
+    # queuing and serialization too): 300 + 250 µs in the seeded calls.
+    assert by_index[1]["network_p50_us"].tolist() == [550.0]
+    assert (by_index[1]["not_processing_p50_us"] > by_index[1]["network_p50_us"]).all()
+    assert {"network_percent", "not_processing_percent"} <= set(by_index[7].columns)
     assert set(by_index[9]["server_host"]) == {"host-a", "host-b"}
     assert all(len(answer) for answer in by_index)
     # round(x, 1) prints one decimal, also where the engine answers in Float32

@@ -108,7 +108,7 @@ else:
         },
     )
 
-st.subheader("Network overhead over time")
+st.subheader("Network over time, and all that is not processing")
 timeline = overview.network_over_time(answer)
 if timeline.empty:
     st.info("No call starts in the selected range.")
