@@ -37,3 +37,61 @@ def test_two_setup_commands_and_every_cli_command_are_shown():
     assert "make demo" in README and "make test" in README
     for command in COMMANDS:
         assert f"grpc-overhead {command}" in README or f"`{command}`" in README
+
+
+#: What the README tells a user to create in the checkout: store directories
+#: (``--store ./DIR``, the default ``./grpc-overhead-data``), virtual environments
+#: (``python3 -m venv DIR``) and files a command writes (``> FILE``).
+_CREATED = re.compile(
+    r"--store \./(?P<store>[\w.-]+)|`\./(?P<named>[\w.-]+)`|python3 -m venv\s+(?P<venv>[\w.-]+)"
+    r"|>\s*(?P<file>[a-z][\w-]*\.[a-z]+)\b"
+)
+
+
+def readme_created_paths() -> set[str]:
+    """Each path as git sees it: directories with a trailing slash."""
+    paths = set()
+    for match in _CREATED.finditer(README):
+        kind = match.lastgroup
+        paths.add(match.group(kind) + ("" if kind == "file" else "/"))
+    return paths
+
+
+def test_every_path_the_readme_has_a_user_create_is_ignored_by_git():
+    paths = readme_created_paths()
+    assert {"grpc-overhead-data/", "my-data/", "service-env/", "try-it-data/"} <= paths
+    for path in sorted(paths):
+        # A file inside a directory too: what `git status` would list.
+        for candidate in (path, path + "inside") if path.endswith("/") else (path,):
+            ignored = subprocess.run(
+                ["git", "check-ignore", "--no-index", "-q", candidate], cwd=ROOT
+            ).returncode
+            assert ignored == 0, f"{candidate} (the README creates it) is not in .gitignore"
+
+
+def test_the_readme_lists_every_page_of_the_app():
+    from harness.browser import PAGES
+
+    listed = README.split("### The pages", 1)[1].split("\n### ", 1)[0]
+    for url, title in PAGES:
+        assert f"`/{url}`" in listed, url
+        assert re.search(rf"^\| (\[{re.escape(title)}\]\(|{re.escape(title)} \|)", listed, re.M), (
+            title
+        )
+
+
+def test_the_docs_give_the_query_time_limits_the_code_enforces():
+    """The SQL page's time limit and that of `sql` and the HTTP interface, each from its
+    one constant, as the README and docs/reliability.md state them."""
+    from grpc_overhead.analyzer.insights import console
+    from grpc_overhead.analyzer.store.base import QueryLimits
+
+    page = f"{console.PAGE_LIMITS.max_execution_time_s:g} s"
+    ceiling = f"{QueryLimits().max_execution_time_s:g} s"
+    sql_row = next(line for line in README.splitlines() if line.startswith("| [SQL]"))
+    assert f"stops after {page}" in sql_row and f"allow {ceiling}" in sql_row
+    assert f"({QueryLimits().describe()};" in README  # the HTTP interface
+    reliability = (ROOT / "docs" / "reliability.md").read_text()
+    assert f"| {ceiling} (SQL page: {page}) |" in reliability
+    assert f"at most {console.MAX_LIMIT:,})" in reliability
+    assert console.page_limits().startswith(f"{page}, 4 GiB, the row limit")

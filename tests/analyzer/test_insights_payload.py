@@ -181,3 +181,32 @@ def test_fits_per_method_and_run_not_across_them(store):
         assert by_method.loc[method, "finding"]
         assert by_method.loc[method, "verdict"] == "1 ms per MB (R² 1.00)"
     assert by_method.loc["Lookup", "intercept_us"] == pytest.approx(5_000.0)
+
+
+def test_a_finding_within_one_run_is_headlined_before_one_across_runs(store):
+    """Predict: run "small" (20 calls of 2.5 kB) and run "large" (4 of 250 kB), 400 µs/MB
+    only across them; Lookup: 6 calls of 100-600 kB in one run, 1,000 µs/MB within it."""
+    spans = []
+    calls = [("Predict", "small", 2_500)] * 20 + [("Predict", "large", 250_000)] * 4
+    calls += [("Lookup", "one", size) for size in range(100_000, 700_000, 100_000)]
+    for index, (method, run, size) in enumerate(calls):
+        cost = 400 if method == "Predict" else 1000
+        truth = replace(
+            Truth(), start=seed.BASE_NS + index * MS, request_network=size * cost // 1000
+        )
+        spans += seed.synthetic_call(truth, method=method, run_id=run, request_bytes=size)
+    seed.insert_spans(store, spans)
+    frame = payload.by_algorithm(store)
+
+    def network(fits):
+        return fits[(fits["phase"] == "request_network") & (fits["algorithm"] == payload.ALL)]
+
+    within, across = network(payload.method_fits(frame)), network(payload.across_runs_fits(frame))
+    [row] = across.to_dict("records")  # Lookup has one run: no fit across runs
+    assert (row["method"], row["run_id"], row["calls"]) == ("Predict", "(2 runs: large, small)", 24)
+    assert row["finding"] and row["slope_us_per_mb"] == pytest.approx(400.0)
+    fit, is_across = payload.headline(within, across)
+    assert (fit["method"], is_across) == ("Lookup", False)
+    assert fit["slope_us_per_mb"] == pytest.approx(1000.0)
+    fit, is_across = payload.headline(within[within["method"] == "Predict"], across)
+    assert (fit["method"], fit["run_id"], is_across) == ("Predict", "(2 runs: large, small)", True)

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from grpc_overhead.analyzer.insights import console
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW, view_columns
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from grpc_overhead.analyzer.store.base import QueryLimits
-from grpc_overhead.cli.sql import parser
+from grpc_overhead.cli.sql import parser, render
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 
@@ -53,6 +54,8 @@ def test_every_example_runs_and_answers(store):
         client, server = seed.synthetic_call(truth, request_bytes=(index + 1) * 40_000)
         for span in (client, server):
             span.attributes["grpc.compression"] = codec
+            if index == 4:  # the service's own codec, no gRPC compression
+                span.attributes["grpc_overhead.payload.codec"] = "lz4"
             if index == 5:
                 span.attributes["rpc.grpc.status_code"] = "14"
         spans += [client, server]
@@ -71,7 +74,36 @@ def test_every_example_runs_and_answers(store):
     assert len(by_index[2]) == 1
     assert by_index[0]["total"].iloc[0] == Truth().expected_phases_us()["total"]
     assert set(by_index[3]["status_code"]) == {0, 14}
-    assert set(by_index[4]["compression"]) == {"", "gzip", "zstd"}
+    # gRPC's compression and the service's payload codec apart: lz4 is not lumped into ''.
+    compression = by_index[4].set_index("compression_algorithm")["calls"]
+    assert compression.to_dict() == {"gzip": 1, "lz4": 1, "none": 8, "zstd": 1}
     assert set(by_index[5]["server_instance"]) == {"s-1"}
+    # The network is the two network phases, apart from total - processing (which holds
+    # queuing and serialization too): 300 + 250 µs in the seeded calls.
+    assert by_index[1]["network_p50_us"].tolist() == [550.0]
+    assert (by_index[1]["not_processing_p50_us"] > by_index[1]["network_p50_us"]).all()
+    assert {"network_percent", "not_processing_percent"} <= set(by_index[7].columns)
     assert set(by_index[9]["server_host"]) == {"host-a", "host-b"}
     assert all(len(answer) for answer in by_index)
+    # round(x, 1) prints one decimal, also where the engine answers in Float32
+    # (quantileTDigest): 28210.9, never 28210.900391. (Example 3 lists raw columns.)
+    for index, answer in enumerate(by_index):
+        if index == 2:
+            continue
+        for output in ("table", "csv", "json"):
+            shown = render(answer, output)
+            assert not re.findall(r"\b\d+\.\d{3,}\b", shown), (index, output, shown)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("output", ["table", "csv", "json"])
+def test_a_rounded_quantile_prints_as_rounded(store, output):
+    """quantileTDigest answers in Float32, and round() keeps the type: 28210.9 arrives as
+    28210.900390625. `sql` and the SQL page print it as ClickHouse's clients do."""
+    sql = "SELECT round(quantileTDigest(0.5)(x), 1) AS p50_us FROM (SELECT 28210.9 AS x)"
+    answer = store.user_query(sql, QueryLimits())
+    assert str(answer["p50_us"].dtype) in ("float32", "Float32")  # the engine's type
+    shown = render(answer, output)
+    assert "28210.9" in shown and "28210.90" not in shown, shown
+    page = console.displayable(console.run(store, sql))
+    assert page["p50_us"].tolist() == [28210.9]

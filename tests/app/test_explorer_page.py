@@ -119,3 +119,24 @@ def test_empty_store_shows_how_to_send_data(served_store):
     at = run_page("explorer", {"trace": "f" * 32})
     assert not at.exception
     assert any("No calls stored yet" in info.value for info in at.info)
+
+
+def test_the_network_tile_is_the_wire_and_total_minus_processing_is_named_for_what_it_is(
+    served_store,
+):
+    """A queued call: 40 ms in server_queue. "Network" is the two network phases (550 µs);
+    total - processing, which holds the queuing, is not called network."""
+    queued = Truth(start=BASE_NS + 30 * MS, server_queue=40 * MS, pool_wait=39 * MS)
+    client, server = synthetic_call(queued)
+    insert_spans(served_store, [client, server])
+    at = run_page("explorer", {"trace": client.trace_id})
+    assert not at.exception and not at.error
+    shown = metrics(at)
+    expected = queued.expected_phases_us()
+    assert shown["Network"] == formatting.duration(
+        expected["request_network"] + expected["response_network"]
+    ) == "550 µs"  # fmt: skip
+    assert shown["Not processing"] == formatting.duration(
+        expected["total"] - expected["processing"]
+    )
+    assert not any("network" in label.lower() and "overhead" in label.lower() for label in shown)

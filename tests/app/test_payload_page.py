@@ -160,3 +160,43 @@ def test_a_weak_or_negative_fit_is_explained_not_headlined(served_store):
     assert metrics(at)["Cost per MB"] == "no size effect"
     assert any("no size effect measurable: R² 0." in info.value for info in at.info)
     assert [n for n in traces(figures(at)["payload_scatter"]) if n.startswith("fit")] == []
+
+
+def seed_one_size_per_run(store) -> None:
+    """As the demo plays it: Predict in run "small" (20 calls of 2.5 kB) and run "large"
+    (4 calls of 250 kB), each run one size; request_network = 100 µs + 400 µs per MB.
+    Lookup in run "small" too (30 calls, 2.5 kB): the busiest method/run has no effect."""
+    spans = []
+    for index, (method, run, size) in enumerate(
+        [("Predict", "small", 2_500)] * 20
+        + [("Predict", "large", 250_000)] * 4
+        + [("Lookup", "small", 2_500)] * 30
+    ):
+        truth = replace(
+            Truth(),
+            start=BASE_NS + index * MS,
+            request_network=100 * US + size * 400 // 1_000_000 * US,
+        )
+        spans += synthetic_call(truth, method=method, run_id=run, request_bytes=size)
+    insert_spans(store, spans)
+
+
+def test_runs_of_one_size_each_are_fitted_across_runs_and_the_page_says_so(served_store):
+    """The demo's headline said "no size effect": every method/run has one size. Predict
+    across its two runs costs 400 µs per MB, and the page says the fit is across runs."""
+    seed_one_size_per_run(served_store)
+    at = run_page("payload")
+    at.selectbox(key="payload_phase").set_value("request_network").run()
+    assert not at.exception and not at.error
+    assert metrics(at)["Cost per MB"] == "400 µs"
+    caption = " ".join(element.value for element in at.caption)
+    assert "predict.Predictor/Predict across 2 runs: large, small, 24 calls" in caption
+    assert "whatever else differs between them" in caption
+    table = at.dataframe[0].value
+    assert table["run_id"].tolist() == ["small", "small", "large", "(2 runs: large, small)"]
+    assert table["verdict"].tolist()[:3] == ["one payload size only: no cost per MB to fit"] * 3
+    # One run picked in the sidebar: its one size has no cost to fit, and it says so.
+    at = run_page("payload", {"run": "large"})
+    at.selectbox(key="payload_phase").set_value("request_network").run()
+    assert metrics(at)["Cost per MB"] == "no size effect"
+    assert any("in run large: one payload size only" in info.value for info in at.info)

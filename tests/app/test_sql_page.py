@@ -108,3 +108,13 @@ def test_the_caption_points_to_the_phase_view_not_final(served_store):
     caption = " ".join(element.value for element in at.caption)
     assert "`grpc_call_phases`" in caption and "no `FINAL` needed" in caption
     assert "read it with `FINAL`" not in caption
+
+
+def test_the_caption_states_the_limits_the_page_enforces(served_store):
+    """30 s and the row limit, as the README says: not the 1,000,000-row ceiling of `sql`,
+    which the page's own row limit always undercuts."""
+    seed(served_store, calls=1)
+    at = run_page("sql_console")
+    caption = " ".join(element.value for element in at.caption)
+    assert "(30 s, 4 GiB, the row limit (at most 100,000 rows))" in caption
+    assert "1,000,000" not in caption

@@ -122,6 +122,19 @@ def test_every_panel_is_a_sql_target_on_the_clickhouse_datasource() -> None:
 
 
 @pytest.mark.unit
+def test_no_panel_calls_total_minus_processing_network() -> None:
+    """network_overhead (total - processing) holds queuing and serialization too: a panel
+    that plots it does not call it network in its title, as the app no longer does
+    (issue 21); the phase table lists it under its phase name."""
+    for name, shown in panels():
+        sql = " ".join(target["rawSql"] for target in shown["targets"])
+        if "network_overhead_us" in sql:
+            assert "network" not in shown["title"].lower(), (name, shown["title"])
+    tail = panel("grpc-overhead-tail.json", "p50 vs p99: total and all but processing")
+    assert "total - processing" in tail["description"]
+
+
+@pytest.mark.unit
 def test_trace_ids_link_to_jaeger() -> None:
     linked = 0
     for _, item in panels():

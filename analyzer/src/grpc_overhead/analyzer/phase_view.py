@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from grpc_overhead.analyzer.call_rollup import ALGORITHM
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
@@ -63,6 +64,17 @@ IDENTITY: tuple[tuple[str, str, str], ...] = (
     ),
     ("error", "error", "1 when either span has status Error"),
     ("compression", "toString(compression)", "grpc.compression ('' = none)"),
+    (
+        "payload_codec",
+        "toString(payload_codec)",
+        "the service's own codec of its payload (grpc_overhead.payload.codec: zstd, lz4, "
+        "snappy; '' = none), applied before gRPC's compression",
+    ),
+    (
+        "compression_algorithm",
+        f"toString({ALGORITHM})",
+        "both in one label: none, gzip, deflate, zstd, lz4, snappy, or e.g. gzip+zstd",
+    ),
     ("request_bytes", "toUInt64(request_uncompressed_bytes)", "request bytes, uncompressed"),
     ("response_bytes", "toUInt64(response_uncompressed_bytes)", "response bytes, uncompressed"),
     (

@@ -33,12 +33,15 @@ GROUP BY rpc_service, rpc_method
 ORDER BY calls DESC""",
     ),
     (
-        "What are p50 and p99 of total and of network overhead per method?",
+        "What are p50 and p99 of total, of the network and of everything but processing, "
+        "per method?",
         """SELECT rpc_method, count() AS calls,
     round(quantileTDigest(0.5)(total_us), 1) AS total_p50_us,
     round(quantileTDigest(0.99)(total_us), 1) AS total_p99_us,
-    round(quantileTDigest(0.5)(network_overhead_us), 1) AS overhead_p50_us,
-    round(quantileTDigest(0.99)(network_overhead_us), 1) AS overhead_p99_us
+    round(quantileTDigest(0.5)(request_network_us + response_network_us), 1) AS network_p50_us,
+    round(quantileTDigest(0.99)(request_network_us + response_network_us), 1) AS network_p99_us,
+    round(quantileTDigest(0.5)(network_overhead_us), 1) AS not_processing_p50_us,
+    round(quantileTDigest(0.99)(network_overhead_us), 1) AS not_processing_p99_us
 FROM grpc_call_phases
 GROUP BY rpc_method
 ORDER BY total_p99_us DESC""",
@@ -62,14 +65,14 @@ ORDER BY rpc_method, calls DESC""",
     ),
     (
         "Does compression pay: serialization plus network time per compression?",
-        """SELECT compression, count() AS calls,
+        """SELECT compression_algorithm, count() AS calls,
     round(avg(request_bytes) / 1024, 1) AS request_kib,
     round(avg(client_serialize_us + response_serialize_us), 1) AS serialize_us,
     round(avg(request_network_us + response_network_us), 1) AS network_us,
     round(avg(total_us), 1) AS total_us
 FROM grpc_call_phases
-GROUP BY compression
-ORDER BY compression""",
+GROUP BY compression_algorithm
+ORDER BY compression_algorithm""",
     ),
     (
         "Which server instance is slowest, and is it the handler or the queue?",
@@ -92,13 +95,17 @@ GROUP BY minute
 ORDER BY minute""",
     ),
     (
-        "What share of each method's time is network overhead rather than processing?",
+        "What share of each method's time is the network, and what share is anything but "
+        "processing?",
         """SELECT rpc_method,
-    round(100 * sum(network_overhead_us) / sum(total_us), 1) AS overhead_percent,
+    round(100 * sum(request_network_us + response_network_us) / sum(total_us), 1)
+        AS network_percent,
+    round(100 * sum(network_overhead_us) / sum(total_us), 1) AS not_processing_percent,
     round(100 * sum(processing_us) / sum(total_us), 1) AS processing_percent,
     round(100 * sum(unattributed_us) / sum(total_us), 1) AS unattributed_percent
 FROM grpc_call_phases
 WHERE total_us > 0 AND processing_us IS NOT NULL
+    AND request_network_us IS NOT NULL AND response_network_us IS NOT NULL
 GROUP BY rpc_method""",
     ),
     (

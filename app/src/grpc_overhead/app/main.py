@@ -17,6 +17,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from grpc_overhead.app import shared
+
 PAGES_DIR = Path(__file__).parent / "pages"
 
 #: (script, title, icon, url path); the first is where ``/`` leads.
@@ -43,7 +45,8 @@ def main() -> None:
         st.switch_page(pages[0], query_params=st.query_params.to_dict())
 
     root = st.Page(home, title=PAGES[0][1], url_path="home", default=True, visibility="hidden")
-    st.navigation([root, *pages]).run()
+    with shared.page_run():
+        st.navigation([root, *pages]).run()
 
 
 main()

@@ -8,8 +8,10 @@ state in the URL's query parameters, so a view can be shared as a link.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,14 +26,24 @@ from grpc_overhead.app import runtime
 
 #: Seconds an analyzer answer is reused. Under the 5 s freshness target.
 TTL_S = 2.0
-#: Seconds between reruns when auto-refresh is on.
+#: Seconds between reruns when auto-refresh is on (the ticker's period).
 REFRESH_S = 3.0
+#: Seconds a page stays still after its run before auto-refresh reruns it: a page whose
+#: run takes longer than ``REFRESH_S`` (Phases under load: 12-17 s) would otherwise be
+#: rerun the moment it finished, for ever, and never be readable or "loaded".
+MIN_IDLE_S = 2.0
 #: Filter choices change slowly; listing them is not worth redoing on every rerun.
 CHOICES_TTL_S = 15.0
 #: A store nobody writes to (``grpc-overhead app``) gives the same answers all day.
 STATIC_TTL_S = 600.0
 
 ANY = "(all)"
+
+#: ``st.dataframe(height=...)`` of every table with a bounded set of rows (phases, methods,
+#: instances, algorithms): all of them, never Streamlit's default of ten and a scrollbar
+#: (which hid the Phases table's last row, unattributed, "shown, never hidden"). Lists
+#: the user sizes (the explorer's calls, the SQL page's rows) keep the default and scroll.
+ALL_ROWS = "content"
 
 
 @dataclass(frozen=True)
@@ -217,7 +229,8 @@ def filters() -> CallFilters:
         f"Auto-refresh every {REFRESH_S:g} s",
         value=params.get("refresh", "1" if served.live else "0") == "1",
         key="filter_refresh",
-        help="Rerun the page while spans arrive.",
+        help=f"Rerun the page while spans arrive; a page that took long to draw stays "
+        f"still for at least {MIN_IDLE_S:g} s before it reruns.",
     )
     # Only a choice that differs from the default goes into the URL.
     refresh_param = None if refresh == served.live else ("1" if refresh else "0")
@@ -315,13 +328,37 @@ def _write_query_params(
             params[key] = value
 
 
+_RUN_STARTED = "_page_run_started"
+_RUN_ENDED = "_page_run_ended"
+
+
+@contextlib.contextmanager
+def page_run() -> Iterator[None]:
+    """Mark a whole page run's start and end (``main.py`` wraps the navigation in it), so
+    auto-refresh knows whether a run is going on and how long the page has been still."""
+    st.session_state[_RUN_STARTED] = time.monotonic()
+    try:
+        yield
+    finally:  # st.stop() and reruns end a run too
+        st.session_state[_RUN_ENDED] = time.monotonic()
+
+
+def refresh_due(started: float | None, ended: float | None, now: float) -> bool:
+    """Whether a tick of the auto-refresh timer at ``now`` reruns the page: only after a
+    page run ended (never inside one: the ticker runs as part of every page run too) and
+    ``MIN_IDLE_S`` after it. Timer ticks that fell during a long run are queued by
+    Streamlit and arrive just after it ends: they wait for the next tick."""
+    if started is None or ended is None or ended < started:
+        return False
+    return now - ended >= MIN_IDLE_S
+
+
 def _auto_refresh() -> None:
     @st.fragment(run_every=REFRESH_S)
     def ticker() -> None:
-        if st.session_state.get("_refresh_armed"):
-            st.session_state["_refresh_armed"] = False
+        state = st.session_state
+        if refresh_due(state.get(_RUN_STARTED), state.get(_RUN_ENDED), time.monotonic()):
             st.rerun(scope="app")
-        st.session_state["_refresh_armed"] = True
 
     with st.sidebar:
         ticker()

@@ -35,6 +35,7 @@ to its trace there (Jaeger's query API and UI routes on 16686, or a free port).
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 import threading
@@ -49,6 +50,7 @@ from rich.text import Text
 
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR
 from grpc_overhead.app.server import DEFAULT_PORT, open_browser
+from grpc_overhead.cli import invocation
 from grpc_overhead.cli.demo_scenarios import SCENARIOS, SERVICES
 from grpc_overhead.cli.demo_stack import Demo, DemoError
 from grpc_overhead.cli.ports import port_number
@@ -208,12 +210,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(Text(f"grpc-overhead demo: {failure}", style="red"))
         console.print(f"Logs of every process: {demo.logs}", markup=False)
         return EXIT_FAILED
+    program, store = invocation.command(), shlex.quote(args.store)
     console.print(
         f"Stopped. {demo.status.calls:,} calls sent; the data is in {demo.store}:\n"
-        f"  grpc-overhead report --store {args.store}\n"
-        f"  grpc-overhead app --store {args.store}\n"
-        f'  grpc-overhead sql --store {args.store} "SELECT count() FROM otel_traces"',
+        f"  {program} report --store {store}\n"
+        f"  {program} app --store {store}\n"
+        f'  {program} sql --store {store} "SELECT count() FROM otel_traces"',
         highlight=False,
+        markup=False,
     )
     return 0
 

@@ -26,6 +26,7 @@ from rich.console import Console
 from grpc_overhead.analyzer.errors import StoreLocked
 from grpc_overhead.analyzer.store import check_free
 from grpc_overhead.app.server import AppServerError, check_port
+from grpc_overhead.cli import invocation
 from grpc_overhead.cli.demo_scenarios import (
     CYCLE_S,
     LOAD_OVERHEAD_S,
@@ -45,10 +46,13 @@ if TYPE_CHECKING:
 SERVE_START_TIMEOUT_S = 120.0
 SERVICE_START_TIMEOUT_S = 60.0
 
-NO_COLLECTOR_HINT = (
-    "or run the demo without the collector: `grpc-overhead demo --no-collector` "
-    "(the services then send spans straight to the intake)"
-)
+
+def no_collector_hint() -> str:
+    """What to do when the collector cannot start, with the command as it runs from here."""
+    return (
+        f"or run the demo without the collector: `{invocation.command()} demo --no-collector` "
+        "(the services then send spans straight to the intake)"
+    )
 
 
 class DemoError(RuntimeError):
@@ -141,7 +145,7 @@ class Demo:
         try:
             build_collector(echo=not binary.is_file())
         except CollectorUnavailable as error:
-            raise DemoError(f"{error}\n{NO_COLLECTOR_HINT}") from None
+            raise DemoError(f"{error}\n{no_collector_hint()}") from None
 
     def build_jaeger(self) -> None:
         from grpc_overhead.cli.jaeger import BINARY, JaegerError, build

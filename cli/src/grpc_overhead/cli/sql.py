@@ -30,6 +30,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
+from grpc_overhead.analyzer.insights.console import decimal_floats
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW, ensure_phase_view, view_columns
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
@@ -236,6 +237,8 @@ def explain(error: QueryError, *, writable: bool = True) -> str:
 
 
 def render(frame: pd.DataFrame, output: str) -> str:
+    """The result as ``output``; Float32 numbers as the engine prints them (28210.9)."""
+    frame = decimal_floats(frame)
     if output == "csv":
         return frame.to_csv(index=False)
     if output == "json":

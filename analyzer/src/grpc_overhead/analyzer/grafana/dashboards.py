@@ -145,8 +145,10 @@ def tail() -> dict[str, Any]:
                 unit="µs",
             ),
             timeseries(
-                "p50 vs p99: total and network overhead",
-                "Per interval.",
+                "p50 vs p99: total and all but processing",
+                "Per interval. network_overhead is total - processing (the seed article's "
+                "name): network, but also queuing, (de)serialization and dispatch waits; the "
+                "wire alone is request_network + response_network.",
                 f"SELECT {_INTERVAL},\n"
                 f"  {_quantile(0.5, 'total_us')} AS total_p50,"
                 f" {_quantile(0.99, 'total_us')} AS total_p99,\n"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallsOptions
@@ -22,11 +23,23 @@ from grpc_overhead.analyzer.errors import BadInput, QueryError
 from grpc_overhead.analyzer.sql_examples import examples_for
 from grpc_overhead.analyzer.store.base import Abandoned, QueryLimits, Store
 
-#: The page's limits: a console query answers within half a minute or is stopped.
-PAGE_LIMITS = QueryLimits().lowered(max_execution_time_s=30.0)
+#: Seconds a query of the SQL page may run: a web page answers within half a minute or
+#: says why not (``sql`` and serve's HTTP interface allow ``QueryLimits``' 60 s). The one
+#: place this number lives: the page's caption, its refusals, the README and
+#: docs/reliability.md say it (tests/test_readme.py holds the docs to it).
+PAGE_TIME_LIMIT_S = 30.0
+#: The page's limits: ``QueryLimits`` with ``PAGE_TIME_LIMIT_S``.
+PAGE_LIMITS = QueryLimits().lowered(max_execution_time_s=PAGE_TIME_LIMIT_S)
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 100_000
+
+
+def page_limits() -> str:
+    """'30 s, 4 GiB, the row limit (at most 100,000 rows)': what the page enforces, in words.
+    (The engine's 1,000,000-row ceiling never binds here: the row limit cuts first.)"""
+    return PAGE_LIMITS.describe(rows=f"the row limit (at most {MAX_LIMIT:,} rows)")
+
 
 #: ``frame.attrs`` key: True when the statement returned more rows than the limit.
 TRUNCATED = "truncated"
@@ -102,7 +115,7 @@ def _explained(error: QueryError) -> BadInput:
     if error.is_readonly_refusal and "setting" in error.message:
         return BadInput(
             "refused: a query cannot change settings here (the engine runs it read-only, "
-            f"with {PAGE_LIMITS.describe()}); lower the row limit above instead"
+            f"with {page_limits()}); lower the row limit above instead"
         )
     if error.is_readonly_refusal:
         return BadInput(READ_ONLY_REFUSAL)
@@ -137,12 +150,28 @@ def examples(options: CallsOptions | None = None) -> dict[str, str]:
 
 def displayable(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with nested values (maps, arrays: ``Events.Attributes``) as text, which
-    a table widget and a CSV file can show; flat columns stay as they are."""
-    shown = frame.copy()
+    a table widget and a CSV file can show, and ``Float32`` columns as the decimals the
+    engine prints (``decimal_floats``); other flat columns stay as they are."""
+    shown = decimal_floats(frame)
     for column in shown.columns:
         values = shown[column]
         if values.dtype == object and values.map(_nested).any():
             shown[column] = values.map(_as_text)
+    return shown
+
+
+def decimal_floats(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` whose ``Float32`` columns are the ``float64`` of their shortest
+    decimal: ``quantileTDigest`` answers in Float32 (``round()`` of it too), whose 28210.9
+    is 28210.900390625 in double precision, which a table prints as 28210.900391 where
+    ClickHouse's own clients print 28210.9."""
+    shown = frame.copy()
+    for column in shown.columns:
+        if str(shown[column].dtype) in ("float32", "Float32"):
+            single = shown[column].to_numpy(dtype=np.float32, na_value=np.nan)
+            shown[column] = pd.Series(
+                single.astype(str).astype(np.float64), index=shown.index, name=column
+            )
     return shown
 
 

@@ -1,7 +1,8 @@
 """The Payload and compression page's answers: what each megabyte costs, per phase and algorithm.
 
-* ``costs``, ``method_fits``: per phase (and per compression algorithm; per
-  method and run for ``method_fits``, the ones worth reading), the
+* ``costs``, ``method_fits``, ``across_runs_fits``: per phase (and per compression
+  algorithm; per method and run for ``method_fits``, the ones worth reading; per
+  method across its runs for ``across_runs_fits``, where each run has one size), the
   least-squares line of the phase against the bytes it moves, fitted in
   ClickHouse (``simpleLinearRegression``): its slope is the cost per MB
   (µs per 1,000,000 bytes), its intercept the fixed cost of a call.
@@ -148,14 +149,15 @@ def by_algorithm(
     rows, bound = rows_for(store, filters, options)
     sql = (
         "SELECT if(grouping(algorithm) = 1, {all:String}, algorithm) AS label,"
-        " if(grouping(service) = 0, 'method', 'all') AS scope,"
-        " service, method, run_id,\n    "
+        " multiIf(grouping(service) = 1, 'all', grouping(run_id) = 1, 'method_runs', 'method')"
+        " AS scope, service, method, run_id, uniqExact(run_id) AS runs,"
+        " arraySort(groupUniqArray(run_id)) AS run_ids,\n    "
         + ",\n    ".join(merged)
         + f"\nFROM (\nSELECT service, method, run_id, algorithm,\n    {states}\n"
         f"FROM ({rows})\n"
         "GROUP BY service, method, run_id, algorithm\n)\n"
         "GROUP BY GROUPING SETS ((), (algorithm), (service, method, run_id),"
-        " (service, method, run_id, algorithm))\n"
+        " (service, method, run_id, algorithm), (service, method))\n"
         "ORDER BY scope, grouping(algorithm) DESC, calls DESC, service, method, run_id, label"
     )
     frame = store.query(sql, {**bound, "all": ALL}, readonly=True)
@@ -187,6 +189,42 @@ def method_fits(frame: pd.DataFrame) -> pd.DataFrame:
     anything, negative included: these are the fits a reader can trust, and
     ``verdict`` says which are findings."""
     return _fits(frame[_scope(frame) == "method"], with_scope=True)
+
+
+def across_runs_fits(frame: pd.DataFrame) -> pd.DataFrame:
+    """``method_fits`` over each method's calls of every run together, for the methods
+    with calls in several runs (``run_id`` reads e.g. "(2 runs: large, small)").
+
+    Where each run plays one payload size (the demo's scenarios do), no run alone has
+    a size effect to fit, and only the runs together show what size costs; but what
+    else differs between the runs (rate, load, settings) is in such a fit too, which
+    is why a finding within one run is preferred (``headline``)."""
+    several = frame[(_scope(frame) == "method_runs") & (frame["runs"] > 1)]
+    several = several.assign(run_id=[_runs_label(list(ids)) for ids in several["run_ids"]])
+    return _fits(several, with_scope=True)
+
+
+def _runs_label(run_ids: list[str]) -> str:
+    named = [run or "(no run id)" for run in run_ids]
+    shown = ", ".join(named[:4]) + (f", +{len(named) - 4}" if len(named) > 4 else "")
+    return f"({len(named)} runs: {shown})"
+
+
+def headline(within: pd.DataFrame, across: pd.DataFrame) -> tuple[pd.Series | None, bool]:
+    """(the fit a page headlines, whether it is one across runs) among one phase's fits
+    over every algorithm: ``within`` from ``method_fits``, ``across`` from
+    ``across_runs_fits``. The busiest finding within one method and run; else the
+    busiest finding of a method across its runs; else the busiest fit of one method
+    and run (no finding: its verdict says why); (None, False) without fits."""
+    for candidates, is_across in (
+        (within[within["finding"]], False),
+        (across[across["finding"]], True),
+        (within, False),
+    ):
+        if len(candidates):
+            busiest = candidates.sort_values("calls", ascending=False, kind="stable")
+            return busiest.iloc[0], is_across
+    return None, False
 
 
 def _scope(frame: pd.DataFrame) -> pd.Series:

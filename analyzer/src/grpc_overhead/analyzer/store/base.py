@@ -141,11 +141,13 @@ class QueryLimits:
             "readonly": 1,
         }
 
-    def describe(self) -> str:
-        """'60 s, 4 GiB, 1,000,000 rows': the limits as a page caption shows them."""
+    def describe(self, rows: str | None = None) -> str:
+        """'60 s, 4 GiB, 1,000,000 rows': the limits as a page caption shows them; ``rows``
+        in place of the row ceiling where something else cuts first (a page's row limit)."""
         memory = self.max_memory_bytes / (1 << 30)
         memory_text = f"{memory:g} GiB" if memory >= 1 else f"{self.max_memory_bytes >> 20} MiB"
-        return f"{self.max_execution_time_s:g} s, {memory_text}, {self.max_result_rows:,} rows"
+        rows = rows or f"{self.max_result_rows:,} rows"
+        return f"{self.max_execution_time_s:g} s, {memory_text}, {rows}"
 
 
 #: Statement kinds a user query may be (the first word of the engine's formatting).

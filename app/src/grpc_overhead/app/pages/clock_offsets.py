@@ -110,6 +110,7 @@ st.dataframe(
     pairs,
     hide_index=True,
     width="stretch",
+    height=shared.ALL_ROWS,
     column_config={
         "offset_us": st.column_config.NumberColumn("offset (µs)", format="%.1f"),
         "uncertainty_us": st.column_config.NumberColumn("± (µs)", format="%.1f"),
@@ -162,6 +163,7 @@ if window_start is not None:
         sample,
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={
             "explore": st.column_config.LinkColumn("waterfall", display_text="open"),
             **{

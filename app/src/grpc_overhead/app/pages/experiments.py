@@ -75,7 +75,7 @@ table = pd.DataFrame(
         "run id": cells["run_id"],
     }
 )
-st.dataframe(table, hide_index=True, width="stretch")
+st.dataframe(table, hide_index=True, width="stretch", height=shared.ALL_ROWS)
 
 left, right = st.columns(2)
 with left:
@@ -151,7 +151,7 @@ view = pd.DataFrame(
         "verdict": shown["significant"].map({True: "beyond noise", False: "noise"}),
     }
 )
-st.dataframe(view, hide_index=True, width="stretch")
+st.dataframe(view, hide_index=True, width="stretch", height=shared.ALL_ROWS)
 st.caption(
     "95% bootstrap interval of the difference of the p50s (calls resampled within each run); "
     "'noise' when it holds 0."

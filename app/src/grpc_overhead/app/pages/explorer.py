@@ -120,13 +120,27 @@ st.caption(
     " · ".join([_side("client"), _side("server")])
     + (f" · {attempts} attempts (retries or hedges of this one call)" if attempts > 1 else "")
 )
-metrics = st.columns(5)
+metrics = st.columns(6)
 metrics[0].metric("Total", formatting.duration(call["total_us"]))
 metrics[1].metric("Processing", formatting.duration(call["processing_us"]))
-metrics[2].metric("Network overhead", formatting.duration(call["network_overhead_us"]))
-metrics[3].metric("Server residence", formatting.duration(call["server_residence_us"]))
+# The wire is the two network phases; total - processing (the seed's "network overhead")
+# also holds queuing, (de)serialization and dispatch, so it is labelled as what it is.
+metrics[2].metric(
+    "Network",
+    formatting.duration(call["request_network_us"] + call["response_network_us"]),
+    help="request_network + response_network: the time on the wire both ways, exact "
+    "whatever the clocks do (each direction alone needs the clock offset).",
+)
+metrics[3].metric(
+    "Not processing",
+    formatting.duration(call["network_overhead_us"]),
+    help="total - processing (the phase network_overhead, the seed article's definition): "
+    "network, but also queuing, (de)serialization and dispatch waits; the phases below "
+    "say which.",
+)
+metrics[4].metric("Server residence", formatting.duration(call["server_residence_us"]))
 uncertainty = call["clock_uncertainty_us"]
-metrics[4].metric(
+metrics[5].metric(
     "Clock offset",
     formatting.duration(offset),
     help=(
@@ -258,6 +272,7 @@ with left:
         explorer.phase_table(summary),
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config=RAW_AND_CORRECTED,
     )
 with right:
@@ -266,6 +281,7 @@ with right:
         explorer.event_table(waterfall),
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config=RAW_AND_CORRECTED,
     )
 with st.expander(
@@ -279,6 +295,7 @@ with st.expander(
         origins,
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={"value_us": st.column_config.NumberColumn("value (µs)", format="%.1f")},
     )
     st.caption(

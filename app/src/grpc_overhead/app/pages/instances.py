@@ -105,6 +105,7 @@ st.dataframe(
     summary,
     hide_index=True,
     width="stretch",
+    height=shared.ALL_ROWS,
     column_config={
         "share": st.column_config.NumberColumn("share", format="percent"),
         "load_ratio": st.column_config.NumberColumn(

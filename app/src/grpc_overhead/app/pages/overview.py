@@ -102,12 +102,13 @@ else:
         totals.rename(columns={"label": "method", "total_us": f"{statistic} total (µs)"}),
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={
             f"{statistic} total (µs)": st.column_config.NumberColumn(format="%.1f"),
         },
     )
 
-st.subheader("Network overhead over time")
+st.subheader("Network over time, and all that is not processing")
 timeline = overview.network_over_time(answer)
 if timeline.empty:
     st.info("No call starts in the selected range.")
@@ -178,6 +179,7 @@ else:
         ),
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={"share": st.column_config.NumberColumn("share", format="percent")},
         key="overview_status_table",
     )

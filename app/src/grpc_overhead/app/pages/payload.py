@@ -29,17 +29,25 @@ phase = st.selectbox(
     key="payload_phase",
 )
 basis = payload.SIZE_BASIS[phase]
-# Fits per method and run (calls of one kind); the headline is the busiest one's.
-chosen = fits[(fits["phase"] == phase) & (fits["algorithm"] == payload.ALL)]
-chosen = chosen.sort_values("calls", ascending=False, kind="stable")
-fit = chosen.iloc[0] if len(chosen) else None
+# Fits per method and run (calls of one kind), then per method across its runs (where
+# each run has one size, only the runs together show a size effect); the headline is
+# the busiest finding, within one run first (payload.headline).
+within = fits[(fits["phase"] == phase) & (fits["algorithm"] == payload.ALL)]
+within = within.sort_values("calls", ascending=False, kind="stable")
+across_runs = payload.across_runs_fits(answer)
+across_runs = across_runs[
+    (across_runs["phase"] == phase) & (across_runs["algorithm"] == payload.ALL)
+].sort_values("calls", ascending=False, kind="stable")
+fit, is_across = payload.headline(within, across_runs)
+chosen = pd.concat([within, across_runs]) if len(across_runs) else within
 found = fit is not None and bool(fit["finding"])
 columns = st.columns(3)
 columns[0].metric(
     "Cost per MB",
     formatting.duration(fit["slope_us_per_mb"]) if found else "no size effect",
     help=f"Least-squares slope of {phase} against the {basis} bytes (1 MB = 1,000,000 "
-    f"bytes) over one method's calls in one run; shown when R² is at least "
+    f"bytes) over one method's calls in one run (across its runs where no run alone "
+    f"shows an effect; the caption says which); shown when R² is at least "
     f"{payload.MIN_R2:g} and the slope is positive.",
 )
 columns[1].metric(
@@ -53,17 +61,25 @@ columns[2].metric(
     help="How much of the phase's spread the payload size explains.",
 )
 if fit is not None:
-    scope = f"{fit['service']}/{fit['method']}" + (
-        f" in run {fit['run_id']}" if fit["run_id"] else ""
-    )
+    method = f"{fit['service']}/{fit['method']}"
+    if is_across:
+        scope = f"{method} across {fit['run_id'].strip('()')}"
+    else:
+        scope = method + (f" in run {fit['run_id']}" if fit["run_id"] else "")
     others = len(chosen) - 1
     more = (
-        f"; {others} other method/run fit(s) below (pick a method and run in the sidebar "
-        "to headline another)"
+        f"; {others} other fit(s) below (pick a method and run in the sidebar to headline another)"
         if others
         else ""
     )
-    if found:
+    if is_across:
+        st.caption(
+            f"{scope}, {formatting.count(fit['calls'])} calls: {fit['verdict']}. No run "
+            "alone shows a size effect (each has one payload size, or too little spread), "
+            f"so this fit is across the runs: whatever else differs between them (rate, "
+            f"load, settings) is in it too{more}."
+        )
+    elif found:
         st.caption(f"{scope}, {formatting.count(fit['calls'])} calls: {fit['verdict']}{more}.")
     else:
         st.info(f"{scope}: {fit['verdict']}{more}.")
@@ -125,6 +141,7 @@ st.dataframe(
     ),
     hide_index=True,
     width="stretch",
+    height=shared.ALL_ROWS,
     column_config={
         "run_id": "run",
         "slope_us_per_mb": st.column_config.NumberColumn("µs per MB", format="%.1f"),
@@ -194,6 +211,7 @@ st.dataframe(
     pd.DataFrame(table),
     hide_index=True,
     width="stretch",
+    height=shared.ALL_ROWS,
     column_config={
         "request_bytes_mean": st.column_config.NumberColumn("request bytes (mean)", format="%.0f"),
         "response_bytes_mean": st.column_config.NumberColumn(
@@ -224,6 +242,7 @@ if len(per_algorithm):
         per_algorithm[["service", "method", "run_id", "algorithm", "calls", "r2", "verdict"]],
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={
             "run_id": "run",
             "r2": st.column_config.NumberColumn("R²", format="%.2f"),

@@ -27,6 +27,7 @@ st.dataframe(
     table,
     hide_index=True,
     width="stretch",
+    height=shared.ALL_ROWS,
     column_config={
         "phase": "phase",
         "calls": st.column_config.NumberColumn("calls", help="Calls that record this phase."),
@@ -134,6 +135,7 @@ else:
         tail[["phase", "median_us", "slowest_us", "extra_us", "extra_share"]],
         hide_index=True,
         width="stretch",
+        height=shared.ALL_ROWS,
         column_config={
             "median_us": st.column_config.NumberColumn("median calls (µs)", format="%.1f"),
             "slowest_us": st.column_config.NumberColumn("slowest 1 % (µs)", format="%.1f"),

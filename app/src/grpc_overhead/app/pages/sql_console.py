@@ -29,7 +29,7 @@ st.caption(
     "µs, NULL where undefined; no `FINAL` needed), `otel_traces` (spans as the collector's "
     "exporter writes them) and `grpc_calls` (the raw call halves, merged only with `FINAL`). "
     "Read-only, enforced by the "
-    f"engine, with limits ({console.PAGE_LIMITS.describe()}): statements that change data, "
+    f"engine, with limits ({console.page_limits()}): statements that change data, "
     "settings or other queries are refused, and a query stops when you leave the page."
 )
 st.selectbox("Examples", [CHOOSE, *examples], key="sql_example", on_change=use_example)
