@@ -88,7 +88,7 @@ def test_real_calls_add_up_to_total(store):
     streams = found[found["method"] != "Echo"]
     assert sorted(streams["call_shape"]) == ["client_streaming", "server_streaming"]
     for call in streams.to_dict("records"):
-        assert all(math.isnan(call[f"{p}_us"]) for p in UNARY_ONLY + ("unattributed",))
+        assert all(math.isnan(call[f"{p}_us"]) for p in (*UNARY_ONLY, "unattributed"))
         assert all(call[f"{p}_us"] >= 0 for p in STREAM_PHASES), call
     for phase in ("client_serialize", "request_deserialize", "response_serialize", "total"):
         assert (unary[f"{phase}_us"] >= 0).all(), phase
