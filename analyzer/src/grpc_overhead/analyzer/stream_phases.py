@@ -48,7 +48,8 @@ CALL_SHAPE = (
     " request_messages > 1, 'client_streaming', response_messages > 1, 'server_streaming',"
     " request_messages = 1 AND response_messages = 1, 'unary', '')"
 )
-SHAPES: tuple[str, ...] = ("unary", "client_streaming", "server_streaming", "bidi_streaming")
+STREAM_SHAPES: tuple[str, ...] = ("client_streaming", "server_streaming", "bidi_streaming")
+SHAPES: tuple[str, ...] = ("unary", *STREAM_SHAPES)
 
 _OFFSET = "if(clock_defined, clock_offset_ns, 0)"
 
