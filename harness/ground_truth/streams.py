@@ -40,6 +40,9 @@ STREAM_METHOD = "PredictStream"
 MESSAGES = 8
 UP_MS, DOWN_MS, WAIT_MS = 8, 4, 10
 BASELINE, CASE = "none", "per_message"
+#: Spans of 8-message streams are large; on a loaded machine the intake can take longer
+#: than the harness's default 0.5 s per export, and a dropped span loses a call's half.
+EXPORT = {"OTEL_EXPORTER_OTLP_TIMEOUT": "10"}
 CASES = {BASELINE: ({}, 0.0), CASE: (latency(up_ms=UP_MS, down_ms=DOWN_MS), float(WAIT_MS))}
 #: What each injected quantity must move, and by how much (filled from the calibration).
 CHECKS = (
@@ -80,7 +83,7 @@ def stream_per_message(workdir: Path, profile: Profile) -> ScenarioResult:
         proxies = {}
         for case, (_, wait_ms) in CASES.items():
             service = stack.enter_context(
-                pipeline.service("--workers", "2", "--model-wait-ms", str(wait_ms))
+                pipeline.service("--workers", "2", "--model-wait-ms", str(wait_ms), env=EXPORT)
             )
             proxies[case] = toxiproxy.proxy(service.target)
         probe_proxy = toxiproxy.proxy(echo.address)
@@ -93,6 +96,7 @@ def stream_per_message(workdir: Path, profile: Profile) -> ScenarioResult:
                     proxies[case].listen, runs[case], "--calls", str(calls),
                     "--concurrency", "1", "--mode", "stream", "--stream-lockstep",
                     "--stream-messages", str(MESSAGES), "--entities", "20", "--features", "8",
+                    env=EXPORT,
                 )  # fmt: skip
                 toxiproxy.clear_toxics(proxies[case])
             slept.append(sleep_probe(max(profile.probes // 5, 5)))

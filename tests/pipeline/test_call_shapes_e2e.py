@@ -50,13 +50,16 @@ def negatives(row: dict, skip: tuple[str, ...] = ("clock_offset_us",)) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    store = tmp_path_factory.mktemp("shapes") / "store"
+@pytest.fixture(scope="module", params=["sync", "aio"])
+def store(request, tmp_path_factory):
+    """One store per server kind: the sync ``grpc.server`` and ``grpc.aio`` (``--aio``)."""
+    server = ["--aio"] if request.param == "aio" else []
+    store = tmp_path_factory.mktemp(f"shapes-{request.param}") / "store"
     with through_collector(store) as collector_port:
         endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
         service_env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
-        with ServiceProcess(["--workers", "4", "--model-cost-ms", "1"], env=service_env) as svc:
+        arguments = ["--workers", "4", "--model-cost-ms", "1", *server]
+        with ServiceProcess(arguments, env=service_env) as svc:
             for mode, _, _, extra in SHAPES:
                 result = run_load(
                     "--target", svc.target, "--calls", str(CALLS), "--concurrency", "2",
