@@ -61,6 +61,8 @@ def test_the_overview_stacks_no_stream_and_gives_streams_their_own_figure(served
         "test.Echo/Chat (bidi_streaming)",
     }
     assert any("Streams, per message" in header.value for header in at.subheader)
+    # Streams carry their events: they are not "calls without transport events".
+    assert not any("no transport events" in caption.value for caption in at.caption)
 
 
 def test_the_phases_page_shows_no_negative_value_for_a_stream(served_store, spans):

@@ -49,8 +49,9 @@ columns[5].metric(
 )
 server_only, client_only = int(summary["server_only_calls"]), int(summary["client_only_calls"])
 shared.one_side_caption(server_only, client_only)
+streams = int(summary["stream_calls"])
 without_events = (
-    int(summary["calls"]) - int(summary["calls_with_events"]) - server_only - client_only
+    int(summary["calls"]) - int(summary["calls_with_events"]) - server_only - client_only - streams
 )
 if without_events:
     calls_carry = "call carries" if without_events == 1 else "calls carry"
