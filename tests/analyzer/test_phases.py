@@ -16,11 +16,11 @@ from grpc_overhead.analyzer.phases import (
     CONSECUTIVE_PHASES,
     DESIGN_PHASES,
     PHASES,
-    STREAM_PHASES,
-    UNARY_ONLY,
     calls,
     phase_breakdown,
 )
+from grpc_overhead.analyzer.result_columns import STREAM_PHASES
+from grpc_overhead.analyzer.stream_phases import UNARY_ONLY
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpc_overhead.analyzer.phases import UNARY_ONLY
+from grpc_overhead.analyzer.stream_phases import UNARY_ONLY
 from tests.analyzer.seed import insert_rows, readable_span_rows, real_spans
 from tests.app.charts import figures, metrics, values
 from tests.app.conftest import run_page

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from grpc_overhead.analyzer.phases import STREAM_PHASES
+from grpc_overhead.analyzer.result_columns import STREAM_PHASES
 from grpc_overhead.analyzer.shapes import NULL_FOR_STREAMS
 from grpc_overhead.cli.processes import ServiceProcess, offline_env, run_load
 from harness.ground_truth.pipeline import report, through_collector

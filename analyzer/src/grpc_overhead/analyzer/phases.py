@@ -11,10 +11,9 @@ clock yields a negative phase, never a wrapped one.
 The consecutive phases of the design and ``unattributed`` add up to
 ``total`` exactly (integer nanoseconds): ``unattributed`` is defined as the
 rest and shown, never hidden. They describe a call with one message each
-way: for streams (client-, server-streaming, bidi) they are NULL
-(``UNARY_ONLY``), and the stream phases (``stream_phases``: per-message
-serialize, transfer, deserialize and handler, per-call medians, time to
-first response, stream duration) describe them instead.
+way: for streams they are NULL (``stream_phases.UNARY_ONLY``), and the
+stream phases (per-message serialize, transfer, deserialize and handler as
+per-call medians, time to first response, stream duration) describe them.
 
 One-way network phases exist raw (timestamps of two clocks subtracted as
 they are) and clock-corrected (``clock_offsets``); their sum
@@ -26,7 +25,7 @@ Quantiles are ``quantilesTDigest``: see ``QUANTILES``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -58,9 +57,8 @@ from grpc_overhead.analyzer.result_columns import QUANTILE_FUNCTION as QUANTILE_
 from grpc_overhead.analyzer.result_columns import QUANTILE_LEVELS as QUANTILE_LEVELS
 from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_TYPE as QUANTILE_STATE_TYPE
 from grpc_overhead.analyzer.result_columns import QUANTILES as QUANTILES
-from grpc_overhead.analyzer.result_columns import STREAM_PHASES as STREAM_PHASES
 from grpc_overhead.analyzer.store.base import Store
-from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, IS_STREAM, stream_phases
+from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, IS_STREAM, UNARY_ONLY, stream_phases
 
 
 @dataclass(frozen=True)
@@ -131,134 +129,94 @@ def unclocked_calls(where: str) -> str:
     )
 
 
-#: The phases whose definition assumes one message each way: NULL for streams, where
-#: "first request sent -> serverCallStarted" is no network time (the server sees the call
-#: when its headers arrive, before the first message) and a handler's return is not its
-#: first response. (Derived ones follow: network_overhead, unattributed, the aliases.)
-UNARY_ONLY: tuple[str, ...] = (
-    "client_serialize",
-    "request_network",
-    "server_dispatch",
-    "server_queue",
-    "request_deserialize",
-    "processing",
-    "response_serialize",
-    "response_network",
-    "client_deserialize",
-    "request_network_raw",
-    "response_network_raw",
-    "client_pre_send",
-    "server_receive",
-    "server_handler",
-    "response_receive",
-    "network_round_trip",
-)
-
-
-def _unary_only(phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
-    return tuple(
-        Phase(p.name, p.value, f"({p.defined}) AND NOT {IS_STREAM}", p.only_with_clock)
-        if p.name in UNARY_ONLY
-        else p
-        for p in phases
-    )
-
-
 #: Every phase, in ``ALL_PHASES`` order: the one expression set every query uses.
-PHASES: tuple[Phase, ...] = _unary_only(
-    (
-        _between(
-            "client_serialize", "client_outbound_message_sent_ns", "client_outbound_message_ns"
-        ),
-        # The best estimate: less the server's dispatch wait, clock-corrected.
-        Phase(
-            "request_network",
-            f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE} - {_OFFSET}",
-            _REQUEST_GAP.defined,
-        ),
-        # Between the server's core seeing the call and serverCallStarted (GIL, serving
-        # thread, event loop); 0 where not measured (no deadline on the call), and
-        # never more than the request gap, so no phase is negative on a shared clock.
-        Phase("server_dispatch", _DISPATCH_VALUE, f"{_DISPATCH} IS NOT NULL"),
-        _between("server_queue", "server_inbound_message_ns", "server_call_started_ns"),
-        _between(
-            "request_deserialize", "server_inbound_message_read_ns", "server_inbound_message_ns"
-        ),
-        _between("processing", "predictions_made_ns", "server_inbound_message_read_ns"),
-        _between(
-            "response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"
-        ),
-        Phase(
-            "response_network",
-            f"{_RESPONSE_GAP.value} + {_OFFSET}",
-            _RESPONSE_GAP.defined,
-        ),
-        _between(
-            "client_deserialize", "client_inbound_message_read_ns", "client_received_response_ns"
-        ),
-        _between("total", "client_end_ns", "client_start_ns"),
-        # The server's clock only: from its events, else from its residence
-        # attribute (the client reads it from the trailer, so a call whose server
-        # half is missing still has it).
-        Phase(
-            "server_residence",
-            f"if({_RESIDENCE_EVENTS.defined}, {_RESIDENCE_EVENTS.value}, server_residence_ns)",
-            f"{_RESIDENCE_EVENTS.defined} OR server_residence_ns >= 0",
-        ),
-        _derived("network_overhead", "total_value - processing_value", "total", "processing"),
-        # server_dispatch counts as 0 where it was not measured: its wait is then
-        # inside request_network, and the phases still add up to total.
-        _derived(
-            "unattributed",
-            "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
-            "total",
-            *(p for p in CONSECUTIVE_PHASES if p != "server_dispatch"),
-        ),
-        _between("pool_wait", "call_scheduled_ns", "server_call_started_ns"),
-        _between("server_duration", "server_end_ns", "server_start_ns"),
-        _derived(
-            "client_server_gap", "total_value - server_duration_value", "total", "server_duration"
-        ),
-        # Raw: the two clocks' timestamps as they are (server dispatch still taken out).
-        Phase(
-            "request_network_raw", f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE}", _REQUEST_GAP.defined
-        ),
-        _between(
-            "response_network_raw", "client_received_response_ns", "server_outbound_message_sent_ns"
-        ),
-        # Aliases of the best estimates, kept for readers of the older names.
-        _derived("request_network_corrected", "request_network_value", "request_network"),
-        _derived("response_network_corrected", "response_network_value", "response_network"),
-        # Attempt start (A72/semconv; ours: requestCreated) -> request handed to the
-        # transport: LB pick, serialization, compression, enqueue.
-        _between("client_pre_send", "client_outbound_message_sent_ns", src.PHASE_ATTEMPT_START),
-        # Server call start -> request deserialized: body arrival, decompression, unmarshal
-        # (ours: server_queue + request_deserialize).
-        _between("server_receive", src.SERVER_READ, "server_call_started_ns"),
-        # Request deserialized -> response handed to the transport: handler plus response
-        # serialization (ours: processing + response_serialize).
-        _between("server_handler", "server_outbound_message_sent_ns", src.SERVER_READ),
-        # Last response handed to the transport -> server span end (status, trailers).
-        _between("server_tail", "server_end_ns", "server_outbound_message_sent_last_ns"),
-        # Response handed to the server's transport -> read and deserialized by the client,
-        # clock-corrected: response_network + client_deserialize where both are known.
-        Phase(
-            "response_receive",
-            f"{src.CLIENT_READ} - server_outbound_message_sent_ns + {_OFFSET}",
-            f"{src.CLIENT_READ} != 0 AND server_outbound_message_sent_ns != 0",
-        ),
-        # (client receive - client send) - (server send - server receive): the network both
-        # ways, from two durations on one clock each (no clock agreement needed).
-        Phase(
-            "network_round_trip",
-            f"({src.CLIENT_RECEIVE} - client_outbound_message_sent_ns)"
-            " - (server_outbound_message_sent_ns - server_call_started_ns)",
-            f"{src.CLIENT_RECEIVE} != 0 AND client_outbound_message_sent_ns != 0"
-            " AND server_outbound_message_sent_ns != 0 AND server_call_started_ns != 0",
-        ),
-        *(Phase(name, value, defined) for name, value, defined in stream_phases()),
-    )
+PHASES: tuple[Phase, ...] = (
+    _between("client_serialize", "client_outbound_message_sent_ns", "client_outbound_message_ns"),
+    # The best estimate: less the server's dispatch wait, clock-corrected.
+    Phase(
+        "request_network",
+        f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE} - {_OFFSET}",
+        _REQUEST_GAP.defined,
+    ),
+    # Between the server's core seeing the call and serverCallStarted (GIL, serving
+    # thread, event loop); 0 where not measured (no deadline on the call), and
+    # never more than the request gap, so no phase is negative on a shared clock.
+    Phase("server_dispatch", _DISPATCH_VALUE, f"{_DISPATCH} IS NOT NULL"),
+    _between("server_queue", "server_inbound_message_ns", "server_call_started_ns"),
+    _between("request_deserialize", "server_inbound_message_read_ns", "server_inbound_message_ns"),
+    _between("processing", "predictions_made_ns", "server_inbound_message_read_ns"),
+    _between("response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"),
+    Phase(
+        "response_network",
+        f"{_RESPONSE_GAP.value} + {_OFFSET}",
+        _RESPONSE_GAP.defined,
+    ),
+    _between("client_deserialize", "client_inbound_message_read_ns", "client_received_response_ns"),
+    _between("total", "client_end_ns", "client_start_ns"),
+    # The server's clock only: from its events, else from its residence
+    # attribute (the client reads it from the trailer, so a call whose server
+    # half is missing still has it).
+    Phase(
+        "server_residence",
+        f"if({_RESIDENCE_EVENTS.defined}, {_RESIDENCE_EVENTS.value}, server_residence_ns)",
+        f"{_RESIDENCE_EVENTS.defined} OR server_residence_ns >= 0",
+    ),
+    _derived("network_overhead", "total_value - processing_value", "total", "processing"),
+    # server_dispatch counts as 0 where it was not measured: its wait is then
+    # inside request_network, and the phases still add up to total.
+    _derived(
+        "unattributed",
+        "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
+        "total",
+        *(p for p in CONSECUTIVE_PHASES if p != "server_dispatch"),
+    ),
+    _between("pool_wait", "call_scheduled_ns", "server_call_started_ns"),
+    _between("server_duration", "server_end_ns", "server_start_ns"),
+    _derived(
+        "client_server_gap", "total_value - server_duration_value", "total", "server_duration"
+    ),
+    # Raw: the two clocks' timestamps as they are (server dispatch still taken out).
+    Phase("request_network_raw", f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE}", _REQUEST_GAP.defined),
+    _between(
+        "response_network_raw", "client_received_response_ns", "server_outbound_message_sent_ns"
+    ),
+    # Aliases of the best estimates, kept for readers of the older names.
+    _derived("request_network_corrected", "request_network_value", "request_network"),
+    _derived("response_network_corrected", "response_network_value", "response_network"),
+    # Attempt start (A72/semconv; ours: requestCreated) -> request handed to the
+    # transport: LB pick, serialization, compression, enqueue.
+    _between("client_pre_send", "client_outbound_message_sent_ns", src.PHASE_ATTEMPT_START),
+    # Server call start -> request deserialized: body arrival, decompression, unmarshal
+    # (ours: server_queue + request_deserialize).
+    _between("server_receive", src.SERVER_READ, "server_call_started_ns"),
+    # Request deserialized -> response handed to the transport: handler plus response
+    # serialization (ours: processing + response_serialize).
+    _between("server_handler", "server_outbound_message_sent_ns", src.SERVER_READ),
+    # Last response handed to the transport -> server span end (status, trailers).
+    _between("server_tail", "server_end_ns", "server_outbound_message_sent_last_ns"),
+    # Response handed to the server's transport -> read and deserialized by the client,
+    # clock-corrected: response_network + client_deserialize where both are known.
+    Phase(
+        "response_receive",
+        f"{src.CLIENT_READ} - server_outbound_message_sent_ns + {_OFFSET}",
+        f"{src.CLIENT_READ} != 0 AND server_outbound_message_sent_ns != 0",
+    ),
+    # (client receive - client send) - (server send - server receive): the network both
+    # ways, from two durations on one clock each (no clock agreement needed).
+    Phase(
+        "network_round_trip",
+        f"({src.CLIENT_RECEIVE} - client_outbound_message_sent_ns)"
+        " - (server_outbound_message_sent_ns - server_call_started_ns)",
+        f"{src.CLIENT_RECEIVE} != 0 AND client_outbound_message_sent_ns != 0"
+        " AND server_outbound_message_sent_ns != 0 AND server_call_started_ns != 0",
+    ),
 )
+# Streams: the phases that assume one message each way are NULL, the stream phases follow.
+PHASES = (
+    *(replace(p, defined=f"({p.defined}) AND NOT {IS_STREAM}") if p.name in UNARY_ONLY else p
+      for p in PHASES),
+    *(Phase(*phase) for phase in stream_phases()),
+)  # fmt: skip
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES
 
 
@@ -270,6 +228,7 @@ def _status_columns() -> tuple[str, ...]:
         "client_error",
         "server_error",
         "toUInt8(client_error OR server_error) AS error",
+        f"{CALL_SHAPE} AS call_shape",
         "client_start_ns != 0 AS has_client",
         "server_start_ns != 0 AS has_server",
     )
@@ -306,12 +265,7 @@ def per_call_sql(
             ]
     default = columns is None
     if columns is None:
-        columns = (
-            *CALL_COLUMNS,
-            "call_start_ns",
-            f"{CALL_SHAPE} AS call_shape",
-            *_status_columns(),
-        )
+        columns = (*CALL_COLUMNS, "call_start_ns", *_status_columns())
     ctes = [merged_cte(options or CallsOptions(), keys)]
     if clock:
         ctes += [OFFSET_CTES, CLOCK_TABLE]

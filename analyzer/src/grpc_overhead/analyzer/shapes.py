@@ -12,9 +12,9 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
-from grpc_overhead.analyzer.phases import ALL_PHASES, STREAM_PHASES, UNARY_ONLY
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, STREAM_PHASES
 from grpc_overhead.analyzer.store.base import Store
-from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, STREAM_SHAPES
+from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, STREAM_SHAPES, UNARY_ONLY
 
 #: What a stream leaves undefined: the unary-only phases and those derived from them.
 NULL_FOR_STREAMS: tuple[str, ...] = (

@@ -32,9 +32,48 @@ streams (``phases.UNARY_ONLY``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from grpc_overhead.analyzer import span_sources as src
 
-_STREAM_TYPES = "('unary_stream', 'stream_unary', 'stream_stream')"
+#: The phases whose definition assumes one message each way: NULL for streams, where
+#: "first request sent -> serverCallStarted" is no network time (the server sees the call
+#: when its headers arrive, before the first message) and a handler's return is not its
+#: first response. (Derived ones follow: network_overhead, unattributed, the aliases.)
+UNARY_ONLY: tuple[str, ...] = (
+    "client_serialize",
+    "request_network",
+    "server_dispatch",
+    "server_queue",
+    "request_deserialize",
+    "processing",
+    "response_serialize",
+    "response_network",
+    "client_deserialize",
+    "request_network_raw",
+    "response_network_raw",
+    "client_pre_send",
+    "server_receive",
+    "server_handler",
+    "response_receive",
+    "network_round_trip",
+)
+STREAM_CALL_TYPES: tuple[str, ...] = ("unary_stream", "stream_unary", "stream_stream")
+_STREAM_TYPES = repr(STREAM_CALL_TYPES)
+
+
+def is_stream_row(row: Mapping[str, Any]) -> bool:
+    """``IS_STREAM`` for one ``grpc_calls`` row read into Python (the explorer's waterfall
+    draws a stream's messages, never a first-message "network" bar that starts before the
+    request was sent)."""
+    return (
+        str(row["call_type"]) in STREAM_CALL_TYPES
+        or int(row["request_messages"]) > 1
+        or int(row["response_messages"]) > 1
+    )
+
+
 #: Whether a merged call is a stream: its spans say so, or a direction had several messages.
 IS_STREAM = (
     f"(call_type IN {_STREAM_TYPES} OR request_messages > 1 OR response_messages > 1"

@@ -47,6 +47,7 @@ from grpc_overhead.analyzer.phases import (
 )
 from grpc_overhead.analyzer.rollup import settled_until
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.stream_phases import is_stream_row
 
 ORDERS = {
     "slowest": "total_ns DESC NULLS LAST, call_start_ns DESC",
@@ -288,7 +289,6 @@ def _summary_sql(source: str) -> str:
 # -- the waterfall -------------------------------------------------------------------------------
 
 LANES = ("client", "network", "server")
-STREAM_CALL_TYPES = ("unary_stream", "stream_unary", "stream_stream")
 _SIDES = {column.name: ("client" if column.client else "server") for column in COLUMNS}
 
 
@@ -367,14 +367,6 @@ def call_waterfall(
         if server_dispatch_us is None or pd.isna(server_dispatch_us)
         else round(server_dispatch_us * 1000)
     )
-    # A stream's unary phases are undefined (stream_phases): its messages are drawn
-    # instead (insights.streams.message_timeline), never a first-message "network" bar
-    # that starts before the request was sent.
-    stream = (
-        str(row["call_type"]) in STREAM_CALL_TYPES
-        or int(row["request_messages"]) > 1
-        or int(row["response_messages"]) > 1
-    )
     records = []
     for view, shift in (("raw", 0), ("corrected", offset_ns)):
 
@@ -386,7 +378,7 @@ def call_waterfall(
             if int(row[f"{side}_start_ns"]):
                 span_bar = (f"{side} span", at(f"{side}_start_ns"), at(f"{side}_end_ns"))
                 records.append((view, "span", side, *span_bar, ""))
-        for name, earlier, later, lane in () if stream else SEGMENTS:
+        for name, earlier, later, lane in () if is_stream_row(row) else SEGMENTS:
             if int(row[earlier]) and int(row[later]):
                 start, end = at(earlier), at(later)
                 if name == "request_network":

@@ -13,7 +13,8 @@ import pandas as pd
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.messages import call_messages
-from grpc_overhead.analyzer.phases import STREAM_PHASES, phase_breakdown
+from grpc_overhead.analyzer.phases import phase_breakdown
+from grpc_overhead.analyzer.result_columns import STREAM_PHASES
 from grpc_overhead.analyzer.shapes import method_shapes
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import STREAM_SHAPES

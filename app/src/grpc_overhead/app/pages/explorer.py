@@ -14,6 +14,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from grpc_overhead.analyzer.insights import explorer, sources, streams
+from grpc_overhead.analyzer.stream_phases import STREAM_CALL_TYPES
 from grpc_overhead.app import formatting, shared
 
 ORDER_LABELS = {"slowest": "Slowest first", "recent": "Most recent first"}
@@ -120,7 +121,7 @@ st.caption(
     " · ".join([_side("client"), _side("server")])
     + (f" · {attempts} attempts (retries or hedges of this one call)" if attempts > 1 else "")
 )
-stream = call["call_type"] in explorer.STREAM_CALL_TYPES or pd.notna(call["stream_duration_us"])
+stream = call["call_type"] in STREAM_CALL_TYPES or pd.notna(call["stream_duration_us"])
 metrics = st.columns(5)
 metrics[0].metric("Total", formatting.duration(call["total_us"]))
 if stream:
