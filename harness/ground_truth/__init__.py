@@ -25,7 +25,7 @@ server_saturation          CPU-bound model, 2-4x more callers than workers, sync
                            network phases stay the idle run's, the server absorbs the wait
 client_saturation          threads burning CPU in the client: request side exact, the
                            client's GIL wait in response_network a documented limit
-stream_per_message         bidi streams in lockstep, 8 ms up / 4 ms down per message and a
+stream_per_message         bidi streams in lockstep, 8 ms up / 6 ms down per message and a
                            10 ms model wait per message: per-message transfer and handler
 ========================== =====================================================
 """

@@ -38,7 +38,7 @@ from harness.ground_truth.toxiproxy import Toxiproxy
 NAME = "stream_per_message"
 STREAM_METHOD = "PredictStream"
 MESSAGES = 8
-UP_MS, DOWN_MS, WAIT_MS = 8, 4, 10
+UP_MS, DOWN_MS, WAIT_MS = 8, 6, 10
 BASELINE, CASE = "none", "per_message"
 #: Spans of 8-message streams are large; on a loaded machine the intake can take longer
 #: than the harness's default 0.5 s per export, and a dropped span loses a call's half.

@@ -129,3 +129,15 @@ def test_report_says_each_shape_and_shows_no_negative_phase(store):
         if shape != "unary":
             assert set(NULL_FOR_STREAMS) <= undefined
             assert found["phases"]["stream_duration"]["calls"] == CALLS
+
+
+def test_the_report_table_says_what_a_stream_leaves_undefined(store):
+    done = subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", "report", "--store", str(store)],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=offline_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # the table wraps long titles and notes
+    for _, method, shape, _ in SHAPES[1:]:
+        assert f"{method}: {CALLS} calls ({shape}," in text
+    assert text.count("a stream: the phases that assume one message each way") == 3
