@@ -25,6 +25,8 @@ server_saturation          CPU-bound model, 2-4x more callers than workers, sync
                            network phases stay the idle run's, the server absorbs the wait
 client_saturation          threads burning CPU in the client: request side exact, the
                            client's GIL wait in response_network a documented limit
+stream_per_message         bidi streams in lockstep, 8 ms up / 6 ms down per message and a
+                           10 ms model wait per message: per-message transfer and handler
 ========================== =====================================================
 """
 
@@ -40,6 +42,7 @@ from harness.ground_truth.profile import Profile
 from harness.ground_truth.saturation import client_saturation, server_saturation
 from harness.ground_truth.server import serialization, server_queue
 from harness.ground_truth.skew import clock_skew
+from harness.ground_truth.streams import stream_per_message
 
 Scenario = Callable[[Path, Profile], ScenarioResult]
 
@@ -54,4 +57,5 @@ SCENARIOS: dict[str, Scenario] = {
     "compression": compression,
     "server_saturation": server_saturation,
     "client_saturation": client_saturation,
+    "stream_per_message": stream_per_message,
 }

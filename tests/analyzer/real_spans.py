@@ -10,11 +10,14 @@ from typing import Any
 # -- real spans from real gRPC calls ------------------------------------------------------------
 
 
-def real_spans(calls: int = 3, *, streams: bool = True, payload: bytes = b"x" * 100) -> list[Any]:
+def real_spans(
+    calls: int = 3, *, streams: bool = True, bidi: bool = False, payload: bytes = b"x" * 100
+) -> list[Any]:
     """ReadableSpans of real calls: an instrumented echo server and client (ours) on loopback.
 
     ``calls`` unary calls, plus (``streams``) one server-streaming and one
-    client-streaming call; returns once every span of them was exported.
+    client-streaming call, plus (``bidi``) one bidi call of 4 messages each way;
+    returns once every span of them was exported.
     """
     from concurrent import futures
 
@@ -50,6 +53,9 @@ def real_spans(calls: int = 3, *, streams: bool = True, payload: bytes = b"x" * 
             list(stubs["Split"](BytesValue(value=payload), timeout=10))
             stubs["Join"](iter([BytesValue(value=payload)] * 3), timeout=10)
             expected += 4
+        if bidi:
+            list(stubs["Chat"](iter([BytesValue(value=payload)] * 4), timeout=10))
+            expected += 2
         return _wait_for_spans(pipeline, exporter, expected)
     finally:
         channel.close()

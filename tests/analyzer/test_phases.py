@@ -19,6 +19,8 @@ from grpc_overhead.analyzer.phases import (
     calls,
     phase_breakdown,
 )
+from grpc_overhead.analyzer.result_columns import STREAM_PHASES
+from grpc_overhead.analyzer.stream_phases import UNARY_ONLY
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 
@@ -56,10 +58,12 @@ def test_every_phase_is_exact_and_the_phases_add_up_to_total(store):
     # Exactly, in integer nanoseconds: the nine phases + unattributed = total.
     # server_dispatch is not measured without deadlines: it counts as 0 (see phases.py).
     assert math.isnan(call["server_dispatch_us"])
+    # A unary call has no stream phases: its finer phases say the same.
+    assert all(math.isnan(call[f"{phase}_us"]) for phase in STREAM_PHASES)
     ns = {
         phase: round(call[f"{phase}_us"] * 1000)
         for phase in ALL_PHASES
-        if phase != "server_dispatch"
+        if phase != "server_dispatch" and phase not in STREAM_PHASES
     }
     ns["server_dispatch"] = 0
     assert sum(ns[p] for p in CONSECUTIVE_PHASES) + ns["unattributed"] == ns["total"]
@@ -74,11 +78,18 @@ def test_real_calls_add_up_to_total(store):
     seed.insert_rows(store, seed.readable_span_rows(seed.real_spans(calls=3)))
     found = calls(store)
     assert len(found) == 5
-    for call in found.to_dict("records"):
+    unary = found[found["method"] == "Echo"]
+    for call in unary.to_dict("records"):
         eight = sum(round(call[f"{p}_us"] * 1000) for p in CONSECUTIVE_PHASES)
         assert eight + round(call["unattributed_us"] * 1000) == round(call["total_us"] * 1000)
-        assert all(not math.isnan(call[f"{p}_us"]) for p in ALL_PHASES)
-    unary = found[found["method"] == "Echo"]
+        assert all(not math.isnan(call[f"{p}_us"]) for p in ALL_PHASES if p not in STREAM_PHASES)
+    # Streams (Split, Join): the unary-only phases are NULL, the stream phases all
+    # defined and never negative (one host: one clock).
+    streams = found[found["method"] != "Echo"]
+    assert sorted(streams["call_shape"]) == ["client_streaming", "server_streaming"]
+    for call in streams.to_dict("records"):
+        assert all(math.isnan(call[f"{p}_us"]) for p in (*UNARY_ONLY, "unattributed"))
+        assert all(call[f"{p}_us"] >= 0 for p in STREAM_PHASES), call
     for phase in ("client_serialize", "request_deserialize", "response_serialize", "total"):
         assert (unary[f"{phase}_us"] >= 0).all(), phase
     assert (found["server_duration_us"] <= found["total_us"]).all()

@@ -127,6 +127,8 @@ SPAN_ALIASES = (
     "SpanAttributes['rpc.service'] AS rpc_service",
     "SpanAttributes['rpc.method'] AS rpc_method",
     *src.SOURCE_ALIASES[1:],
+    f"{src.STREAM_SPAN} AS stream_span",
+    f"{src.MESSAGE_IDS} AS message_ids",
 )
 
 _SERVICE = (
@@ -145,6 +147,61 @@ _BUDGET = "toInt64OrDefault(SpanAttributes['grpc_overhead.deadline_budget_ns'], 
 _INSTANCE = "ResourceAttributes['service.instance.id']"
 
 LC = "LowCardinality(String)"
+
+_TIMES = "Array(Int64)"
+_EMPTY = "CAST([], 'Array(Int64)')"
+#: A stream's message times, one array per event and side (a ``max`` of arrays keeps the
+#: filled half's: any array is greater than the empty one the other half writes).
+MESSAGE_COLUMNS: tuple[Column, ...] = (
+    Column(
+        "client_request_serialize_ns",
+        _TIMES,
+        client=src.message_times("outboundMessage"),
+        absent=_EMPTY,
+    ),
+    Column(
+        "client_request_sent_ns",
+        _TIMES,
+        client=src.message_times("outboundMessageSent", "outbound"),
+        absent=_EMPTY,
+    ),
+    Column(
+        "client_response_received_ns",
+        _TIMES,
+        client=src.message_times("clientReceivedResponse", "inbound_received"),
+        absent=_EMPTY,
+    ),
+    Column(
+        "client_response_read_ns",
+        _TIMES,
+        client=src.message_times("inboundMessageRead", "inbound_read"),
+        absent=_EMPTY,
+    ),
+    Column(
+        "server_request_received_ns",
+        _TIMES,
+        server=src.message_times("inboundMessage", "inbound_received"),
+        absent=_EMPTY,
+    ),
+    Column(
+        "server_request_read_ns",
+        _TIMES,
+        server=src.message_times("inboundMessageRead", "inbound_read"),
+        absent=_EMPTY,
+    ),
+    Column(
+        "server_response_serialize_ns",
+        _TIMES,
+        server=src.message_times("outboundMessage"),
+        absent=_EMPTY,
+    ),
+    Column(
+        "server_response_sent_ns",
+        _TIMES,
+        server=src.message_times("outboundMessageSent", "outbound"),
+        absent=_EMPTY,
+    ),
+)
 
 #: Every column after the key, in table order. Both halves fill the columns
 #: that describe the call (same value, so ``max`` keeps it).
@@ -343,6 +400,9 @@ COLUMNS: tuple[Column, ...] = (
         "UInt8",
         client=f"toUInt8(a72_role = 'attempt' AND StatusCode NOT IN {ERROR_STATUSES!r})",
     ),
+    # Streams, per message (index k = message k, by message id; empty for unary calls,
+    # whose one message per direction is in the first-message columns above).
+    *MESSAGE_COLUMNS,
 )
 
 KEY = ("TraceId", "ClientSpanId")

@@ -26,6 +26,7 @@ from typing import Any
 from grpc_overhead.analyzer.call_rollup import ALGORITHM
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
+from grpc_overhead.analyzer.messages import MESSAGES_VIEW, messages_sql
 from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
 from grpc_overhead.analyzer.runs import create_runs
 from grpc_overhead.analyzer.store.base import Store, table_exists
@@ -51,6 +52,11 @@ IDENTITY: tuple[tuple[str, str, str], ...] = (
     ("rpc_service", "toString(service)", "gRPC service (rpc.service), e.g. predict.Predictor"),
     ("rpc_method", "toString(method)", "gRPC method (rpc.method), e.g. Predict"),
     ("call_type", "toString(call_type)", "unary_unary, unary_stream, ... ('' when not recorded)"),
+    (
+        "call_shape",
+        "toString(call_shape)",
+        "unary, client_streaming, server_streaming, bidi_streaming ('' when unknown)",
+    ),
     ("run_id", "toString(run_id)", "grpc_overhead.run_id of the load run ('' when none)"),
     ("client_instance", "toString(client_instance)", "service.instance.id of the client"),
     ("server_instance", "toString(server_instance)", "service.instance.id of the server"),
@@ -88,6 +94,16 @@ IDENTITY: tuple[tuple[str, str, str], ...] = (
         "response bytes after compression where sampled (0 otherwise)",
     ),
     (
+        "request_messages",
+        "toUInt32(request_messages)",
+        "request messages (a stream's count; 1 for unary)",
+    ),
+    (
+        "response_messages",
+        "toUInt32(response_messages)",
+        "response messages (a stream's count; 1 for unary)",
+    ),
+    (
         "clock_offset_us",
         "if(clock_defined, clock_offset_ns / 1000, NULL)",
         "server clock minus client clock applied to one-way phases (0 on one host)",
@@ -123,6 +139,11 @@ def view_select_sql(options: CallsOptions | None = None) -> str:
     sql = (
         "SELECT\n    " + ",\n    ".join(identity + phases) + f"\nFROM (\n{per_call_sql(options)}\n)"
     )
+    return _fixed(sql)
+
+
+def _fixed(sql: str) -> str:
+    """``sql`` with ``VIEW_DEFAULTS`` in place of its parameters (a view takes none)."""
 
     def substitute(match: re.Match[str]) -> str:
         return _literal(VIEW_DEFAULTS[match.group(1)])
@@ -138,10 +159,21 @@ def create_view_sql(options: CallsOptions | None = None) -> str:
     )
 
 
+def create_messages_view_sql(options: CallsOptions | None = None) -> str:
+    """``grpc_message_phases``: one row per message (``messages``), same fixed defaults."""
+    options = options or CallsOptions()
+    return (
+        f"CREATE OR REPLACE VIEW {options.qualified(MESSAGES_VIEW)}{options.on_cluster()} AS\n"
+        + _fixed(messages_sql(options))
+    )
+
+
 def create_phase_view(store: Store, options: CallsOptions | None = None) -> None:
-    """Create ``grpc_call_phases``, or replace one an older version made (cheap: a view
-    holds no data, and ``CREATE OR REPLACE`` swaps it atomically for readers)."""
+    """Create ``grpc_call_phases`` and ``grpc_message_phases``, or replace ones an older
+    version made (cheap: a view holds no data, and ``CREATE OR REPLACE`` swaps it
+    atomically for readers)."""
     store.command(create_view_sql(options))
+    store.command(create_messages_view_sql(options))
 
 
 def ensure_phase_view(store: Store, options: CallsOptions | None = None) -> bool:
@@ -154,7 +186,9 @@ def ensure_phase_view(store: Store, options: CallsOptions | None = None) -> bool
     user may not create it (a read-only ClickHouse user).
     """
     options = options or CallsOptions()
-    if table_exists(store, PHASES_VIEW, options.database):
+    if table_exists(store, PHASES_VIEW, options.database) and table_exists(
+        store, MESSAGES_VIEW, options.database
+    ):
         return True
     if not table_exists(store, options.calls_table, options.database):
         return False

@@ -8,13 +8,12 @@ missing half of a call). ``calls`` returns NULL where undefined, and every
 output is in microseconds. Differences are taken in ``Int64``: a skewed
 clock yields a negative phase, never a wrapped one.
 
-The eight consecutive phases of the design and ``unattributed`` add up to
+The consecutive phases of the design and ``unattributed`` add up to
 ``total`` exactly (integer nanoseconds): ``unattributed`` is defined as the
-rest and shown, never hidden. For streaming calls the phases are those of
-the *first* message in each direction; what streaming adds (time between
-messages) lands in ``unattributed``, which can then be negative where the
-first-message phases overlap (a server-streaming handler finishes after its
-first response was sent).
+rest and shown, never hidden. They describe a call with one message each
+way: for streams they are NULL (``stream_phases.UNARY_ONLY``), and the
+stream phases (per-message serialize, transfer, deserialize and handler as
+per-call medians, time to first response, stream duration) describe them.
 
 One-way network phases exist raw (timestamps of two clocks subtracted as
 they are) and clock-corrected (``clock_offsets``); their sum
@@ -26,7 +25,7 @@ Quantiles are ``quantilesTDigest``: see ``QUANTILES``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -59,6 +58,7 @@ from grpc_overhead.analyzer.result_columns import QUANTILE_LEVELS as QUANTILE_LE
 from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_TYPE as QUANTILE_STATE_TYPE
 from grpc_overhead.analyzer.result_columns import QUANTILES as QUANTILES
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, IS_STREAM, UNARY_ONLY, stream_phases
 
 
 @dataclass(frozen=True)
@@ -211,6 +211,12 @@ PHASES: tuple[Phase, ...] = (
         " AND server_outbound_message_sent_ns != 0 AND server_call_started_ns != 0",
     ),
 )
+# Streams: the phases that assume one message each way are NULL, the stream phases follow.
+PHASES = (
+    *(replace(p, defined=f"({p.defined}) AND NOT {IS_STREAM}") if p.name in UNARY_ONLY else p
+      for p in PHASES),
+    *(Phase(*phase) for phase in stream_phases()),
+)  # fmt: skip
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES
 
 
@@ -222,6 +228,7 @@ def _status_columns() -> tuple[str, ...]:
         "client_error",
         "server_error",
         "toUInt8(client_error OR server_error) AS error",
+        f"{CALL_SHAPE} AS call_shape",
         "client_start_ns != 0 AS has_client",
         "server_start_ns != 0 AS has_server",
     )

@@ -12,7 +12,12 @@ returns a ``Report``; ``to_json``/``render_table``/``to_csv`` only format it.
      "status_codes": [{"code", "status", "calls", "share"}]}
 
 Every phase of the design table is present for every method, null where it
-is undefined (e.g. calls without transport events). Keys may be added, never
+is undefined (e.g. calls without transport events). Each method also carries
+its call ``shape`` (unary, client_streaming, server_streaming, bidi_streaming;
+'' when nothing recorded it), the mean ``request_messages`` and
+``response_messages`` per call, and ``undefined_for_shape``: the phases null
+for every call of that shape (a stream: the unary-only phases, described by
+the stream phases instead; a unary call: the stream phases). Keys may be added, never
 renamed: each phase also carries ``calls`` (how many calls define it), the
 extra phases (``pool_wait``, ``server_duration``, ``client_server_gap``, the
 clock-corrected one-way phases) follow the design's, and each offset carries
@@ -38,6 +43,7 @@ from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.phases import ALL_PHASES, BREAKDOWN_COLUMNS, DESIGN_PHASES
 from grpc_overhead.analyzer.rollup import breakdown, offsets
+from grpc_overhead.analyzer.shapes import SHAPE_COLUMNS, method_shapes, undefined_for
 from grpc_overhead.analyzer.status import NOT_RECORDED, overall, status_codes
 from grpc_overhead.analyzer.store.base import Store
 
@@ -55,6 +61,20 @@ class Report:
     filters: CallFilters = field(default_factory=CallFilters)
     #: status.STATUS_COLUMNS: calls per (service, method, status code)
     status: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STATUS_FRAME))
+    #: shapes.SHAPE_COLUMNS: per (service, method), its call shape and messages per call
+    shapes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SHAPE_COLUMNS))
+
+    def method_shape(self, service: str, method: str) -> tuple[str, float | None, float | None]:
+        """(shape, mean request messages, mean response messages) of one method."""
+        rows = self.shapes[(self.shapes["service"] == service) & (self.shapes["method"] == method)]
+        if rows.empty:
+            return "", None, None
+        row = rows.iloc[0]
+        return (
+            str(row["shape"]),
+            _number(row["request_messages"]),
+            _number(row["response_messages"]),
+        )
 
     def method_status(self, service: str, method: str) -> pd.DataFrame:
         rows = self.status[(self.status["service"] == service) & (self.status["method"] == method)]
@@ -80,6 +100,7 @@ def build_report(
         offsets(store, filters, clock, options=options),
         filters,
         status_codes(store, filters, options=options),
+        method_shapes(store, filters, options=options),
     )
 
 
@@ -107,6 +128,7 @@ def to_json(report: Report) -> dict[str, Any]:
                 for statistic in STATISTICS
             } | {"calls": int(row.phase_calls) if row is not None else 0}
         status = report.method_status(service, method)
+        shape, request_messages, response_messages = report.method_shape(service, method)
         methods.append(
             {
                 "service": service,
@@ -115,6 +137,10 @@ def to_json(report: Report) -> dict[str, Any]:
                 "phases": phases,
                 "errors": _errors(status),
                 "status_codes": _status_list(status),
+                "shape": shape,
+                "request_messages": request_messages,
+                "response_messages": response_messages,
+                "undefined_for_shape": undefined_for(shape),
             }
         )
     offsets = [
@@ -193,7 +219,15 @@ def render_table(report: Report, width: int | None = None) -> str:
         ["service", "method"], sort=True, observed=True
     ):
         calls = int(rows["calls"].iloc[0])
-        table = Table(title=f"{service}/{method}: {calls:,} calls", title_justify="left")
+        shape, request_messages, response_messages = report.method_shape(service, method)
+        title = f"{service}/{method}: {calls:,} calls"
+        stream = shape not in ("", "unary")
+        if stream:
+            title += (
+                f" ({shape}, {request_messages or 0:,.1f} requests and"
+                f" {response_messages or 0:,.1f} responses per call)"
+            )
+        table = Table(title=title, title_justify="left")
         table.add_column("phase")
         for header in ("p50 µs", "p90 µs", "p99 µs", "mean µs", "calls"):
             table.add_column(header, justify="right")
@@ -208,6 +242,13 @@ def render_table(report: Report, width: int | None = None) -> str:
                 end_section=row.phase == DESIGN_PHASES[-1],
             )
         console.print(table)
+        if stream:
+            console.print(
+                "a stream: the phases that assume one message each way are undefined (-);"
+                " request_message_* / response_message_* are per-call medians over its"
+                " messages (grpc_message_phases has each one)",
+                highlight=False,
+            )
         status = report.method_status(service, method)
         if len(status):
             shares = [

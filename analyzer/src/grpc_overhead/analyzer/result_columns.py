@@ -24,6 +24,18 @@ DESIGN_PHASES: tuple[str, ...] = (
 )
 #: The nine phases that follow each other through a call.
 CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:9]
+#: A stream's own phases (per-call medians of the per-message phases, then two spans).
+STREAM_PHASES: tuple[str, ...] = (
+    "request_message_serialize",
+    "request_message_transfer",
+    "request_message_deserialize",
+    "response_message_handler",
+    "response_message_serialize",
+    "response_message_transfer",
+    "response_message_deserialize",
+    "time_to_first_response",
+    "stream_duration",
+)
 #: Beyond the design table.
 EXTRA_PHASES: tuple[str, ...] = (
     "pool_wait",
@@ -42,6 +54,10 @@ EXTRA_PHASES: tuple[str, ...] = (
     "server_tail",
     "response_receive",
     "network_round_trip",
+    # Streams (client-, server-streaming, bidi), per call: the median over the call's
+    # messages of each per-message phase (``messages``), time to first response and
+    # stream duration. NULL for unary calls, whose finer phases above say the same.
+    *STREAM_PHASES,
 )
 ALL_PHASES: tuple[str, ...] = DESIGN_PHASES + EXTRA_PHASES
 

@@ -214,3 +214,47 @@ CLIENT_RECEIVE = (
     "if(client_received_response_ns != 0, client_received_response_ns,"
     " client_inbound_message_read_ns)"
 )
+
+
+# -- per message (streams) ---------------------------------------------------------------
+
+_STREAM_TYPES = "('unary_stream', 'stream_unary', 'stream_stream')"
+#: Whether one span describes a stream: ours say so (``grpc_overhead.call_type``), any
+#: source that recorded more than one message in a direction is one. Only stream spans
+#: fill the per-message arrays: a unary call's one message per direction is already in
+#: the first-message columns (``phases.message_times`` reads it from there).
+STREAM_SPAN = (
+    f"(SpanAttributes['grpc_overhead.call_type'] IN {_STREAM_TYPES}"
+    f" OR {messages('outboundMessageSent', inbound=False)} > 1"
+    f" OR {messages('inboundMessageRead', inbound=True)} > 1)"
+)
+#: Each event's message id: ours and semconv ``rpc.message.id`` (1-based), A72
+#: ``sequence-number`` (0-based): either orders a direction's messages.
+MESSAGE_IDS = (
+    "arrayMap(a -> toUInt64OrZero(a['rpc.message.id']) + toUInt64OrZero(a['sequence-number']),"
+    " Events.Attributes)"
+)
+_NO_TIMES = "CAST([], 'Array(Int64)')"
+
+
+def _sorted_times(condition: str) -> str:
+    """Unix ns of the span's events matching ``condition`` (over ``n`` name, ``a``
+    attributes), ordered by message id, then time: index k is the k-th message."""
+    matching = f"arrayMap((n, a) -> toUInt8({condition}), Events.Name, Events.Attributes)"
+    return (
+        f"arraySort((t, i) -> (i, t), arrayFilter((t, m) -> m = 1, event_ns, {matching}),"
+        f" arrayFilter((i, m) -> m = 1, message_ids, {matching}))"
+    )
+
+
+def message_times(ours: str, foreign: str = "") -> str:
+    """Per message, the time of our ``ours`` event (A72/semconv: the ``foreign`` direction,
+    ``outbound``/``inbound_read``/``inbound_received``), for stream spans only."""
+    flags = {
+        "outbound": _OUTBOUND,
+        "inbound_read": f"{_INBOUND} AND NOT inbound_before_deserialize",
+        "inbound_received": f"{_INBOUND} AND inbound_before_deserialize",
+    }
+    theirs = _sorted_times(flags[foreign]) if foreign else _NO_TIMES
+    own = _sorted_times(f"n = '{ours}'")
+    return f"if(stream_span, if(foreign_events, {theirs}, {own}), {_NO_TIMES})"

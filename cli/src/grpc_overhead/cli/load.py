@@ -169,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--stream-messages", type=_positive_int, default=10, help="stream: messages per call"
     )
     payload.add_argument(
+        "--stream-lockstep",
+        action="store_true",
+        help="stream: send each request only once the previous one's response arrived "
+        "(request/response over one stream) instead of all requests at once",
+    )
+    payload.add_argument(
         "--batch-size", type=_positive_int, default=8, help="batch: requests per message"
     )
     payload.add_argument(
@@ -270,6 +276,7 @@ def config_from_args(args: argparse.Namespace):
             encoding=encoding,
             codec=codec,
             stream_messages=args.stream_messages,
+            stream_lockstep=args.stream_lockstep,
             batch_size=args.batch_size,
             chunk_entities=args.chunk_entities,
             seed=args.seed,

@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra CPU time burned per scored request, standing in for a heavier model",
     )
     parser.add_argument(
+        "--model-wait-ms",
+        type=_non_negative_float,
+        default=0.0,
+        help="wall time slept per scored request, standing in for a model that waits "
+        "(a remote feature store, an accelerator)",
+    )
+    parser.add_argument(
         "--max-concurrent-rpcs",
         type=_positive_int,
         default=None,
@@ -119,6 +126,7 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
         port=args.port,
         workers=args.workers,
         model_cost_ms=args.model_cost_ms,
+        model_wait_ms=args.model_wait_ms,
         max_concurrent_rpcs=args.max_concurrent_rpcs,
         max_connection_age_s=args.max_connection_age_s,
         max_connection_age_grace_s=args.max_connection_age_grace_s,

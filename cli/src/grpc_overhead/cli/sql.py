@@ -31,6 +31,7 @@ import pandas as pd
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
 from grpc_overhead.analyzer.insights.console import decimal_floats
+from grpc_overhead.analyzer.messages import MESSAGES_VIEW
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW, ensure_phase_view, view_columns
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
@@ -101,10 +102,12 @@ def help_epilog() -> str:
     )
     return (
         "tables:\n"
-        f"  {PHASES_VIEW:<17} one row per call, merged (no FINAL), every phase in µs: "
+        f"  {PHASES_VIEW:<19} one row per call, merged (no FINAL), every phase in µs: "
         "query this\n"
-        "  grpc_calls        the calls as assembled (raw *_ns timestamps; read with FINAL)\n"
-        "  otel_traces       every span, the collector's clickhouse exporter schema\n\n"
+        f"  {MESSAGES_VIEW:<19} one row per message of every call (streams: each request "
+        "and response)\n"
+        "  grpc_calls          the calls as assembled (raw *_ns timestamps; read with FINAL)\n"
+        "  otel_traces         every span, the collector's clickhouse exporter schema\n\n"
         f"columns of {PHASES_VIEW}:\n{columns}\n\n"
         f"examples (ten in the README, 'Querying with SQL'):\n{examples}\n"
     )
@@ -165,7 +168,8 @@ def _prepare_view(store: Store, sql: str) -> None:
     DDL): a store read through ``serve`` has it from serve, and a read-only user gets
     ``explain``'s hint instead.
     """
-    if PHASES_VIEW not in sql.lower() or not store.backend.writable:
+    lowered = sql.lower()
+    if not (PHASES_VIEW in lowered or MESSAGES_VIEW in lowered) or not store.backend.writable:
         return
     with contextlib.suppress(QueryError):
         ensure_phase_view(store, CallsOptions.from_schema(SchemaOptions.for_store(store)))

@@ -47,6 +47,7 @@ from grpc_overhead.analyzer.phases import (
 )
 from grpc_overhead.analyzer.rollup import settled_until
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.stream_phases import is_stream_row
 
 ORDERS = {
     "slowest": "total_ns DESC NULLS LAST, call_start_ns DESC",
@@ -377,7 +378,7 @@ def call_waterfall(
             if int(row[f"{side}_start_ns"]):
                 span_bar = (f"{side} span", at(f"{side}_start_ns"), at(f"{side}_end_ns"))
                 records.append((view, "span", side, *span_bar, ""))
-        for name, earlier, later, lane in SEGMENTS:
+        for name, earlier, later, lane in () if is_stream_row(row) else SEGMENTS:
             if int(row[earlier]) and int(row[later]):
                 start, end = at(earlier), at(later)
                 if name == "request_network":

@@ -41,6 +41,8 @@ NETWORK = "request_network_value + response_network_value"
 NETWORK_DEFINED = "request_network_defined AND response_network_defined"
 #: Every event recorded: the eight phases and ``unattributed`` add up to ``total``.
 COMPLETE = "unattributed_defined"
+#: Two-sided streams with events: no unary split (``stream_phases``), shown per message.
+STREAM_CALLS = "request_message_transfer_defined OR response_message_transfer_defined"
 
 
 STATISTICS = ("mean", "p50")
@@ -97,6 +99,7 @@ def overview(
         f"    countIf({COMPLETE}) AS calls_with_events,\n"
         f"    countIf({SERVER_ONLY}) AS server_only_calls,\n"
         f"    countIf({CLIENT_ONLY}) AS client_only_calls,\n"
+        f"    countIf({STREAM_CALLS}) AS stream_calls,\n"
         f"    sumIf(total_value, {COMPLETE}) AS complete_total_ns,\n"
         f"    sumIf(processing_value, {COMPLETE}) AS complete_processing_ns,\n"
         f"    sumIf({NETWORK}, {COMPLETE}) AS complete_network_ns,\n    "
@@ -147,6 +150,7 @@ SUMMARY_COLUMNS = (
     "calls_with_events",
     "server_only_calls",
     "client_only_calls",
+    "stream_calls",
 )
 
 
@@ -163,7 +167,13 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """
     rows = frame[frame["level"] == ALL]
     if rows.empty:  # no call matched: some engines return no row for the () grouping set
-        empty = {"calls": 0, "calls_with_events": 0, "server_only_calls": 0, "client_only_calls": 0}
+        empty = {
+            "calls": 0,
+            "calls_with_events": 0,
+            "server_only_calls": 0,
+            "client_only_calls": 0,
+            "stream_calls": 0,
+        }
         return pd.DataFrame([empty], columns=list(SUMMARY_COLUMNS))
     row = rows.iloc[0]
     calls = int(row["calls"])
@@ -192,6 +202,7 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                 "calls_with_events": int(row["calls_with_events"]),
                 "server_only_calls": int(row["server_only_calls"]),
                 "client_only_calls": int(row["client_only_calls"]),
+                "stream_calls": int(row["stream_calls"]),
             }
         ],
         columns=list(SUMMARY_COLUMNS),

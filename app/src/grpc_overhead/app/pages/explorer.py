@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from grpc_overhead.analyzer.insights import explorer, sources
+from grpc_overhead.analyzer.insights import explorer, sources, streams
+from grpc_overhead.analyzer.stream_phases import STREAM_CALL_TYPES
 from grpc_overhead.app import formatting, shared
 
 ORDER_LABELS = {"slowest": "Slowest first", "recent": "Most recent first"}
@@ -120,24 +121,38 @@ st.caption(
     " · ".join([_side("client"), _side("server")])
     + (f" · {attempts} attempts (retries or hedges of this one call)" if attempts > 1 else "")
 )
+stream = call["call_type"] in STREAM_CALL_TYPES or pd.notna(call["stream_duration_us"])
 metrics = st.columns(6)
 metrics[0].metric("Total", formatting.duration(call["total_us"]))
-metrics[1].metric("Processing", formatting.duration(call["processing_us"]))
-# The wire is the two network phases; total - processing (the seed's "network overhead")
-# also holds queuing, (de)serialization and dispatch, so it is labelled as what it is.
-metrics[2].metric(
-    "Network",
-    formatting.duration(call["request_network_us"] + call["response_network_us"]),
-    help="request_network + response_network: the time on the wire both ways, exact "
-    "whatever the clocks do (each direction alone needs the clock offset).",
-)
-metrics[3].metric(
-    "Not processing",
-    formatting.duration(call["network_overhead_us"]),
-    help="total - processing (the phase network_overhead, the seed article's definition): "
-    "network, but also queuing, (de)serialization and dispatch waits; the phases below "
-    "say which.",
-)
+if stream:
+    metrics[1].metric(
+        "Time to first response",
+        formatting.duration(call["time_to_first_response_us"]),
+        help="Client span start -> the first response deserialized by the client.",
+    )
+    metrics[2].metric(
+        "Stream duration",
+        formatting.duration(call["stream_duration_us"]),
+        help="The client's first message event -> its last.",
+    )
+else:
+    metrics[1].metric("Processing", formatting.duration(call["processing_us"]))
+    # The wire is the two network phases; total - processing (the seed's "network
+    # overhead") also holds queuing, (de)serialization and dispatch, so it is labelled
+    # as what it is.
+    metrics[2].metric(
+        "Network",
+        formatting.duration(call["request_network_us"] + call["response_network_us"]),
+        help="request_network + response_network: the time on the wire both ways, exact "
+        "whatever the clocks do (each direction alone needs the clock offset).",
+    )
+    metrics[3].metric(
+        "Not processing",
+        formatting.duration(call["network_overhead_us"]),
+        help="total - processing (the phase network_overhead, the seed article's "
+        "definition): network, but also queuing, (de)serialization and dispatch waits; "
+        "the phases below say which.",
+    )
 metrics[4].metric("Server residence", formatting.duration(call["server_residence_us"]))
 uncertainty = call["clock_uncertainty_us"]
 metrics[5].metric(
@@ -174,6 +189,34 @@ PHASE_COLORS = dict(
         strict=True,
     )
 )
+
+
+MESSAGE_COLORS = {"serialize": "#4c78a8", "transfer": "#f58518", "deserialize": "#54a24b"}
+
+
+def message_figure(frame: pd.DataFrame) -> go.Figure:
+    """A stream's messages, one row each (requests first), their parts as bars in time."""
+    figure = go.Figure()
+    for part, color in MESSAGE_COLORS.items():
+        rows = frame[frame["part"] == part]
+        figure.add_trace(
+            go.Bar(
+                y=rows["message"],
+                x=rows["duration_us"],
+                base=rows["start_us"],
+                orientation="h",
+                name=part,
+                marker_color=color,
+                customdata=rows[["duration_us"]],
+                hovertemplate=f"%{{y}} {part}: %{{customdata[0]:.1f}} µs"
+                " from %{base:.1f} µs<extra></extra>",
+            )
+        )
+    order = list(dict.fromkeys(frame["message"]))
+    figure.update_yaxes(categoryorder="array", categoryarray=order[::-1])
+    figure.update_xaxes(title_text="µs since the client span started")
+    figure.update_layout(barmode="overlay", height=120 + 22 * len(order), margin={"t": 30, "b": 10})
+    return figure
 
 
 def waterfall_figure(frame: pd.DataFrame, offset_us: float | None) -> go.Figure:
@@ -249,6 +292,22 @@ def waterfall_figure(frame: pd.DataFrame, offset_us: float | None) -> go.Figure:
 
 
 st.plotly_chart(waterfall_figure(waterfall, offset), width="stretch", key="explorer_waterfall")
+if stream:
+    st.caption(
+        "A stream: the phases that assume one message each way are undefined for it, so the "
+        "waterfall shows its spans and events only; its messages are below."
+    )
+    st.markdown("**Messages**")
+    timeline = shared.load(streams.message_timeline, trace, str(call["client_span_id"]))
+    if timeline.empty:
+        st.info("No message events are stored for this call.")
+    else:
+        st.plotly_chart(message_figure(timeline), width="stretch", key="explorer_message_timeline")
+        st.caption(
+            "Each message, paired across client and server by its message id, on the client's "
+            "clock (server times less the clock offset): serialize on the sender, transfer "
+            "(the wire plus the receiver's wait to read it), deserialize on the receiver."
+        )
 if not (waterfall["kind"] == "event").any():
     st.caption(
         "No span events are stored for this call (spans from plain OpenTelemetry "

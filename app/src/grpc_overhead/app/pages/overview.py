@@ -8,6 +8,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer import status
 from grpc_overhead.analyzer.insights import overview
+from grpc_overhead.analyzer.insights import streams as stream_insights
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
 from grpc_overhead.app import charts, formatting, shared
 
@@ -48,8 +49,9 @@ columns[5].metric(
 )
 server_only, client_only = int(summary["server_only_calls"]), int(summary["client_only_calls"])
 shared.one_side_caption(server_only, client_only)
+streams = int(summary["stream_calls"])
 without_events = (
-    int(summary["calls"]) - int(summary["calls_with_events"]) - server_only - client_only
+    int(summary["calls"]) - int(summary["calls_with_events"]) - server_only - client_only - streams
 )
 if without_events:
     calls_carry = "call carries" if without_events == 1 else "calls carry"
@@ -105,6 +107,62 @@ else:
         height=shared.ALL_ROWS,
         column_config={
             f"{statistic} total (µs)": st.column_config.NumberColumn(format="%.1f"),
+        },
+    )
+
+streams_by_method = shared.load(stream_insights.stream_methods, filters)
+if not streams_by_method.empty:
+    st.subheader("Streams, per message")
+    st.caption(
+        "A stream has no one-message-each-way split, so it is not in the bars above. Per "
+        "method: the median over its calls of each call's median message serialize, "
+        "transfer (the wire plus the receiver's wait to read it) and deserialize, and the "
+        "handler's time per response."
+    )
+    parts = streams_by_method[
+        streams_by_method["phase"].isin(stream_insights.MESSAGE_PHASES)
+    ].dropna(subset=["p50_us"])
+    parts = parts.assign(
+        label=parts["service"] + "/" + parts["method"] + " (" + parts["shape"] + ")",
+        shown=parts["p50_us"].map(formatting.duration),
+    )
+    figure = px.bar(
+        parts,
+        x="p50_us",
+        y="phase",
+        color="phase",
+        facet_row="label",
+        orientation="h",
+        category_orders={"phase": list(stream_insights.MESSAGE_PHASES)},
+        custom_data=["shown", "phase_calls"],
+        labels={"p50_us": "p50 of per-call medians (µs)", "phase": ""},
+    )
+    figure.update_traces(
+        hovertemplate="%{y}: %{customdata[0]}<br>%{customdata[1]} calls<extra></extra>"
+    )
+    figure.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    figure.update_layout(showlegend=False, height=120 + 200 * parts["label"].nunique())
+    st.plotly_chart(figure, width="stretch", key="overview_streams")
+    per_call = streams_by_method.pivot_table(
+        index=["service", "method", "shape", "calls", "request_messages", "response_messages"],
+        columns="phase",
+        values="p50_us",
+    ).reset_index()
+    kept = [
+        column
+        for column in ("time_to_first_response", "stream_duration")
+        if column in per_call.columns
+    ]
+    st.dataframe(
+        per_call[
+            ["service", "method", "shape", "calls", "request_messages", "response_messages", *kept]
+        ].rename(columns={name: f"{name} p50 (µs)" for name in kept}),
+        hide_index=True,
+        width="stretch",
+        height=shared.ALL_ROWS,
+        column_config={
+            "request_messages": st.column_config.NumberColumn("requests/call", format="%.1f"),
+            "response_messages": st.column_config.NumberColumn("responses/call", format="%.1f"),
         },
     )
 

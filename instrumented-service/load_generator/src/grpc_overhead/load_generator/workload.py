@@ -7,7 +7,8 @@ does: serialize, send, receive, deserialize, decode the scores.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,9 @@ class WorkloadSpec:
     encoding: str = "repeated"
     codec: str = "none"
     stream_messages: int = 10
+    #: stream: each request waits for the previous response (no request waits in the
+    #: server's buffer while the handler works, so per-message transfer is the wire's)
+    stream_lockstep: bool = False
     batch_size: int = 8
     chunk_entities: int = 64
     seed: int = 0
@@ -150,10 +154,28 @@ class Workload:
     def _stream(self, stub, requests, timeout) -> tuple[int, str]:
         received = 0
         instance = ""
-        for response in stub.PredictStream(iter(requests), timeout=timeout):
-            self._expect(len(codecs.decode_scores(response)), self.spec.entities, "PredictStream")
-            received += 1
-            instance = response.server_instance_id
+        answered = threading.Semaphore(0)
+        done = threading.Event()
+
+        def lockstep() -> Iterator[Any]:
+            # grpcio consumes a request iterator on its own thread: blocking here paces it.
+            for index, request in enumerate(requests):
+                while index and not answered.acquire(timeout=0.05):
+                    if done.is_set():
+                        return
+                yield request
+
+        outgoing = lockstep() if self.spec.stream_lockstep else iter(requests)
+        try:
+            for response in stub.PredictStream(outgoing, timeout=timeout):
+                self._expect(
+                    len(codecs.decode_scores(response)), self.spec.entities, "PredictStream"
+                )
+                received += 1
+                instance = response.server_instance_id
+                answered.release()
+        finally:
+            done.set()
         if received != len(requests):
             raise BadResponse(f"PredictStream: {received} responses for {len(requests)} requests")
         return received * self.spec.entities, instance

@@ -16,7 +16,10 @@ query term is computed once per request and broadcast.
 thread burns that much CPU time in a numpy loop, measured with
 ``time.thread_time()`` (CPU time of this thread only). Under contention the
 wall time of a call therefore grows, as it would with a real CPU-bound model,
-while the CPU it consumes stays the same.
+while the CPU it consumes stays the same. ``model_wait_ms`` stands in for a model
+that waits instead (a remote feature store, an accelerator): the calling thread
+sleeps that long per request, so the handler's wall time grows by a known amount
+whatever the machine's load (the ground truth's per-message handler cost).
 """
 
 from __future__ import annotations
@@ -33,11 +36,16 @@ DEFAULT_SEED = 20240611
 
 
 class Model:
-    def __init__(self, seed: int = DEFAULT_SEED, model_cost_ms: float = 0.0) -> None:
+    def __init__(
+        self, seed: int = DEFAULT_SEED, model_cost_ms: float = 0.0, model_wait_ms: float = 0.0
+    ) -> None:
         if model_cost_ms < 0:
             raise ValueError(f"model_cost_ms must be >= 0, got {model_cost_ms}")
+        if model_wait_ms < 0:
+            raise ValueError(f"model_wait_ms must be >= 0, got {model_wait_ms}")
         self.seed = seed
         self.model_cost_ms = float(model_cost_ms)
+        self.model_wait_ms = float(model_wait_ms)
         rng = np.random.default_rng(seed)
         self.w1_features = rng.standard_normal((MAX_FEATURES, HIDDEN), dtype=np.float32)
         self.w1_query = rng.standard_normal((MAX_EMBEDDING, HIDDEN), dtype=np.float32)
@@ -89,6 +97,8 @@ class Model:
             scores = (1.0 / (1.0 + np.exp(-logits))).astype(np.float32, copy=False)
         if self.model_cost_ms > 0 and cost_fraction > 0:
             burn_cpu(self.model_cost_ms * cost_fraction)
+        if self.model_wait_ms > 0 and cost_fraction > 0:
+            time.sleep(self.model_wait_ms * cost_fraction / 1000.0)
         return scores
 
 

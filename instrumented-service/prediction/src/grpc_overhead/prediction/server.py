@@ -277,6 +277,7 @@ class ServiceConfig:
     port: int = 0
     workers: int = 8
     model_cost_ms: float = 0.0
+    model_wait_ms: float = 0.0
     max_concurrent_rpcs: int | None = None
     max_connection_age_s: float | None = None
     max_connection_age_grace_s: float = 5.0
@@ -354,11 +355,8 @@ def _bind(
 
 
 def make_scorer(config: ServiceConfig) -> Scorer:
-    model = (
-        Model(model_cost_ms=config.model_cost_ms)
-        if config.seed is None
-        else Model(seed=config.seed, model_cost_ms=config.model_cost_ms)
-    )
+    costs = {"model_cost_ms": config.model_cost_ms, "model_wait_ms": config.model_wait_ms}
+    model = Model(**costs) if config.seed is None else Model(seed=config.seed, **costs)
     return Scorer(model, config.instance_id)
 
 

@@ -1,0 +1,56 @@
+"""Per method: its call shape and message counts, so a report can say what describes it.
+
+A unary method is described by the consecutive phases; a stream by the stream
+phases (``stream_phases``), the unary-only ones being NULL for it. ``report``
+states which applies per method (``shape``) and lists the phases undefined for
+that shape, rather than leaving a reader to guess from a column of dashes.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
+from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, STREAM_PHASES
+from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, STREAM_SHAPES, UNARY_ONLY
+
+#: What a stream leaves undefined: the unary-only phases and those derived from them.
+NULL_FOR_STREAMS: tuple[str, ...] = (
+    *UNARY_ONLY,
+    "network_overhead",
+    "unattributed",
+    "request_network_corrected",
+    "response_network_corrected",
+)
+
+
+def undefined_for(shape: str) -> list[str]:
+    """The phases NULL for every call of this shape (in ``ALL_PHASES`` order)."""
+    if shape in STREAM_SHAPES:
+        return [name for name in ALL_PHASES if name in NULL_FOR_STREAMS]
+    if shape == "unary":
+        return list(STREAM_PHASES)
+    return []
+
+
+SHAPE_COLUMNS = ("service", "method", "shape", "request_messages", "response_messages")
+
+
+def method_shapes(
+    store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
+) -> pd.DataFrame:
+    """Per (service, method): its commonest call shape ('' when nothing says) and the mean
+    request and response messages per call (``SHAPE_COLUMNS``)."""
+    options = options or CallsOptions()
+    sql = (
+        f"WITH\n{merged_cte(options)}\n"
+        "SELECT service, method,"
+        " if(countIf(call_shape != '') = 0, '', topKIf(1)(call_shape, call_shape != '')[1])"
+        " AS shape, avg(request_messages) AS request_messages,"
+        " avg(response_messages) AS response_messages\n"
+        f"FROM (SELECT *, {CALL_SHAPE} AS call_shape FROM merged WHERE {CALL_FILTER})\n"
+        "GROUP BY service, method ORDER BY service, method"
+    )
+    return store.query(sql, query_parameters(filters, None), readonly=True)
