@@ -112,8 +112,11 @@ def view_select_sql(options: CallsOptions | None = None) -> str:
         "SELECT\n    " + ",\n    ".join(identity + phases) + f"\nFROM (\n{per_call_sql(options)}\n)"
     )
 
+    # The hold-back grace (``calls.SHOWN_FILTER``) as this process is configured.
+    defaults = {**VIEW_DEFAULTS, "grace_ns": CallFilters().grace_ns}
+
     def substitute(match: re.Match[str]) -> str:
-        return _literal(VIEW_DEFAULTS[match.group(1)])
+        return _literal(defaults[match.group(1)])
 
     return _PLACEHOLDER.sub(substitute, sql)
 

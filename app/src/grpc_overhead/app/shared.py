@@ -9,6 +9,7 @@ state in the URL's query parameters, so a view can be shared as a link.
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -225,8 +226,24 @@ def filters() -> CallFilters:
     if refresh:
         _auto_refresh()
     return CallFilters(
-        since=since, until=until, service=service, method=method, run_id=run, otel_service=otel
+        since=since,
+        until=until,
+        service=service,
+        method=method,
+        run_id=run,
+        otel_service=otel,
+        as_of_ns=snapshot_ns() if served.live else None,
     )
+
+
+def snapshot_ns() -> int:
+    """The moment every query of this page run reads arrivals up to (``CallFilters.as_of_ns``)
+    while spans arrive (``Served.live``): now rounded down to ``TTL_S``, so every count on
+    the page is of the same calls and reruns within ``TTL_S`` share cached answers. This
+    process's clock stands for the store's (the same machine for the embedded store). A
+    store nothing writes to needs no snapshot: each query reads all of it."""
+    step_ns = int(max(TTL_S, 1) * 1_000_000_000)
+    return time.time_ns() // step_ns * step_ns
 
 
 def _split_method(service: str | None, method: str | None) -> tuple[str | None, str | None]:
