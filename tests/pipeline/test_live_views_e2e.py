@@ -32,8 +32,8 @@ from tests.app.conftest import run_page
 pytestmark = pytest.mark.e2e
 
 RUN = "live-views"
-LOAD_S = 24
-READINGS = 3
+LOAD_S = 60
+READINGS = 2
 
 
 def _report(store: Path) -> dict[str, Any]:
@@ -80,7 +80,9 @@ def _keys(store_dir: Path) -> set[tuple[str, str]]:
 
 def _consistent(body: dict[str, Any]) -> None:
     """Every count of one report agrees with the others, and no call is one-sided."""
-    assert body["calls"] == sum(code["calls"] for code in body["status_codes"])
+    shown = {key: body[key] for key in ("calls", "status_codes", "sides")}
+    shown["methods"] = [(m["method"], m["calls"], m["sides"]) for m in body["methods"]]
+    assert body["calls"] == sum(code["calls"] for code in body["status_codes"]), shown
     sides = body["sides"]
     assert sides == {"two_sided": body["calls"], "server_only": 0, "client_only": 0,
                      "missing": None}  # fmt: skip
@@ -109,7 +111,7 @@ def test_live_pages_and_report_match_after_stop(tmp_path):
         with ServiceProcess(["--workers", "4"], env=service_env) as service:
             load = subprocess.Popen(
                 [sys.executable, "-m", "grpc_overhead", "load", "--quiet", "--target",
-                 service.target, "--duration", str(LOAD_S), "--rps", "150", "--concurrency",
+                 service.target, "--duration", str(LOAD_S), "--rps", "100", "--concurrency",
                  "4", "--run-id", RUN],
                 env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -117,7 +119,8 @@ def test_live_pages_and_report_match_after_stop(tmp_path):
             try:
                 time.sleep(4)  # the first calls are stored
                 for _ in range(READINGS):
-                    assert load.poll() is None, "the load ended before the live readings"
+                    if load.poll() is not None:
+                        break
                     live_reports.append(_report(store))
                     live_pages.append(_pages(store, live=True))
                     live_keys.append(_keys(store))
@@ -144,5 +147,6 @@ def test_live_pages_and_report_match_after_stop(tmp_path):
         assert {(o["client_host"], o["server_host"]) for o in body["clock_offsets"]} <= {
             (o["client_host"], o["server_host"]) for o in final["clock_offsets"]
         }
-    # While load ran, each reading saw more calls: it was live.
-    assert len({body["calls"] for body in live_reports}) == READINGS
+    # At least two readings while load ran, each seeing more calls: they were live.
+    assert len({body["calls"] for body in live_reports}) == len(live_reports) >= 2
+    assert max(body["calls"] for body in live_reports) < final["calls"]
