@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from grpc_overhead.analyzer.calls import HOLD_BACK_NS, CallFilters
+from grpc_overhead.analyzer.insights.clock import window_calls
 from grpc_overhead.analyzer.report import build_report, render_table, to_json
 from grpc_overhead.analyzer.rollup import settle, store_clock_ns
 from tests.analyzer.seed import (  # noqa: F401
@@ -140,3 +141,14 @@ def test_clock_offsets_follow_the_run_filter(store):
         ] == [("host-a", "host-b", calls)]
     everything = to_json(build_report(store))
     assert [o["calls"] for o in everything["clock_offsets"]] == [8]
+
+
+def test_one_sided_calls_make_no_clock_pair(store):
+    """The Clock offsets page's pairs are of two clocks: a call with one half has no pair
+    (no pseudo pair ``host-a -> service:``)."""
+    seed_sides(store)
+    counts = window_calls(store)
+    assert set(zip(counts["client_host"], counts["server_host"], strict=True)) == {
+        ("host-a", "host-a")
+    }
+    assert int(counts["calls"].sum()) == 2

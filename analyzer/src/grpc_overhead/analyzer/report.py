@@ -24,8 +24,9 @@ clock-corrected one-way phases) follow the design's, and each offset carries
 and ``status_codes`` (``OK=95;DEADLINE_EXCEEDED=5``) on each of its rows, after
 the breakdown's columns.
 
-Every table reads one snapshot of the store (``CallFilters.as_of_ns``, the store's
-clock when the report starts) and holds back calls whose other half may still arrive
+Every table reads one snapshot of the store (``CallFilters.as_of_ns``: the store's
+clock when the report starts, before any INSERT still committing: ``snapshot``) and
+holds back calls whose other half may still arrive
 (``calls.SHOWN_FILTER``), so the header's count, the status codes' sum, ``sides`` and
 the clock offsets' calls agree, live or not. Each method's ``sides`` counts its
 two-sided, server-only (the caller is not instrumented: no client or network phase)
@@ -49,7 +50,8 @@ from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.insights.rows import SIDES_COLUMNS, sides
 from grpc_overhead.analyzer.phases import ALL_PHASES, BREAKDOWN_COLUMNS, DESIGN_PHASES
-from grpc_overhead.analyzer.rollup import breakdown, offsets, store_clock_ns
+from grpc_overhead.analyzer.rollup import breakdown, offsets
+from grpc_overhead.analyzer.snapshot import snapshot_ns
 from grpc_overhead.analyzer.status import NOT_RECORDED, overall, status_codes
 from grpc_overhead.analyzer.store.base import Store
 
@@ -96,7 +98,7 @@ def build_report(
     """Settled minutes come from the rollups (``rollup``), the rest is computed raw."""
     filters = filters or CallFilters()
     if filters.as_of_ns is None:  # one snapshot for every table, so that they agree
-        filters = filters.snapshot(store_clock_ns(store))
+        filters = filters.snapshot(snapshot_ns(store))
     return Report(
         breakdown(store, filters, clock, options=options),
         offsets(store, filters, clock, options=options),

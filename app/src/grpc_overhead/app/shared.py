@@ -18,9 +18,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from grpc_overhead.analyzer import snapshot
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.insights import catalog, sources
+from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.app import runtime
 
 #: Seconds an analyzer answer is reused. Under the 5 s freshness target.
@@ -232,18 +234,22 @@ def filters() -> CallFilters:
         method=method,
         run_id=run,
         otel_service=otel,
-        as_of_ns=snapshot_ns() if served.live else None,
+        as_of_ns=snapshot_ns(served.store) if served.live else None,
     )
 
 
-def snapshot_ns() -> int:
+def snapshot_ns(store: Store) -> int:
     """The moment every query of this page run reads arrivals up to (``CallFilters.as_of_ns``)
-    while spans arrive (``Served.live``): now rounded down to ``TTL_S``, so every count on
-    the page is of the same calls and reruns within ``TTL_S`` share cached answers. This
-    process's clock stands for the store's (the same machine for the embedded store). A
-    store nothing writes to needs no snapshot: each query reads all of it."""
+    while spans arrive (``Served.live``): the store's snapshot (``analyzer.snapshot``: now,
+    or before an INSERT still committing) rounded down to ``TTL_S``, so every count on the
+    page is of the same calls and reruns within ``TTL_S`` share cached answers. A store
+    nothing writes to needs no snapshot: each query reads all of it."""
     step_ns = int(max(TTL_S, 1) * 1_000_000_000)
-    return time.time_ns() // step_ns * step_ns
+    try:
+        moment = snapshot.snapshot_ns(store)
+    except AnalyzerError:  # the page's own queries will say what is wrong
+        moment = time.time_ns()
+    return moment // step_ns * step_ns
 
 
 def _split_method(service: str | None, method: str | None) -> tuple[str | None, str | None]:
