@@ -280,6 +280,11 @@ class CallFilters:
     as_of_ns: int | None = None
     grace_ns: int = field(default_factory=hold_back_ns)
 
+    def at_rest(self) -> CallFilters:
+        """These filters on a store nothing writes to any more (a stopped store this process
+        opened itself): no half is in flight, so nothing is held back."""
+        return replace(self, grace_ns=0)
+
     def snapshot(self, as_of_ns: int) -> CallFilters:
         """These filters reading the arrivals up to ``as_of_ns`` (``SHOWN_FILTER``)."""
         return replace(self, as_of_ns=as_of_ns)

@@ -227,15 +227,12 @@ def filters() -> CallFilters:
     _write_query_params(range_key, since, until, service, method, run, otel, refresh_param)
     if refresh:
         _auto_refresh()
-    return CallFilters(
-        since=since,
-        until=until,
-        service=service,
-        method=method,
-        run_id=run,
-        otel_service=otel,
-        as_of_ns=snapshot_ns(served.store) if served.live else None,
+    chosen = CallFilters(
+        since=since, until=until, service=service, method=method, run_id=run, otel_service=otel
     )
+    # While spans arrive, one snapshot per page run and half-arrived calls held back; a
+    # store nothing writes to has no half in flight.
+    return chosen.snapshot(snapshot_ns(served.store)) if served.live else chosen.at_rest()
 
 
 def snapshot_ns(store: Store) -> int:
