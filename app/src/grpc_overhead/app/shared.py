@@ -230,14 +230,17 @@ def filters() -> CallFilters:
     chosen = CallFilters(
         since=since, until=until, service=service, method=method, run_id=run, otel_service=otel
     )
-    # While spans arrive, one snapshot per page run and half-arrived calls held back; a
-    # store nothing writes to has no half in flight.
-    return chosen.snapshot(snapshot_ns(served.store)) if served.live else chosen.at_rest()
+    # While spans may arrive (this process's intake, or a store another process writes: read
+    # through serve, a ClickHouse server), one snapshot per page run and half-arrived calls
+    # held back; a store this process owns without an intake has no half in flight.
+    if served.live or not served.store.backend.owns_data:
+        return chosen.snapshot(snapshot_ns(served.store))
+    return chosen.at_rest()
 
 
 def snapshot_ns(store: Store) -> int:
     """The moment every query of this page run reads arrivals up to (``CallFilters.as_of_ns``)
-    while spans arrive (``Served.live``): the store's snapshot (``analyzer.snapshot``: now,
+    while spans may arrive: the store's snapshot (``analyzer.snapshot``: now,
     or before an INSERT still committing) rounded down to ``TTL_S``, so every count on the
     page is of the same calls and reruns within ``TTL_S`` share cached answers. A store
     nothing writes to needs no snapshot: each query reads all of it."""
