@@ -42,8 +42,10 @@ def mixed_calls(store) -> None:
 def test_json_contract(store):
     mixed_calls(store)
     document = json.loads(json.dumps(to_json(build_report(store))))
-    assert {"calls", "methods", "clock_offsets", "status_codes"} == set(document)
+    assert {"calls", "methods", "clock_offsets", "status_codes", "sides"} == set(document)
     assert document["calls"] == 10
+    two_sided = {"two_sided": 10, "server_only": 0, "client_only": 0, "missing": None}
+    assert document["sides"] == two_sided
     methods = {(m["service"], m["method"]): m for m in document["methods"]}
     assert set(methods) == {
         ("predict.Predictor", "Predict"),
@@ -51,7 +53,8 @@ def test_json_contract(store):
         ("legacy.Old", "Get"),
     }
     for method in document["methods"]:
-        assert {"service", "method", "calls", "phases"} <= set(method)
+        assert {"service", "method", "calls", "phases", "sides"} <= set(method)
+        assert method["sides"]["two_sided"] == method["calls"]
         assert set(DESIGN_PHASES) <= set(method["phases"])
         assert list(method["phases"]) == list(ALL_PHASES)
         for statistics in method["phases"].values():

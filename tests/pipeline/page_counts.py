@@ -23,18 +23,21 @@ def main(argv: list[str]) -> int:
     store_dir, run_ids = argv[0], argv[1:]
     options = CallsOptions()
     answers = {}
+    # The stopped store, opened here: nothing in flight, nothing held back (as `report`
+    # and the app read such a store: ``CallFilters.at_rest``).
     with open_store(store_dir) as store:
         create_calls(store, options)
         settle(store, options)
         choices = catalog.filter_choices(store, options=options)
-        everything = overview.summary(overview.overview(store, options=options)).iloc[0]
+        at_rest = CallFilters().at_rest()
+        everything = overview.summary(overview.overview(store, at_rest, options=options)).iloc[0]
         answers[""] = {
             "official_spans": _official_spans(store),
             "overview_calls": int(everything["calls"]),
-            "report": to_json(build_report(store, CallFilters(), options=options)),
+            "report": to_json(build_report(store, at_rest, options=options)),
         }
         for run_id in run_ids:
-            filters = CallFilters(run_id=run_id)
+            filters = CallFilters(run_id=run_id).at_rest()
             summary = overview.summary(overview.overview(store, filters, options=options))
             quantiles = distributions.phase_quantiles(store, filters, options=options)
             phase_calls = quantiles.groupby("phase")["calls"].max().astype(int).to_dict()

@@ -55,6 +55,7 @@ def _address(host: str, port: str) -> str:
     return f"if({port} = '', {host}, concat({host}, ':', {port}))"
 
 
+_ARRIVED = "toUnixTimestamp64Nano(now64(9))"
 _UNCOMPRESSED = "rpc.message.uncompressed_size"
 _COMPRESSED = "rpc.message.compressed_size"
 _CODE_NAMES = (
@@ -266,6 +267,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_end_ns", "Int64", client="if(a72_role = 'attempt', 0, span_end_ns)"),
     Column("server_start_ns", "Int64", server="span_start_ns"),
     Column("server_end_ns", "Int64", server="span_end_ns"),
+    # When each half landed in the store (the engine's clock at the insert, Unix ns; 0 =
+    # not from this half, or stored before these columns): ``options.SHOWN_FILTER``
+    # holds a call back until its peer half arrives or a grace period says it will not.
+    Column("client_arrived_ns", "Int64", client=_ARRIVED),
+    Column("server_arrived_ns", "Int64", server=_ARRIVED),
     Column("client_events", "UInt8", client="has_our_events"),
     Column("server_events", "UInt8", server="has_our_events"),
     # Client events (first message unless named *_last_ns).

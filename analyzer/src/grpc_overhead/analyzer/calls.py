@@ -55,11 +55,13 @@ from grpc_overhead.analyzer.options import CALLS_TABLE as CALLS_TABLE
 from grpc_overhead.analyzer.options import CALLS_VIEW as CALLS_VIEW
 from grpc_overhead.analyzer.options import HALF_MARGIN_NS as HALF_MARGIN_NS
 from grpc_overhead.analyzer.options import HAS_ROW_START as HAS_ROW_START
+from grpc_overhead.analyzer.options import HOLD_BACK_NS as HOLD_BACK_NS
 from grpc_overhead.analyzer.options import INT64_MAX as INT64_MAX
 from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
 from grpc_overhead.analyzer.options import ROLLUP_FILTER as ROLLUP_FILTER
 from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
 from grpc_overhead.analyzer.options import ROW_START_INDEX as ROW_START_INDEX
+from grpc_overhead.analyzer.options import SHOWN_FILTER as SHOWN_FILTER
 from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
 from grpc_overhead.analyzer.options import CallFilters as CallFilters
 from grpc_overhead.analyzer.options import CallsOptions as CallsOptions

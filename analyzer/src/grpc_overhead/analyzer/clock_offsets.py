@@ -53,7 +53,9 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer.calls import (
+    CALL_FILTER,
     CALL_START,
+    SHOWN_FILTER,
     TIME_FILTER,
     CallFilters,
     CallsOptions,
@@ -117,12 +119,17 @@ _USE_EVENTS = (
 )
 
 
-def merged_cte(options: CallsOptions, keys: str = "") -> str:
+def merged_cte(options: CallsOptions, keys: str = "", where: str = "") -> str:
     """``merged``: complete calls in the time filter, with domains and windows (only the
-    calls ``keys`` names, when given: ``calls.calls_source``)."""
+    calls ``keys`` names, when given: ``calls.calls_source``). Calls, never halves: a
+    call whose peer half may still arrive is held back (``SHOWN_FILTER``), here where
+    every reader of merged calls (pages, ``report``, ``grpc_call_phases``) passes.
+    ``where``: a further condition on the merged calls (e.g. ``CALL_FILTER``)."""
+    also = f" AND {where}" if where else ""
     return (
         f"merged AS (\n    SELECT *, {', '.join(DERIVED_COLUMNS)}\n"
-        f"    FROM ({calls_source(options, keys)})\n    WHERE {TIME_FILTER}\n)"
+        f"    FROM ({calls_source(options, keys)})\n"
+        f"    WHERE {TIME_FILTER} AND {SHOWN_FILTER}{also}\n)"
     )
 
 
@@ -234,6 +241,7 @@ def pair_offsets(
     *,
     options: CallsOptions | None = None,
     settled: tuple[int, int] | None = None,
+    follow_filters: bool = False,
 ) -> pd.DataFrame:
     """One row per (client domain, server domain): the best window's estimate.
 
@@ -241,13 +249,20 @@ def pair_offsets(
     windows, offset_min_us and offset_max_us (the spread of the per-window
     estimates: clock drift over the range, or noise). ``settled``: a range
     of whole minutes read from the offset rollup instead (``rollup.offsets``).
+
+    Only the time filters apply (an offset is a property of two clocks), unless
+    ``follow_filters``: then every filter does, as in ``report``'s table, whose
+    ``calls`` must be the calls it reports on (a run's, a method's). The offset rollup
+    is kept per domain pair only, so ``rollup.offsets`` passes no ``settled`` range
+    with such a filter.
     """
     options = options or CallsOptions()
     columns = "client_domain, server_domain, window_offset_ns, window_uncertainty_ns, window_calls"
     parameters = query_parameters(filters, clock, settled)
     windows = window_sources(store, options, parameters, settled, columns)
     sql = (
-        f"WITH\n{merged_cte(options)},\n{OFFSET_CTES}\n"
+        f"WITH\n{merged_cte(options, where=CALL_FILTER if follow_filters else '')},\n"
+        f"{OFFSET_CTES}\n"
         "SELECT client_domain AS client_host, server_domain AS server_host,\n"
         "    argMin(window_offset_ns, window_uncertainty_ns) / 1000 AS offset_us,\n"
         "    min(window_uncertainty_ns) / 1000 AS uncertainty_us,\n"

@@ -11,10 +11,13 @@ grpc_overhead.analyzer.calls import CallFilters`` keeps working.
 from __future__ import annotations
 
 import calendar
-from dataclasses import dataclass
+import math
+import os
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.schema import DEFAULT_TRACES_TABLE, SchemaOptions
 from grpc_overhead.analyzer.store.base import quote_identifier
 
@@ -176,6 +179,68 @@ TIME_FILTER = (
     " AND NOT (call_start_ns >= {settled_from_ns:Int64}"
     " AND call_start_ns < {settled_until_ns:Int64})"
 )
+#: How long a call seen from one side only is held back from every live reader before it
+#: counts as one-sided (``SHOWN_FILTER``). The two halves of a call end within the call's
+#: own duration, then wait in their processes' export batches (our instrumentation: 1 s,
+#: ``GRPC_OVERHEAD_EXPORT_INTERVAL_MS``; the OpenTelemetry SDK's BatchSpanProcessor: 5 s),
+#: in the collector's exporter queue (embedded: 1 s; clickhouse: 5 s ``flush_timeout``)
+#: and the intake's batch (50 ms): the peer of a half lands at most about 10 s after it.
+HOLD_BACK_NS = 10 * 1_000_000_000
+#: Seconds, to set it otherwise (a pipeline that batches longer, or 0 for none).
+HOLD_BACK_ENV = "GRPC_OVERHEAD_HOLD_BACK_S"
+_MAX_HOLD_BACK_S = 3600.0
+
+
+def hold_back_ns() -> int:
+    """``HOLD_BACK_NS``, or ``GRPC_OVERHEAD_HOLD_BACK_S`` seconds where set."""
+    text = os.environ.get(HOLD_BACK_ENV, "").strip()
+    if not text:
+        return HOLD_BACK_NS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not (math.isfinite(seconds) and 0 <= seconds <= _MAX_HOLD_BACK_S):
+        raise BadInput(
+            f"bad {HOLD_BACK_ENV}={text!r}: must be seconds between 0 and {_MAX_HOLD_BACK_S:g}"
+        )
+    return int(seconds * 1_000_000_000)
+
+
+#: The snapshot every read of one page or report takes: halves that arrived in the store
+#: after it are not seen. ``{as_of_ns}`` 0 = the engine's clock at the query.
+_AS_OF = "if({as_of_ns:Int64} = 0, toUnixTimestamp64Nano(now64(9)), {as_of_ns:Int64})"
+_CLIENT_SEEN = f"(client_start_ns != 0 AND client_arrived_ns <= {_AS_OF})"
+_SERVER_SEEN = f"(server_start_ns != 0 AND server_arrived_ns <= {_AS_OF})"
+
+#: A half that reached the store this long after its span ended is history (an import,
+#: a replay, a backfill, seeded data), not a live export: its peer is not in flight behind
+#: it, so it is not held back. Live halves land within seconds (``HOLD_BACK_NS``).
+HISTORY_NS = 60 * 1_000_000_000
+
+
+def _settled_half(side: str) -> str:
+    return (
+        f"({side}_arrived_ns <= {_AS_OF} - {{grace_ns:Int64}}"
+        f" OR {side}_end_ns < {side}_arrived_ns - {HISTORY_NS})"
+    )
+
+
+#: Calls, never halves (on merged rows): a call is shown once both halves arrived, or once
+#: its only half has waited ``{grace_ns}`` for its peer (then it is a one-sided call:
+#: server-only traffic from an uninstrumented client, client-only against an
+#: uninstrumented server). Arrivals are the store's own clock at insert
+#: (``client_arrived_ns``/``server_arrived_ns``, filled by the materialized view), not the
+#: spans' times: imported, replayed and clock-skewed spans are judged by when they landed
+#: (span times only tell history apart: ``HISTORY_NS``). Rows stored before those columns
+#: existed read 0: long arrived. With one ``as_of_ns`` every query of a page sees the same
+#: calls, so its counts agree.
+SHOWN_FILTER = (
+    f"(({_CLIENT_SEEN} AND {_SERVER_SEEN})"
+    f" OR ({_CLIENT_SEEN} AND {_settled_half('client')})"
+    f" OR ({_SERVER_SEEN} AND {_settled_half('server')}))"
+)
+
 #: ``ROLLUP_FILTER``: the part rollup rows can answer (they are kept per gRPC service,
 #: method and run). ``CALL_FILTER`` adds the OpenTelemetry service name
 #: (``OTEL_SERVICE_NAME``) of either side, which rollups do not keep: a query with it
@@ -199,6 +264,11 @@ class CallFilters:
     exclusive; naive datetimes are taken as local time. ``service`` is the gRPC
     service (``rpc.service``, e.g. ``predict.Predictor``); ``otel_service`` the
     OpenTelemetry service name (``OTEL_SERVICE_NAME``) of the client or the server.
+
+    ``as_of_ns`` (Unix ns, the store's clock): the snapshot of arrivals every query
+    with these filters reads (``SHOWN_FILTER``); None = each query's own moment. A
+    page or report that runs several queries sets it once (``snapshot``) so that its
+    counts agree. ``grace_ns``: how long a one-sided call is held back.
     """
 
     since: datetime | None = None
@@ -207,6 +277,17 @@ class CallFilters:
     method: str | None = None
     run_id: str | None = None
     otel_service: str | None = None
+    as_of_ns: int | None = None
+    grace_ns: int = field(default_factory=hold_back_ns)
+
+    def at_rest(self) -> CallFilters:
+        """These filters on a store nothing writes to any more (a stopped store this process
+        opened itself): no half is in flight, so nothing is held back."""
+        return replace(self, grace_ns=0)
+
+    def snapshot(self, as_of_ns: int) -> CallFilters:
+        """These filters reading the arrivals up to ``as_of_ns`` (``SHOWN_FILTER``)."""
+        return replace(self, as_of_ns=as_of_ns)
 
     def parameters(self, settled: tuple[int, int] | None = None) -> dict[str, Any]:
         """Bound values of every filter; ``settled``: a range rollups cover, left out."""
@@ -220,6 +301,8 @@ class CallFilters:
             "method": self.method or "",
             "run_id": self.run_id or "",
             "otel_service": self.otel_service or "",
+            "as_of_ns": self.as_of_ns or 0,
+            "grace_ns": self.grace_ns,
         }
 
 

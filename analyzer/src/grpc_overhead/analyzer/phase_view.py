@@ -145,8 +145,11 @@ def view_select_sql(options: CallsOptions | None = None) -> str:
 def _fixed(sql: str) -> str:
     """``sql`` with ``VIEW_DEFAULTS`` in place of its parameters (a view takes none)."""
 
+    # The hold-back grace (``calls.SHOWN_FILTER``) as this process is configured.
+    defaults = {**VIEW_DEFAULTS, "grace_ns": CallFilters().grace_ns}
+
     def substitute(match: re.Match[str]) -> str:
-        return _literal(VIEW_DEFAULTS[match.group(1)])
+        return _literal(defaults[match.group(1)])
 
     return _PLACEHOLDER.sub(substitute, sql)
 

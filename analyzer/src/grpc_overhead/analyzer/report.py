@@ -9,7 +9,8 @@ returns a ``Report``; ``to_json``/``render_table``/``to_csv`` only format it.
      "methods": [{"service", "method", "calls",
                   "phases": {PHASE: {"p50_us", "p90_us", "p99_us", "mean_us"}}}],
      "clock_offsets": [{"client_host", "server_host", "offset_us", "uncertainty_us", "calls"}],
-     "status_codes": [{"code", "status", "calls", "share"}]}
+     "status_codes": [{"code", "status", "calls", "share"}],
+     "sides": {"two_sided", "server_only", "client_only"}}
 
 Every phase of the design table is present for every method, null where it
 is undefined (e.g. calls without transport events). Each method also carries
@@ -27,6 +28,17 @@ clock-corrected one-way phases) follow the design's, and each offset carries
 ``status_codes`` sums them over methods. The CSV repeats a method's ``errors``
 and ``status_codes`` (``OK=95;DEADLINE_EXCEEDED=5``) on each of its rows, after
 the breakdown's columns.
+
+Every table reads one snapshot of the store (``CallFilters.as_of_ns``: the store's
+clock when the report starts, before any INSERT still committing: ``snapshot``) and
+holds back calls whose other half may still arrive
+(``calls.SHOWN_FILTER``), so the header's count, the status codes' sum, ``sides`` and
+the clock offsets' calls agree, live or not. Each method's ``sides`` counts its
+two-sided, server-only (the caller is not instrumented: no client or network phase)
+and client-only (the server is not) calls; ``missing`` names the half those calls lack
+("client", "server", "client and server": some of each; null when none). The clock
+offsets follow the filters too (``--run``, ``--method``...): their ``calls`` are the
+filtered calls that yield an estimate.
 """
 
 from __future__ import annotations
@@ -41,14 +53,17 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
+from grpc_overhead.analyzer.insights.rows import SIDES_COLUMNS, sides
 from grpc_overhead.analyzer.phases import ALL_PHASES, BREAKDOWN_COLUMNS, DESIGN_PHASES
 from grpc_overhead.analyzer.rollup import breakdown, offsets
 from grpc_overhead.analyzer.shapes import SHAPE_COLUMNS, method_shapes, undefined_for
+from grpc_overhead.analyzer.snapshot import snapshot_ns
 from grpc_overhead.analyzer.status import NOT_RECORDED, overall, status_codes
 from grpc_overhead.analyzer.store.base import Store
 
 STATISTICS = ("p50_us", "p90_us", "p99_us", "mean_us")
 STATUS_FRAME = ("service", "method", "status_code", "status", "calls", "share")
+SIDES_FRAME = ("service", "method", *SIDES_COLUMNS)
 OFFSET_KEYS = ("client_host", "server_host", "offset_us", "uncertainty_us", "calls")
 #: Columns the CSV adds after ``BREAKDOWN_COLUMNS`` (per method, repeated on its rows).
 STATUS_CSV_COLUMNS = ("errors", "status_codes")
@@ -76,6 +91,14 @@ class Report:
             _number(row["response_messages"]),
         )
 
+    #: ``insights.rows.SIDES_COLUMNS``: per (service, method), calls by the halves they have
+    sides: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SIDES_FRAME))
+
+    def method_sides(self, service: str, method: str) -> dict[str, Any]:
+        """{"two_sided", "server_only", "client_only", "missing"} of one method."""
+        rows = self.sides[(self.sides["service"] == service) & (self.sides["method"] == method)]
+        return _sides(rows)
+
     def method_status(self, service: str, method: str) -> pd.DataFrame:
         rows = self.status[(self.status["service"] == service) & (self.status["method"] == method)]
         return rows.reset_index(drop=True)
@@ -95,13 +118,47 @@ def build_report(
 ) -> Report:
     """Settled minutes come from the rollups (``rollup``), the rest is computed raw."""
     filters = filters or CallFilters()
+    if filters.as_of_ns is None:  # one snapshot for every table, so that they agree
+        filters = filters.snapshot(snapshot_ns(store))
     return Report(
         breakdown(store, filters, clock, options=options),
         offsets(store, filters, clock, options=options),
         filters,
         status_codes(store, filters, options=options),
         method_shapes(store, filters, options=options),
+        sides(store, filters, options=options, by_method=True),
     )
+
+
+def _sides(rows: pd.DataFrame) -> dict[str, Any]:
+    server_only = int(rows["server_only_calls"].sum()) if len(rows) else 0
+    client_only = int(rows["client_only_calls"].sum()) if len(rows) else 0
+    calls = int(rows["calls"].sum()) if len(rows) else 0
+    missing = [half for half, n in (("client", server_only), ("server", client_only)) if n]
+    return {
+        "two_sided": calls - server_only - client_only,
+        "server_only": server_only,
+        "client_only": client_only,
+        "missing": " and ".join(missing) or None,
+    }
+
+
+def sides_text(counts: dict[str, Any]) -> str:
+    """One line for the table: '' when every call has both halves."""
+    if not counts["missing"]:
+        return ""
+    parts = [f"{counts['two_sided']:,} two-sided"]
+    if counts["server_only"]:
+        parts.append(
+            f"{counts['server_only']:,} server side only (client half missing: the caller"
+            " is not instrumented; no client or network phase)"
+        )
+    if counts["client_only"]:
+        parts.append(
+            f"{counts['client_only']:,} client side only (server half missing: the server"
+            " is not instrumented; no server phase)"
+        )
+    return "sides: " + ", ".join(parts)
 
 
 def _number(value: Any, digits: int = 3) -> float | None:
@@ -141,6 +198,7 @@ def to_json(report: Report) -> dict[str, Any]:
                 "request_messages": request_messages,
                 "response_messages": response_messages,
                 "undefined_for_shape": undefined_for(shape),
+                "sides": report.method_sides(service, method),
             }
         )
     offsets = [
@@ -161,6 +219,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "methods": methods,
         "clock_offsets": offsets,
         "status_codes": _status_list(overall(report.status)) if len(report.status) else [],
+        "sides": _sides(report.sides),
     }
 
 
@@ -256,6 +315,9 @@ def render_table(report: Report, width: int | None = None) -> str:
                 for row in status.itertuples(index=False)
             ]
             console.print(f"status codes: {', '.join(shares)}", highlight=False)
+        one_sided = sides_text(report.method_sides(service, method))
+        if one_sided:
+            console.print(one_sided, highlight=False, soft_wrap=True)
         console.print()
     if len(report.offsets):
         table = Table(

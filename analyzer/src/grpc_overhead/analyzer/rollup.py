@@ -63,6 +63,7 @@ from grpc_overhead.analyzer.calls import (
     CALL_START,
     HALF_MARGIN_NS,
     HAS_ROW_START,
+    INT64_MAX,
     CallFilters,
     CallsOptions,
     time_parameters,
@@ -198,8 +199,10 @@ def _first_call_ns(store: Store, options: CallsOptions) -> int | None:
 
 
 def _settle_parameters(start: int, end: int) -> dict[str, Any]:
+    # Nothing held back (``SHOWN_FILTER``): a settled minute is minutes past any grace
+    # period, and a peer half that still comes re-rolls its minute (late arrivals).
     return {
-        **CallFilters().parameters(),
+        **CallFilters(as_of_ns=INT64_MAX, grace_ns=0).parameters(),
         **ClockOptions().parameters(),
         **time_parameters(start, end),
         "marker_ns": end - WINDOW_NS,
@@ -248,7 +251,7 @@ def settle(
     """
     options = options or CallsOptions()
     create_rollups(store, options)
-    started_ns = _store_clock_ns(store)
+    started_ns = store_clock_ns(store)
     watermark = settled_until(store, options)
     reroll_late_minutes(store, options, watermark, arrival_margin_ns, max_rows_per_round)
     now_ns = time.time_ns() if now_ns is None else now_ns
@@ -374,8 +377,9 @@ def _finish_run(
         store.command(f"DELETE {stale}", old)
 
 
-def _store_clock_ns(store: Store) -> int:
-    """The engine's clock, the one ``grpc_call_arrivals`` records arrivals with."""
+def store_clock_ns(store: Store) -> int:
+    """The engine's clock, the one ``grpc_call_arrivals`` and ``grpc_calls``' arrival
+    columns record arrivals with (``CallFilters.as_of_ns`` takes it)."""
     found = store.query("SELECT toUnixTimestamp64Nano(now64(9)) AS now")
     return int(found["now"].iloc[0])
 
@@ -424,6 +428,12 @@ def offsets(
     *,
     options: CallsOptions | None = None,
 ) -> pd.DataFrame:
-    """``clock_offsets.pair_offsets``, reading settled minutes from the offset rollup."""
+    """``clock_offsets.pair_offsets`` following every filter (``report``'s table), reading
+    settled minutes from the offset rollup (kept per domain pair: not with a service,
+    method or run filter)."""
     settled = settled_range(store, filters, clock, options)
-    return pair_offsets(store, filters, clock, options=options, settled=settled)
+    if filters is not None and (filters.service or filters.method or filters.run_id):
+        settled = None
+    return pair_offsets(
+        store, filters, clock, options=options, settled=settled, follow_filters=True
+    )

@@ -19,9 +19,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from grpc_overhead.analyzer import snapshot
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.insights import catalog, sources
+from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.app import runtime
 
 #: Seconds an analyzer answer is reused. Under the 5 s freshness target.
@@ -237,9 +239,29 @@ def filters() -> CallFilters:
     _write_query_params(range_key, since, until, service, method, run, otel, refresh_param)
     if refresh:
         _auto_refresh()
-    return CallFilters(
+    chosen = CallFilters(
         since=since, until=until, service=service, method=method, run_id=run, otel_service=otel
     )
+    # While spans may arrive (this process's intake, or a store another process writes: read
+    # through serve, a ClickHouse server), one snapshot per page run and half-arrived calls
+    # held back; a store this process owns without an intake has no half in flight.
+    if served.live or not served.store.backend.owns_data:
+        return chosen.snapshot(snapshot_ns(served.store))
+    return chosen.at_rest()
+
+
+def snapshot_ns(store: Store) -> int:
+    """The moment every query of this page run reads arrivals up to (``CallFilters.as_of_ns``)
+    while spans may arrive: the store's snapshot (``analyzer.snapshot``: now,
+    or before an INSERT still committing) rounded down to ``TTL_S``, so every count on the
+    page is of the same calls and reruns within ``TTL_S`` share cached answers. A store
+    nothing writes to needs no snapshot: each query reads all of it."""
+    step_ns = int(max(TTL_S, 1) * 1_000_000_000)
+    try:
+        moment = snapshot.snapshot_ns(store)
+    except AnalyzerError:  # the page's own queries will say what is wrong
+        moment = time.time_ns()
+    return moment // step_ns * step_ns
 
 
 def _split_method(service: str | None, method: str | None) -> tuple[str | None, str | None]:

@@ -213,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
             run_id=args.run,
             otel_service=args.otel_service,
         )
+        if store.backend.owns_data:  # no serve holds it: no intake writes, nothing in flight
+            filters = filters.at_rest()
         report = build_report(store, filters, clock, options=options)
     if args.format == "json":
         print(json.dumps(to_json(report), indent=2))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from grpc_overhead.analyzer.calls import HALF_MARGIN_NS, CallsOptions
+from grpc_overhead.analyzer.calls import HALF_MARGIN_NS, HOLD_BACK_NS, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
 
@@ -59,6 +59,9 @@ PARAMETER_SQL: dict[str, str] = {
     "method": "''",
     "run_id": "''",
     "otel_service": "''",
+    # Calls, never halves (calls.SHOWN_FILTER): the engine's clock at each refresh.
+    "as_of_ns": "0",
+    "grace_ns": str(HOLD_BACK_NS),
     **{name: str(value) for name, value in ClockOptions().parameters().items()},
 }
 

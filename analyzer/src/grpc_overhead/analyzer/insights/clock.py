@@ -119,7 +119,9 @@ def window_calls(
     cross-clock ones with a one-way network phase (the calls a clock offset corrects).
 
     One scan of the merged calls, no offset arithmetic; ``pairs`` combines it
-    with ``offset_timeline`` to tell which calls each estimate corrected.
+    with ``offset_timeline`` to tell which calls each estimate corrected. Calls with both
+    halves only: a one-sided call has one clock, no pair (it would read as a pseudo pair
+    with a ``service:`` domain for its missing side).
     """
     options = options or CallsOptions()
     network = " OR ".join(phase(name).defined for name in ("request_network", "response_network"))
@@ -130,8 +132,8 @@ def window_calls(
         "    fromUnixTimestamp64Nano(any(window_start_ns), 'UTC') AS window_start,\n"
         "    count() AS calls,\n"
         f"    countIf(NOT same_domain AND ({network})) AS network_calls\n"
-        f"FROM ({rows})\nGROUP BY window_key\n"
-        "ORDER BY client_host, server_host, window_start"
+        f"FROM ({rows})\nWHERE client_start_ns != 0 AND server_start_ns != 0\n"
+        "GROUP BY window_key\nORDER BY client_host, server_host, window_start"
     )
     return store.query(sql, bound, readonly=True)[list(COUNT_COLUMNS)]
 

@@ -161,15 +161,31 @@ def bucket_seconds(first_ns: int, last_ns: int, target: int) -> int:
     return BUCKET_STEPS_S[-1]
 
 
+#: What ``sides`` counts (after ``service, method`` when ``by_method``).
+SIDES_COLUMNS = ("calls", "server_only_calls", "client_only_calls")
+
+
 def sides(
-    store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
+    store: Store,
+    filters: CallFilters | None = None,
+    *,
+    options: CallsOptions | None = None,
+    by_method: bool = False,
 ) -> pd.DataFrame:
     """One row: ``calls``, ``server_only_calls`` and ``client_only_calls`` (``SERVER_ONLY``,
     ``CLIENT_ONLY``) among the calls the filters keep, so a page can say why a phase
-    that needs both sides is missing for them."""
-    rows, bound = rows_for(store, filters, options)
-    sql = (
-        f"SELECT count() AS calls, countIf({SERVER_ONLY}) AS server_only_calls,"
-        f" countIf({CLIENT_ONLY}) AS client_only_calls FROM ({rows})"
+    that needs both sides is missing for them; ``by_method``: one row per (service,
+    method), for ``report``. Neither side needs a clock estimate: none is computed."""
+    rows, bound = rows_for(store, filters, options, clock=False)
+    counts = (
+        f"count() AS calls, countIf({SERVER_ONLY}) AS server_only_calls,"
+        f" countIf({CLIENT_ONLY}) AS client_only_calls"
     )
+    if by_method:
+        sql = (
+            f"SELECT service, method, {counts} FROM ({rows})"
+            " GROUP BY service, method ORDER BY service, method"
+        )
+    else:
+        sql = f"SELECT {counts} FROM ({rows})"
     return store.query(sql, bound, readonly=True)

@@ -54,8 +54,6 @@ window_s = st.selectbox(
 )
 options = ClockOptions(window=timedelta(seconds=window_s))
 timeline = shared.load(clock.offset_timeline, filters, options)
-counts = shared.load(clock.window_calls, filters, options)
-pairs = clock.pairs(timeline, counts)
 
 if timeline.empty:
     st.info(
@@ -63,6 +61,10 @@ if timeline.empty:
         "offset can be estimated. Instrument both sides and send both to the intake."
     )
     st.stop()
+
+# Pairs of two clocks: calls with both halves (one-sided calls have no pair).
+counts = shared.load(clock.window_calls, filters, options)
+pairs = clock.pairs(timeline, counts)
 
 cross = pairs[pairs["client_host"] != pairs["server_host"]]
 columns = st.columns(4)

@@ -32,6 +32,8 @@ TIMING_DEADLINE_S = "GRPC_OVERHEAD_TIMING_DEADLINE_S"
 # serve's ClickHouse HTTP interface, and the readers that go through it
 HTTP_USER = "GRPC_OVERHEAD_HTTP_USER"
 HTTP_PASSWORD = "GRPC_OVERHEAD_HTTP_PASSWORD"
+# The analyzer's readers (grpc_overhead.analyzer.options.HOLD_BACK_ENV: the same name)
+HOLD_BACK_S = "GRPC_OVERHEAD_HOLD_BACK_S"
 # `streamlit run app/streamlit_app.py`: the store it reads
 STORE = "GRPC_OVERHEAD_STORE"
 CLICKHOUSE_URL = "GRPC_OVERHEAD_CLICKHOUSE_URL"
@@ -97,6 +99,13 @@ DOCUMENTED: tuple[Variable, ...] = (
         "(unset)",
         "password of serve's ClickHouse HTTP interface (--http-password); unset: none asked. "
         "Readers send it",
+    ),
+    Variable(
+        HOLD_BACK_S,
+        "10",
+        "seconds a call seen from one side only is held back from pages, report, "
+        "grpc_call_phases and dashboards while its other half may still arrive; then it "
+        "counts as one-sided (0 = no hold-back)",
     ),
     Variable(
         STORE,

@@ -1,0 +1,38 @@
+"""The moment a report or a page reads the store as of (``CallFilters.as_of_ns``).
+
+Each half row of ``grpc_calls`` is stamped with the engine's clock when its INSERT runs
+(``client_arrived_ns``/``server_arrived_ns``), but its rows become visible only when that
+INSERT commits, which under load takes a while (the intake's INSERT ... SELECT of a
+batch of spans: seconds on a busy machine). A snapshot taken while one runs would see
+that batch in some of its queries and not in others: a report's header would count calls
+its status codes do not. So the snapshot is "now", or just before the oldest INSERT
+still running if any: every row stamped up to it has committed, and every later one is
+left to the next read. One cheap query of ``system.processes``.
+"""
+
+from __future__ import annotations
+
+from grpc_overhead.analyzer.errors import QueryError
+from grpc_overhead.analyzer.store.base import Store
+
+#: Taken off the oldest running INSERT's start: its stamp and ``elapsed`` are read apart.
+MARGIN_NS = 1_000_000
+
+_NOW = "toUnixTimestamp64Nano(now64(9))"
+SNAPSHOT_SQL = (
+    f"SELECT {_NOW} AS now, countIf(query_kind = 'Insert') AS inserts,"
+    f" minIf({_NOW} - toInt64(elapsed * 1e9), query_kind = 'Insert') AS oldest"
+    " FROM system.processes"
+)
+
+
+def snapshot_ns(store: Store) -> int:
+    """Unix ns on the store's clock: every half row stamped up to it is visible."""
+    try:
+        found = store.query(SNAPSHOT_SQL, readonly=True).iloc[0]
+    except QueryError:  # no access to system.processes: the engine's clock alone
+        found = store.query(f"SELECT {_NOW} AS now, 0 AS inserts, 0 AS oldest").iloc[0]
+    now = int(found["now"])
+    if int(found["inserts"]):
+        return min(now, int(found["oldest"]) - MARGIN_NS)
+    return now
