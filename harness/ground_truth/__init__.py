@@ -25,6 +25,9 @@ server_saturation          CPU-bound model, 2-4x more callers than workers, sync
                            network phases stay the idle run's, the server absorbs the wait
 client_saturation          threads burning CPU in the client: request side exact, the
                            client's GIL wait in response_network a documented limit
+server_interceptors        a user's interceptor sleeping before/after the handler (or in
+                           intercept_service), a handler sleeping after its mark:
+                           server_interceptors / post_processing, processing unchanged
 ========================== =====================================================
 """
 
@@ -36,6 +39,7 @@ from pathlib import Path
 from harness.ground_truth.bandwidth import bandwidth, compression
 from harness.ground_truth.checks import ScenarioResult
 from harness.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
+from harness.ground_truth.interceptors import server_interceptors
 from harness.ground_truth.profile import Profile
 from harness.ground_truth.saturation import client_saturation, server_saturation
 from harness.ground_truth.server import serialization, server_queue
@@ -54,4 +58,5 @@ SCENARIOS: dict[str, Scenario] = {
     "compression": compression,
     "server_saturation": server_saturation,
     "client_saturation": client_saturation,
+    "server_interceptors": server_interceptors,
 }
