@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from grpc_overhead.analyzer import interceptor_chain as chain
 from grpc_overhead.analyzer import span_sources as src
 from grpc_overhead.analyzer.call_columns import CALL_STATUS
 from grpc_overhead.analyzer.calls import (
@@ -114,32 +115,6 @@ _DISPATCH_VALUE = (
 _RESPONSE_GAP = _between(
     "response_gap", "client_received_response_ns", "server_outbound_message_sent_ns"
 )
-# The server's interceptor chain around the servicer's own method (instrumentation's
-# servicers.py): measured where the method was timed innermost and the chain's edges were
-# recorded. Its parts: the chain's intercept_service calls (serverCallStarted ->
-# serviceIntercepted, which server_queue and pool_wait then leave out), its behaviour
-# before the method once the request was read (interceptorsEntered -> handlerStarted; a
-# streaming request's method starts before its first message, which server_queue covers)
-# and after the method returned (-> interceptorsReturned).
-_CHAIN_MEASURED = (
-    "service_intercepted_ns != 0 AND interceptors_entered_ns != 0 AND handler_started_ns != 0"
-    " AND interceptors_returned_ns != 0 AND predictions_made_ns != 0"
-    " AND server_call_started_ns != 0"
-)
-_CHAIN_BEFORE = (
-    "greatest(toInt64(0), handler_started_ns"
-    " - greatest(interceptors_entered_ns, server_inbound_message_read_ns))"
-)
-_CHAIN_AFTER = (
-    "interceptors_returned_ns"
-    " - if(handler_returned_ns != 0, handler_returned_ns, predictions_made_ns)"
-)
-_CHAIN_VALUE = (
-    f"(service_intercepted_ns - server_call_started_ns) + {_CHAIN_BEFORE} + {_CHAIN_AFTER}"
-)
-_POST_MEASURED = "handler_returned_ns != 0 AND predictions_made_ns != 0"
-#: Where the server's own phases start: after the chain's intercept_service calls.
-_SERVER_ENTRY = f"if({_CHAIN_MEASURED}, service_intercepted_ns, server_call_started_ns)"
 
 
 def with_dispatch(source: str) -> str:
@@ -169,34 +144,11 @@ PHASES: tuple[Phase, ...] = (
     # thread, event loop); 0 where not measured (no deadline on the call), and
     # never more than the request gap, so no phase is negative on a shared clock.
     Phase("server_dispatch", _DISPATCH_VALUE, f"{_DISPATCH} IS NOT NULL"),
-    # Less the interceptors' intercept_service calls, where measured.
-    Phase(
-        "server_queue",
-        f"server_inbound_message_ns - {_SERVER_ENTRY}",
-        "server_inbound_message_ns != 0 AND server_call_started_ns != 0",
-    ),
+    Phase("server_queue", *chain.SERVER_QUEUE),  # less the interceptors' intercept_service
     _between("request_deserialize", "server_inbound_message_read_ns", "server_inbound_message_ns"),
-    # The server's interceptor chain around the servicer's method; NULL where not measured
-    # (servicer not timed innermost, other instrumentations, older data): then it is
-    # inside server_queue and processing, as it was before it was measured.
-    # (Its value is 0 where not measured, as server_dispatch's: sums over the consecutive
-    # phases, e.g. the stacked means of the pages, stay right.)
-    Phase("server_interceptors", f"if({_CHAIN_MEASURED}, {_CHAIN_VALUE}, 0)", _CHAIN_MEASURED),
-    # The servicer's method up to predictionsMade (its mark, else its return); less the
-    # chain's work before it, where measured. Includes the worker's handoff from the
-    # deserializer (a GIL wait on a saturated server), as it always has.
-    Phase(
-        "processing",
-        "predictions_made_ns - server_inbound_message_read_ns"
-        f" - if({_CHAIN_MEASURED}, {_CHAIN_BEFORE}, 0)",
-        "predictions_made_ns != 0 AND server_inbound_message_read_ns != 0",
-    ),
-    # mark_predictions_made() -> the handler's return; NULL (value 0) without a mark.
-    Phase(
-        "post_processing",
-        f"if({_POST_MEASURED}, handler_returned_ns - predictions_made_ns, 0)",
-        _POST_MEASURED,
-    ),
+    Phase("server_interceptors", *chain.SERVER_INTERCEPTORS),  # see interceptor_chain
+    Phase("processing", *chain.PROCESSING),
+    Phase("post_processing", *chain.POST_PROCESSING),
     _between("response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"),
     Phase(
         "response_network",
@@ -224,12 +176,7 @@ PHASES: tuple[Phase, ...] = (
         "total",
         *(p for p in CONSECUTIVE_PHASES if p not in OPTIONAL_PHASES),
     ),
-    # The wait for a worker thread: less the interceptors' intercept_service calls.
-    Phase(
-        "pool_wait",
-        f"call_scheduled_ns - {_SERVER_ENTRY}",
-        "call_scheduled_ns != 0 AND server_call_started_ns != 0",
-    ),
+    Phase("pool_wait", *chain.POOL_WAIT),  # less the interceptors' intercept_service
     _between("server_duration", "server_end_ns", "server_start_ns"),
     _derived(
         "client_server_gap", "total_value - server_duration_value", "total", "server_duration"

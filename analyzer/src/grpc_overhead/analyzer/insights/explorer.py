@@ -37,6 +37,7 @@ from grpc_overhead.analyzer.insights.call_tables import COARSE_PHASES as COARSE_
 from grpc_overhead.analyzer.insights.call_tables import ONE_WAY as ONE_WAY
 from grpc_overhead.analyzer.insights.call_tables import event_table as event_table
 from grpc_overhead.analyzer.insights.call_tables import phase_table as phase_table
+from grpc_overhead.analyzer.insights.chain_pieces import CHAIN_BOUNDS, drawn
 from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phases import (
     ALL_PHASES,
@@ -297,45 +298,9 @@ _SIDES = {column.name: ("client" if column.client else "server") for column in C
 _SPECIAL_BOUNDS = {
     "request_network": ("client_outbound_message_sent_ns", "server_call_started_ns"),
     "server_dispatch": ("server_call_started_ns", "server_call_started_ns"),
-    "server_queue": ("server_call_started_ns", "server_inbound_message_ns"),
-    # Where the interceptor chain was measured, these three are drawn in pieces
-    # (``_pieces``); the bounds here are the outer ones.
-    "server_interceptors": ("server_call_started_ns", "interceptors_returned_ns"),
-    "processing": ("server_inbound_message_read_ns", "predictions_made_ns"),
-    "post_processing": ("predictions_made_ns", "handler_returned_ns"),
+    **CHAIN_BOUNDS,
     "response_network": ("server_outbound_message_sent_ns", "client_received_response_ns"),
 }
-_CHAIN_COLUMNS = (
-    "service_intercepted_ns",
-    "interceptors_entered_ns",
-    "handler_started_ns",
-    "interceptors_returned_ns",
-    "predictions_made_ns",
-)
-
-
-def _pieces(name: str, earlier: str, later: str, row: pd.Series) -> list[tuple[str, str]]:
-    """The (earlier, later) column pairs a phase is drawn between for this call: one pair,
-    except where the server's interceptor chain was measured (phases.py): then the chain
-    is drawn where it ran (intercept_service, before and after the servicer's method),
-    server_queue from serviceIntercepted, processing around the chain's part before the
-    method (a streaming request's method starts before its first message: no such part)."""
-    if name not in ("server_queue", "server_interceptors", "processing"):
-        return [(earlier, later)]
-    if not all(int(row[column]) for column in _CHAIN_COLUMNS):
-        return [] if name == "server_interceptors" else [(earlier, later)]
-    before = int(row["interceptors_entered_ns"]) >= int(row["server_inbound_message_read_ns"])
-    if name == "server_queue":
-        return [("service_intercepted_ns", later)]
-    if name == "processing":
-        if not before:
-            return [(earlier, later)]
-        return [(earlier, "interceptors_entered_ns"), ("handler_started_ns", later)]
-    returned = "handler_returned_ns" if int(row["handler_returned_ns"]) else "predictions_made_ns"
-    pieces = [("server_call_started_ns", "service_intercepted_ns")]
-    if before:
-        pieces.append(("interceptors_entered_ns", "handler_started_ns"))
-    return [*pieces, (returned, "interceptors_returned_ns")]
 
 
 def phase_bounds(name: str) -> tuple[str, str]:
@@ -414,10 +379,8 @@ def call_waterfall(
             if int(row[f"{side}_start_ns"]):
                 span_bar = (f"{side} span", at(f"{side}_start_ns"), at(f"{side}_end_ns"))
                 records.append((view, "span", side, *span_bar, ""))
-        for name, outer_earlier, outer_later, lane in SEGMENTS:
-            for earlier, later in _pieces(name, outer_earlier, outer_later, row):
-                if not (int(row[earlier]) and int(row[later])):
-                    continue
+        for name, earlier, later, lane in drawn(SEGMENTS, row):
+            if int(row[earlier]) and int(row[later]):
                 start, end = at(earlier), at(later)
                 if name == "request_network":
                     end -= dispatch_ns / 1000
