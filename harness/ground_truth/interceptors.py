@@ -121,11 +121,11 @@ def server_interceptors(workdir: Path, profile: Profile) -> ScenarioResult:
     groups = [group for aio in (False, True) if (group := [c for c in found if c.aio == aio])]
     with pipeline:
         for group in groups:
-            with _servers(pipeline, group, workdir) as started:
-                servers |= started
+            with _servers(pipeline, group, workdir) as running:
+                servers |= running
                 for _ in range(profile.rounds):  # interleaved: noise hits every case alike
                     for case in group:
-                        pipeline.load(started[case].target, case.name, "--calls", calls,
+                        pipeline.load(running[case].target, case.name, "--calls", calls,
                                       "--concurrency", "1", *SMALL)  # fmt: skip
     # The servers wrote their sleeps when they stopped (leaving the block).
     truth_us = {
