@@ -112,6 +112,10 @@ def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.
     # The eight consecutive phases (dispatch undefined counts as 0, as in SQL).
     consecutive = list(p)[:8]  # client_serialize ... client_deserialize, in order
     p["unattributed"] = p["total"] - sum(p[name] for name in consecutive)
+    # The generated calls carry no interceptor-chain events and no mark: undefined, and
+    # counted 0 in unattributed, as in SQL.
+    p["server_interceptors"] = pd.Series(np.full(len(rows), np.nan))
+    p["post_processing"] = pd.Series(np.full(len(rows), np.nan))
 
     def first_set(preferred: str, fallback: str) -> np.ndarray:
         a, b = rows[preferred].to_numpy(), rows[fallback].to_numpy()

@@ -27,6 +27,9 @@ client_saturation          threads burning CPU in the client: request side exact
                            client's GIL wait in response_network a documented limit
 stream_per_message         bidi streams in lockstep, 8 ms up / 6 ms down per message and a
                            10 ms model wait per message: per-message transfer and handler
+server_interceptors        a user's interceptor sleeping before/after the handler (or in
+                           intercept_service), a handler sleeping after its mark:
+                           server_interceptors / post_processing, processing unchanged
 ========================== =====================================================
 """
 
@@ -38,6 +41,7 @@ from pathlib import Path
 from harness.ground_truth.bandwidth import bandwidth, compression
 from harness.ground_truth.checks import ScenarioResult
 from harness.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
+from harness.ground_truth.interceptors import server_interceptors
 from harness.ground_truth.profile import Profile
 from harness.ground_truth.saturation import client_saturation, server_saturation
 from harness.ground_truth.server import serialization, server_queue
@@ -58,4 +62,5 @@ SCENARIOS: dict[str, Scenario] = {
     "server_saturation": server_saturation,
     "client_saturation": client_saturation,
     "stream_per_message": stream_per_message,
+    "server_interceptors": server_interceptors,
 }

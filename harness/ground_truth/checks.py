@@ -133,6 +133,11 @@ def p50(body: dict[str, Any], phase: str) -> float:
     return float(value)
 
 
+def defined(body: dict[str, Any], phase: str) -> bool:
+    """Whether any call of the method measured ``phase`` (optional phases may not)."""
+    return method(body)["phases"][phase]["mean_us"] is not None
+
+
 def mean(body: dict[str, Any], phase: str) -> float:
     return float(method(body)["phases"][phase]["mean_us"])
 

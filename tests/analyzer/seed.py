@@ -67,37 +67,58 @@ class Truth:
     client_deserialize: int = 11 * US
     after_response: int = 7 * US  # client inboundMessageRead -> span end
     server_offset: int = 0
+    # The server's interceptor chain (events only with ``chain``): intercept_service
+    # (serverCallStarted -> serviceIntercepted, inside server_queue and pool_wait), the
+    # chain's behaviour before the servicer's method (after a 10 µs handoff that is part of
+    # processing) and after it; post_processing: a mark this long before the method
+    # returned (0: no mark).
+    chain: bool = False
+    intercept_service: int = 0
+    interceptors_before: int = 0
+    interceptors_after: int = 0
+    post_processing: int = 0
 
     def expected_phases_us(self) -> dict[str, float]:
         """Every phase of the design as the analyzer must report it (raw, in µs)."""
         skew = self.server_offset
-        eight = {
+        intercepted = self.intercept_service if self.chain else 0
+        chain = self.interceptors_before + self.interceptors_after
+        consecutive = {
             "client_serialize": self.client_serialize,
             "request_network": self.request_network + skew,
-            "server_queue": self.server_queue,
+            "server_queue": self.server_queue - intercepted,
             "request_deserialize": self.request_deserialize,
-            "processing": self.processing,
+            "processing": self.processing + (0 if self.chain else chain),
             "response_serialize": self.response_serialize,
             "response_network": self.response_network - skew,
             "client_deserialize": self.client_deserialize,
         }
+        if self.chain:
+            consecutive["server_interceptors"] = intercepted + chain
+        if self.post_processing:
+            consecutive["post_processing"] = self.post_processing
         total = (
-            self.before_serialize + sum(eight.values()) + self.before_response + self.after_response
+            self.before_serialize
+            + sum(consecutive.values())
+            + self.before_response
+            + self.after_response
         )
         server_duration = (
             self.server_queue
             + self.request_deserialize
             + self.processing
+            + chain
+            + self.post_processing
             + self.before_response
             + self.response_serialize
         )
         phases = {
-            **eight,
+            **consecutive,
             "total": total,
             "server_residence": server_duration,
-            "network_overhead": total - self.processing,
-            "unattributed": total - sum(eight.values()),
-            "pool_wait": self.pool_wait,
+            "network_overhead": total - consecutive["processing"],
+            "unattributed": total - sum(consecutive.values()),
+            "pool_wait": self.pool_wait - intercepted,
             "server_duration": server_duration,
             "client_server_gap": total - server_duration,
         }
@@ -187,8 +208,13 @@ def synthetic_call(
     scheduled = started + t.pool_wait
     inbound = started + t.server_queue
     read = inbound + t.request_deserialize
-    made = read + t.processing
-    server_outbound = made + t.before_response
+    handoff = min(10 * US, t.processing)  # deserializer -> worker (processing's)
+    entered = read + handoff
+    handler_started = entered + t.interceptors_before
+    made = handler_started + t.processing - handoff
+    handler_returned = made + t.post_processing
+    chain_returned = handler_returned + t.interceptors_after
+    server_outbound = chain_returned + t.before_response
     server_sent = server_outbound + t.response_serialize
     received = server_sent + t.response_network
     client_read = received + t.client_deserialize
@@ -249,15 +275,30 @@ def synthetic_call(
             (name, time + skew, attributes)
             for name, time, attributes in [
                 ("serverCallStarted", started, {}),
+                *([("serviceIntercepted", started + t.intercept_service, {})] if t.chain else []),
                 ("callScheduled", scheduled, {}),
                 ("inboundMessage", inbound, _message(1, request_bytes, False)),
                 ("inboundMessageRead", read, _message(1, request_bytes, False)),
-                ("predictionsMade", made, {}),
+                *_chain_events(t, entered, handler_started, made, handler_returned),
+                *([("interceptorsReturned", chain_returned, {})] if t.chain else []),
                 ("outboundMessage", server_outbound, {"rpc.message.id": "1"}),
                 ("outboundMessageSent", server_sent, _message(1, response_bytes, True, True)),
             ]
         ]
     return client, server
+
+
+def _chain_events(
+    t: Truth, entered: int, handler_started: int, made: int, handler_returned: int
+) -> list[tuple[str, int, dict[str, str]]]:
+    """The server's events from the chain's behaviour to the method's return."""
+    events = []
+    if t.chain:
+        events += [("interceptorsEntered", entered, {}), ("handlerStarted", handler_started, {})]
+    events.append(("predictionsMade", made, {}))
+    if t.post_processing:
+        events.append(("handlerReturned", handler_returned, {}))
+    return events
 
 
 def compress_with(algorithm: str, *spans: Span) -> None:

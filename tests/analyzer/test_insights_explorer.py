@@ -9,7 +9,7 @@ import pytest
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import explorer
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, calls
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, OPTIONAL_PHASES, calls
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 
@@ -93,8 +93,8 @@ def test_one_call_raw_and_corrected_across_hosts(store):
     waterfall = explorer.call_waterfall(store, trace_id, "", call["clock_offset_us"])
     phases = waterfall[waterfall["kind"] == "phase"].set_index(["view", "name"])
     for name in CONSECUTIVE_PHASES:
-        if name == "server_dispatch":  # not measured (no deadlines): no bar
-            assert math.isnan(call["server_dispatch_us"])
+        if name in OPTIONAL_PHASES:  # not measured (no deadlines, chain, mark): no bar
+            assert math.isnan(call[f"{name}_us"])
             assert ("raw", name) not in phases.index
             continue
         length = phases.loc[("raw", name), "end_us"] - phases.loc[("raw", name), "start_us"]
@@ -117,6 +117,36 @@ def test_one_call_raw_and_corrected_across_hosts(store):
     table = explorer.phase_table(summary).set_index("phase")
     assert table.loc["response_network", "corrected_us"] == 400.0
     assert table.loc["processing", "raw_us"] == table.loc["processing", "corrected_us"] == 2000
+
+
+@pytest.mark.e2e
+def test_the_interceptor_chain_is_drawn_where_it_ran(store):
+    truth = Truth(
+        pool_wait=350 * US,
+        server_queue=400 * US,
+        chain=True,
+        intercept_service=300 * US,
+        interceptors_before=1_500 * US,
+        interceptors_after=20 * MS,
+        post_processing=12 * MS,
+    )
+    client, server = seed.synthetic_call(truth)
+    seed.insert_spans(store, [client, server])
+    [call] = explorer.call_summary(store, client.trace_id).to_dict("records")
+    waterfall = explorer.call_waterfall(store, client.trace_id, "", call["clock_offset_us"])
+    bars = waterfall[(waterfall["kind"] == "phase") & (waterfall["view"] == "raw")]
+    lengths = (bars["end_us"] - bars["start_us"]).groupby(bars["name"]).agg(["sum", "count"])
+    for name in CONSECUTIVE_PHASES:
+        if name == "server_dispatch":  # no deadlines
+            continue
+        assert lengths.loc[name, "sum"] == pytest.approx(call[f"{name}_us"]), name
+    # intercept_service, before and after the method; processing around the chain's part.
+    assert lengths.loc["server_interceptors", "count"] == 3
+    assert lengths.loc["processing", "count"] == 2
+    assert lengths.loc["post_processing", "count"] == 1
+    # No two bars of the server overlap: the pieces tile the server's time.
+    server = bars[bars["lane"] == "server"].sort_values("start_us")
+    assert (server["start_us"].iloc[1:].to_numpy() >= server["end_us"].iloc[:-1].to_numpy()).all()
 
 
 @pytest.mark.e2e

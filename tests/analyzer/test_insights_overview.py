@@ -10,6 +10,7 @@ from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import overview, rows
 from grpc_overhead.analyzer.insights.rows import ALGORITHM, STACKED_PHASES, bucket_seconds
+from grpc_overhead.analyzer.phases import OPTIONAL_PHASES
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 
@@ -51,9 +52,10 @@ def test_phase_means_per_method_add_up_to_the_mean_total(store):
     frame = overview.phases_by_method(overview.overview(store))
     assert list(frame.columns) == list(overview.PHASES_BY_METHOD_COLUMNS)
     predict = frame[frame["method"] == "Predict"].set_index("phase")
-    # Synthetic calls carry no deadlines: no dispatch wait is measured, which the
-    # stacked view counts as 0 (the phases still add up to total).
-    expected = {**Truth().expected_phases_us(), "server_dispatch": 0.0}
+    # Synthetic calls carry no deadlines, chain events or marks: no dispatch wait,
+    # interceptor chain or post-processing is measured, which the stacked view counts
+    # as 0 (the phases still add up to total).
+    expected = {**Truth().expected_phases_us(), **dict.fromkeys(OPTIONAL_PHASES, 0.0)}
     assert list(predict.index) == list(STACKED_PHASES)
     for phase in STACKED_PHASES:
         assert predict.loc[phase, "value_us"] == expected[phase], phase

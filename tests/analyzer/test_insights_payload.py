@@ -10,6 +10,7 @@ import pytest
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import payload
+from grpc_overhead.analyzer.phases import OPTIONAL_PHASES
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 
@@ -81,8 +82,9 @@ def test_one_size_gives_no_slope(store):
     seed.insert_spans(store, spans)
     costs = payload.costs(payload.by_algorithm(store))
     assert costs["slope_us_per_mb"].isna().all() and costs["r2"].isna().all()
-    # No deadlines on synthetic calls: server_dispatch is defined for none of them.
-    measured = costs["phase"] != "server_dispatch"
+    # No deadlines, chain events or marks on synthetic calls: server_dispatch,
+    # server_interceptors and post_processing are defined for none of them.
+    measured = ~costs["phase"].isin(OPTIONAL_PHASES)
     assert (costs.loc[measured, "calls"] == 3).all()
     assert (costs.loc[~measured, "calls"] == 0).all()
 

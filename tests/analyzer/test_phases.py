@@ -15,6 +15,7 @@ from grpc_overhead.analyzer.phases import (
     BREAKDOWN_COLUMNS,
     CONSECUTIVE_PHASES,
     DESIGN_PHASES,
+    OPTIONAL_PHASES,
     PHASES,
     calls,
     phase_breakdown,
@@ -35,7 +36,9 @@ def test_one_expression_per_phase_of_the_design():
         "server_dispatch",
         "server_queue",
         "request_deserialize",
+        "server_interceptors",
         "processing",
+        "post_processing",
         "response_serialize",
         "response_network",
         "client_deserialize",
@@ -55,22 +58,66 @@ def test_every_phase_is_exact_and_the_phases_add_up_to_total(store):
     [call] = calls(store).to_dict("records")
     for phase, expected in truth.expected_phases_us().items():
         assert call[f"{phase}_us"] == pytest.approx(expected, abs=1e-9), phase
-    # Exactly, in integer nanoseconds: the nine phases + unattributed = total.
-    # server_dispatch is not measured without deadlines: it counts as 0 (see phases.py).
-    assert math.isnan(call["server_dispatch_us"])
+    # Exactly, in integer nanoseconds: the consecutive phases + unattributed = total.
+    # server_dispatch is not measured without deadlines, server_interceptors without the
+    # chain's events, post_processing without a mark: each counts as 0 (see phases.py).
+    assert all(math.isnan(call[f"{phase}_us"]) for phase in OPTIONAL_PHASES)
     # A unary call has no stream phases: its finer phases say the same.
     assert all(math.isnan(call[f"{phase}_us"]) for phase in STREAM_PHASES)
     ns = {
         phase: round(call[f"{phase}_us"] * 1000)
         for phase in ALL_PHASES
-        if phase != "server_dispatch" and phase not in STREAM_PHASES
+        if phase not in OPTIONAL_PHASES and phase not in STREAM_PHASES
     }
-    ns["server_dispatch"] = 0
+    ns.update(dict.fromkeys(OPTIONAL_PHASES, 0))
     assert sum(ns[p] for p in CONSECUTIVE_PHASES) + ns["unattributed"] == ns["total"]
     assert ns["network_overhead"] == ns["total"] - ns["processing"]
     # Same host: corrected one-way phases are the raw ones.
     assert call["request_network_corrected_us"] == call["request_network_us"]
     assert call["response_network_corrected_us"] == call["response_network_us"]
+
+
+@pytest.mark.e2e
+def test_interceptor_chain_and_post_processing_are_their_own_phases(store):
+    # A user's interceptor: 300 µs in intercept_service, 1.5 ms before the servicer's
+    # method, 20 ms after it; the method marks predictionsMade 12 ms before returning.
+    truth = Truth(
+        pool_wait=350 * US,
+        server_queue=400 * US,
+        chain=True,
+        intercept_service=300 * US,
+        interceptors_before=1_500 * US,
+        interceptors_after=20 * MS,
+        post_processing=12 * MS,
+    )
+    plain = Truth(start=truth.start + MS)
+    seed.insert_spans(store, [*seed.synthetic_call(truth), *seed.synthetic_call(plain)])
+    chained, alone = calls(store).to_dict("records")
+    expected = truth.expected_phases_us()
+    assert expected["server_interceptors"] == 300 + 1_500 + 20_000
+    assert expected["post_processing"] == 12_000
+    for phase, value in expected.items():
+        assert chained[f"{phase}_us"] == pytest.approx(value, abs=1e-9), phase
+    # Neither is processing (the method's own 2 ms) nor server_queue or pool_wait (less
+    # the intercept_service part); the consecutive phases still add up to total exactly.
+    assert chained["processing_us"] == alone["processing_us"] == 2_000
+    assert (chained["server_queue_us"], chained["pool_wait_us"]) == (100, 50)
+    ns = {
+        p: round(chained[f"{p}_us"] * 1000)
+        for p in (*CONSECUTIVE_PHASES, "unattributed")
+        if p != "server_dispatch"  # not measured (no deadlines): counts 0
+    }
+    ns["server_dispatch"] = 0
+    total = round(chained["total_us"] * 1000)
+    assert sum(ns[p] for p in CONSECUTIVE_PHASES) + ns["unattributed"] == total
+    # The call without the chain's events: both NULL, and the old definitions hold.
+    assert math.isnan(alone["server_interceptors_us"]) and math.isnan(alone["post_processing_us"])
+    for phase, value in plain.expected_phases_us().items():
+        assert alone[f"{phase}_us"] == pytest.approx(value, abs=1e-9), phase
+    breakdown = phase_breakdown(store).set_index("phase")
+    assert breakdown.loc["server_interceptors", "phase_calls"] == 1
+    assert breakdown.loc["server_interceptors", "p50_us"] == pytest.approx(21_800, rel=1e-3)
+    assert breakdown.loc["post_processing", "phase_calls"] == 1
 
 
 @pytest.mark.e2e
@@ -80,9 +127,18 @@ def test_real_calls_add_up_to_total(store):
     assert len(found) == 5
     unary = found[found["method"] == "Echo"]
     for call in unary.to_dict("records"):
-        eight = sum(round(call[f"{p}_us"] * 1000) for p in CONSECUTIVE_PHASES)
-        assert eight + round(call["unattributed_us"] * 1000) == round(call["total_us"] * 1000)
-        assert all(not math.isnan(call[f"{p}_us"]) for p in ALL_PHASES if p not in STREAM_PHASES)
+        # post_processing needs mark_predictions_made(), which these handlers do not call:
+        # it counts as 0; every other phase is measured.
+        assert math.isnan(call["post_processing_us"])
+        consecutive = sum(
+            round(call[f"{p}_us"] * 1000) for p in CONSECUTIVE_PHASES if p != "post_processing"
+        )
+        assert consecutive + round(call["unattributed_us"] * 1000) == round(call["total_us"] * 1000)
+        assert all(
+            not math.isnan(call[f"{p}_us"])
+            for p in ALL_PHASES
+            if p not in STREAM_PHASES and p != "post_processing"
+        )
     # Streams (Split, Join): the unary-only phases are NULL, the stream phases all
     # defined and never negative (one host: one clock).
     streams = found[found["method"] != "Echo"]

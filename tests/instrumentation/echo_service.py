@@ -2,7 +2,8 @@
 
 Messages are protobuf ``BytesValue``s so (de)serialization is real protobuf work.
 Payload prefixes steer the handlers: b"raise" raises, b"abort" aborts with
-NOT_FOUND, b"sleep:<ms>" sleeps before answering.
+NOT_FOUND, b"sleep:<ms>" sleeps before answering, b"mark" calls
+``mark_predictions_made()`` (twice) and notes what it returned on the span.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 from google.protobuf.wrappers_pb2 import BytesValue
 
-from grpc_overhead.instrumentation import annotate_call
+from grpc_overhead.instrumentation import annotate_call, mark_predictions_made
 
 SERVICE = "test.Echo"
 METHODS = {
@@ -33,6 +34,10 @@ def _steer(payload: bytes, context: grpc.ServicerContext) -> None:
         context.abort(grpc.StatusCode.NOT_FOUND, "no such entity")
     if payload.startswith(b"sleep:"):
         time.sleep(int(payload.split(b":")[1]) / 1000)
+    if payload.startswith(b"mark"):
+        # The model is done: what follows is post-processing. A second mark is ignored.
+        annotate_call("test.marked", mark_predictions_made())
+        annotate_call("test.marked_again", mark_predictions_made())
 
 
 def echo(request: BytesValue, context: grpc.ServicerContext) -> BytesValue:

@@ -25,13 +25,19 @@ CLIENT_EVENTS = {
     "Join": ["requestCreated"] + ["outboundMessage", "outboundMessageSent"] * 2
     + ["clientReceivedResponse", "inboundMessageRead"],
 }  # fmt: skip
+# The servicer's method is timed innermost (handlerStarted .. predictionsMade) inside the
+# interceptor chain (serviceIntercepted, interceptorsEntered .. interceptorsReturned).
 SYNC_SERVER_EVENTS = {
-    "Echo": ["serverCallStarted", "callScheduled", "inboundMessage", "inboundMessageRead",
-             "predictionsMade", "outboundMessage", "outboundMessageSent"],
-    "Split": ["serverCallStarted", "callScheduled", "inboundMessage", "inboundMessageRead"]
-    + ["outboundMessage", "outboundMessageSent"] * echo_service.SPLIT_PARTS + ["predictionsMade"],
-    "Join": ["serverCallStarted", "callScheduled"] + ["inboundMessage", "inboundMessageRead"] * 2
-    + ["predictionsMade", "outboundMessage", "outboundMessageSent"],
+    "Echo": ["serverCallStarted", "serviceIntercepted", "callScheduled", "inboundMessage",
+             "inboundMessageRead", "interceptorsEntered", "handlerStarted", "predictionsMade",
+             "interceptorsReturned", "outboundMessage", "outboundMessageSent"],
+    "Split": ["serverCallStarted", "serviceIntercepted", "callScheduled", "inboundMessage",
+              "inboundMessageRead", "interceptorsEntered", "handlerStarted"]
+    + ["outboundMessage", "outboundMessageSent"] * echo_service.SPLIT_PARTS
+    + ["predictionsMade", "interceptorsReturned"],
+    "Join": ["serverCallStarted", "serviceIntercepted", "callScheduled", "interceptorsEntered",
+             "handlerStarted"] + ["inboundMessage", "inboundMessageRead"] * 2
+    + ["predictionsMade", "interceptorsReturned", "outboundMessage", "outboundMessageSent"],
 }  # fmt: skip
 
 
@@ -87,7 +93,7 @@ def test_bidi_stream_interleaves_messages_with_sequence_numbers(captured, sync_c
     server_reads = [e.attributes["rpc.message.id"] for e in server.events
                     if e.name == "inboundMessageRead"]  # fmt: skip
     assert server_reads == [1, 2]
-    assert names(server)[-1] == "predictionsMade"
+    assert names(server)[-2:] == ["predictionsMade", "interceptorsReturned"]
 
 
 def test_message_sizes_match_the_serialized_bytes(captured, sync_client):

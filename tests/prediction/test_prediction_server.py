@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -145,9 +146,20 @@ def test_server_spans_carry_payload_annotations(stub, pipeline, exporter) -> Non
     exporter.clear()
     stub.Predict(_request("packed", "snappy", entities=33), timeout=10)
     stub.PredictBatch(payload.batch([_request("packed", "lz4", entities=10)] * 3), timeout=10)
-    assert pipeline.force_flush()
-    servers = [s for s in exporter.get_finished_spans() if s.kind.name == "SERVER"]
-    by_method = {s.attributes.get("rpc.method"): s.attributes for s in servers}
+    # A server finishes its record after the client has its answer: wait (bounded) for
+    # both calls' spans, and leave out a failed call of an earlier test finishing late.
+    deadline = time.monotonic() + 10
+    while True:
+        assert pipeline.force_flush()
+        servers = [
+            s
+            for s in exporter.get_finished_spans()
+            if s.kind.name == "SERVER" and s.attributes.get("rpc.grpc.status_code") == 0
+        ]
+        by_method = {s.attributes.get("rpc.method"): s.attributes for s in servers}
+        if {"Predict", "PredictBatch"} <= set(by_method) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     assert by_method["Predict"]["grpc_overhead.payload.codec"] == "snappy"
     assert by_method["Predict"]["grpc_overhead.entities"] == 33
     assert by_method["PredictBatch"]["grpc_overhead.payload.codec"] == "lz4"

@@ -327,6 +327,13 @@ COLUMNS: tuple[Column, ...] = (
         server=src.inbound_last("inboundMessageRead", deserialized=True),
     ),
     Column("predictions_made_ns", "Int64", server=src.first("predictionsMade")),
+    # The interceptor chain around the servicer's own method (server_interceptors) and the
+    # method's return after mark_predictions_made() (post_processing).
+    Column("service_intercepted_ns", "Int64", server=src.first("serviceIntercepted")),
+    Column("interceptors_entered_ns", "Int64", server=src.first("interceptorsEntered")),
+    Column("handler_started_ns", "Int64", server=src.first("handlerStarted")),
+    Column("handler_returned_ns", "Int64", server=src.first("handlerReturned")),
+    Column("interceptors_returned_ns", "Int64", server=src.first("interceptorsReturned")),
     Column("server_outbound_message_ns", "Int64", server=src.first("outboundMessage")),
     Column(
         "server_outbound_message_sent_ns",

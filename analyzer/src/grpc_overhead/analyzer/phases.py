@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from grpc_overhead.analyzer import interceptor_chain as chain
 from grpc_overhead.analyzer import span_sources as src
 from grpc_overhead.analyzer.call_columns import CALL_STATUS
 from grpc_overhead.analyzer.calls import (
@@ -53,6 +54,7 @@ from grpc_overhead.analyzer.result_columns import CALL_IDENTITY as CALL_IDENTITY
 from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES as CONSECUTIVE_PHASES
 from grpc_overhead.analyzer.result_columns import DESIGN_PHASES as DESIGN_PHASES
 from grpc_overhead.analyzer.result_columns import EXTRA_PHASES as EXTRA_PHASES
+from grpc_overhead.analyzer.result_columns import OPTIONAL_PHASES as OPTIONAL_PHASES
 from grpc_overhead.analyzer.result_columns import QUANTILE_FUNCTION as QUANTILE_FUNCTION
 from grpc_overhead.analyzer.result_columns import QUANTILE_LEVELS as QUANTILE_LEVELS
 from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_TYPE as QUANTILE_STATE_TYPE
@@ -142,9 +144,11 @@ PHASES: tuple[Phase, ...] = (
     # thread, event loop); 0 where not measured (no deadline on the call), and
     # never more than the request gap, so no phase is negative on a shared clock.
     Phase("server_dispatch", _DISPATCH_VALUE, f"{_DISPATCH} IS NOT NULL"),
-    _between("server_queue", "server_inbound_message_ns", "server_call_started_ns"),
+    Phase("server_queue", *chain.SERVER_QUEUE),  # less the interceptors' intercept_service
     _between("request_deserialize", "server_inbound_message_read_ns", "server_inbound_message_ns"),
-    _between("processing", "predictions_made_ns", "server_inbound_message_read_ns"),
+    Phase("server_interceptors", *chain.SERVER_INTERCEPTORS),  # see interceptor_chain
+    Phase("processing", *chain.PROCESSING),
+    Phase("post_processing", *chain.POST_PROCESSING),
     _between("response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"),
     Phase(
         "response_network",
@@ -162,15 +166,17 @@ PHASES: tuple[Phase, ...] = (
         f"{_RESIDENCE_EVENTS.defined} OR server_residence_ns >= 0",
     ),
     _derived("network_overhead", "total_value - processing_value", "total", "processing"),
-    # server_dispatch counts as 0 where it was not measured: its wait is then
-    # inside request_network, and the phases still add up to total.
+    # The optional phases count as 0 where they were not measured: their time is then
+    # inside a neighbour (server_dispatch in request_network, server_interceptors in
+    # server_queue and processing, post_processing in processing), and the phases still
+    # add up to total.
     _derived(
         "unattributed",
         "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
         "total",
-        *(p for p in CONSECUTIVE_PHASES if p != "server_dispatch"),
+        *(p for p in CONSECUTIVE_PHASES if p not in OPTIONAL_PHASES),
     ),
-    _between("pool_wait", "call_scheduled_ns", "server_call_started_ns"),
+    Phase("pool_wait", *chain.POOL_WAIT),  # less the interceptors' intercept_service
     _between("server_duration", "server_end_ns", "server_start_ns"),
     _derived(
         "client_server_gap", "total_value - server_duration_value", "total", "server_duration"

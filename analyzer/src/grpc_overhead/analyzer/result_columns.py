@@ -13,7 +13,9 @@ DESIGN_PHASES: tuple[str, ...] = (
     "server_dispatch",
     "server_queue",
     "request_deserialize",
+    "server_interceptors",
     "processing",
+    "post_processing",
     "response_serialize",
     "response_network",
     "client_deserialize",
@@ -22,8 +24,11 @@ DESIGN_PHASES: tuple[str, ...] = (
     "network_overhead",
     "unattributed",
 )
-#: The nine phases that follow each other through a call.
-CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:9]
+#: The phases that follow each other through a call (everything before ``total``).
+CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[: DESIGN_PHASES.index("total")]
+#: Consecutive phases not every call measures (no deadline, no innermost handler timing,
+#: no mark, other instrumentations): NULL where not measured, counted 0 in unattributed.
+OPTIONAL_PHASES: tuple[str, ...] = ("server_dispatch", "server_interceptors", "post_processing")
 #: A stream's own phases (per-call medians of the per-message phases, then two spans).
 STREAM_PHASES: tuple[str, ...] = (
     "request_message_serialize",

@@ -37,6 +37,7 @@ from grpc_overhead.analyzer.insights.call_tables import COARSE_PHASES as COARSE_
 from grpc_overhead.analyzer.insights.call_tables import ONE_WAY as ONE_WAY
 from grpc_overhead.analyzer.insights.call_tables import event_table as event_table
 from grpc_overhead.analyzer.insights.call_tables import phase_table as phase_table
+from grpc_overhead.analyzer.insights.chain_pieces import CHAIN_BOUNDS, drawn
 from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phases import (
     ALL_PHASES,
@@ -298,6 +299,7 @@ _SIDES = {column.name: ("client" if column.client else "server") for column in C
 _SPECIAL_BOUNDS = {
     "request_network": ("client_outbound_message_sent_ns", "server_call_started_ns"),
     "server_dispatch": ("server_call_started_ns", "server_call_started_ns"),
+    **CHAIN_BOUNDS,
     "response_network": ("server_outbound_message_sent_ns", "client_received_response_ns"),
 }
 
@@ -378,7 +380,7 @@ def call_waterfall(
             if int(row[f"{side}_start_ns"]):
                 span_bar = (f"{side} span", at(f"{side}_start_ns"), at(f"{side}_end_ns"))
                 records.append((view, "span", side, *span_bar, ""))
-        for name, earlier, later, lane in () if is_stream_row(row) else SEGMENTS:
+        for name, earlier, later, lane in () if is_stream_row(row) else drawn(SEGMENTS, row):
             if int(row[earlier]) and int(row[later]):
                 start, end = at(earlier), at(later)
                 if name == "request_network":

@@ -39,7 +39,7 @@ from grpc_overhead.analyzer.store.base import Store
 #: Both one-way network phases recorded: their sum is exact across clocks.
 NETWORK = "request_network_value + response_network_value"
 NETWORK_DEFINED = "request_network_defined AND response_network_defined"
-#: Every event recorded: the eight phases and ``unattributed`` add up to ``total``.
+#: Every event recorded: the consecutive phases and ``unattributed`` add up to ``total``.
 COMPLETE = "unattributed_defined"
 #: Two-sided streams with events: no unary split (``stream_phases``), shown per message.
 STREAM_CALLS = "request_message_transfer_defined OR response_message_transfer_defined"

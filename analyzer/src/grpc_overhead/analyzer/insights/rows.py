@@ -43,7 +43,7 @@ from grpc_overhead.analyzer.store.base import Store
 CLOCKLESS_PHASES = tuple(phase for phase in PHASES if not phase.only_with_clock)
 CLOCKLESS_PHASE_NAMES = tuple(phase.name for phase in CLOCKLESS_PHASES)
 
-#: What a stacked bar shows: the eight consecutive phases and the rest, which add up to total.
+#: What a stacked bar shows: the consecutive phases and the rest, which add up to total.
 STACKED_PHASES: tuple[str, ...] = (*CONSECUTIVE_PHASES, "unattributed")
 
 #: Calls seen from one side only: a server whose callers are not instrumented (no client

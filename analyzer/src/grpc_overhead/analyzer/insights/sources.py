@@ -72,7 +72,15 @@ _NEEDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     ),
     "request_deserialize": ({}, {OURS: "inboundMessage -> inboundMessageRead"}),
     "server_receive": ({}, {s: f"{_START[s]} -> {_READ[s]}" for s in _READ}),
+    "server_interceptors": (
+        {},
+        {
+            OURS: "serverCallStarted -> serviceIntercepted, interceptorsEntered -> "
+            "handlerStarted, predictionsMade (or handlerReturned) -> interceptorsReturned"
+        },
+    ),
     "processing": ({}, {OURS: "inboundMessageRead -> predictionsMade"}),
+    "post_processing": ({}, {OURS: "predictionsMade -> handlerReturned"}),
     "response_serialize": ({}, {OURS: "outboundMessage -> outboundMessageSent"}),
     "server_handler": ({}, {s: f"{_READ[s]} -> {_SEND[s]}" for s in _READ}),
     "server_tail": ({}, {s: f"{_SEND[s]} -> server span end" for s in _SEND}),

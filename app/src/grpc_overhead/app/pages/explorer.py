@@ -181,7 +181,9 @@ PHASE_COLORS = dict(
             "#9d755d",
             "#e45756",
             "#72b7b2",
+            "#bab0ac",  # server_interceptors
             "#54a24b",
+            "#88d27a",  # post_processing
             "#eeca3b",
             "#b279a2",
             "#ff9da6",

@@ -40,7 +40,7 @@ st.dataframe(
 st.caption(
     "Quantiles are t-digest estimates (as in `grpc-overhead report`); one-way network phases "
     "are raw: their sum is exact whatever the clocks do, each direction is corrected on the "
-    "Clock offsets page. unattributed = total - the eight phases, shown, never hidden."
+    "Clock offsets page. unattributed = total - the consecutive phases, shown, never hidden."
 )
 
 st.subheader("Distributions")

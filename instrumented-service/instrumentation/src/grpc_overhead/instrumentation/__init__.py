@@ -23,6 +23,7 @@ from grpc_overhead.instrumentation.server import (
     instrumented_server,
     server_interceptor,
 )
+from grpc_overhead.instrumentation.servicers import mark_predictions_made, time_servicers
 
 __all__ = [
     "GrpcOverheadInstrumentor",
@@ -36,7 +37,9 @@ __all__ = [
     "instrument_channel",
     "instrumented_aio_server",
     "instrumented_server",
+    "mark_predictions_made",
     "server_interceptor",
     "set_default_pipeline",
+    "time_servicers",
     "timed_executor",
 ]

@@ -48,6 +48,7 @@ class GrpcOverheadInstrumentor(BaseInstrumentor):
         from grpc_overhead.instrumentation.executor import timed_executor
         from grpc_overhead.instrumentation.recorder import Recorder
         from grpc_overhead.instrumentation.server import AioServerInterceptor, ServerInterceptor
+        from grpc_overhead.instrumentation.servicers import time_generic_handlers, time_servicers
 
         pipeline = kwargs.get("pipeline")
 
@@ -58,10 +59,12 @@ class GrpcOverheadInstrumentor(BaseInstrumentor):
                 ours = ServerInterceptor(Recorder(pipeline, compression))
                 # Keywords, not positions: another instrumentor patched before us (the
                 # official grpc one) adds its interceptor to kwargs["interceptors"].
-                return original(timed_executor(thread_pool), handlers=handlers,
-                                interceptors=[ours, *(interceptors or ())], options=options,
-                                maximum_concurrent_rpcs=maximum_concurrent_rpcs,
-                                compression=compression, xds=xds)  # fmt: skip
+                created = original(timed_executor(thread_pool),
+                                   handlers=time_generic_handlers(handlers, aio=False),
+                                   interceptors=[ours, *(interceptors or ())], options=options,
+                                   maximum_concurrent_rpcs=maximum_concurrent_rpcs,
+                                   compression=compression, xds=xds)  # fmt: skip
+                return time_servicers(created, aio=False)
 
             return server
 
@@ -70,7 +73,11 @@ class GrpcOverheadInstrumentor(BaseInstrumentor):
             def server(*args: Any, **kw: Any) -> Any:
                 ours = AioServerInterceptor(Recorder(pipeline, kw.get("compression")))
                 kw["interceptors"] = [ours, *(kw.get("interceptors") or ())]
-                return original(*args, **kw)
+                if len(args) > 1:  # grpc.aio.server(migration_thread_pool, handlers, ...)
+                    args = (args[0], time_generic_handlers(args[1], aio=True), *args[2:])
+                else:
+                    kw["handlers"] = time_generic_handlers(kw.get("handlers"), aio=True)
+                return time_servicers(original(*args, **kw), aio=True)
 
             return server
 

@@ -80,12 +80,14 @@ class CallRecord:
         "events",
         "exception",
         "finished",
+        "handler_started",
         "inbound_count",
         "method",
         "outbound_count",
         "parent_is_remote",
         "parent_span_id",
         "peer",
+        "predictions_made",
         "recorder",
         "residence_ns",
         "run_id",
@@ -133,6 +135,10 @@ class CallRecord:
         # The call's deadline on the monotonic clock (0 = none): the client's from its
         # timeout, the server's from gRPC core (see server_calls.read_deadline).
         self.deadline = 0
+        # Server: when the servicer's own method was called (0 = not timed innermost:
+        # servicers.py) and when predictionsMade was recorded (its mark, or its return).
+        self.handler_started = 0
+        self.predictions_made = 0
 
     def event(self, name: str, timestamp: int) -> None:
         self.events.append((name, timestamp, 0, -1, None))

@@ -3,7 +3,9 @@
 Our interceptor must come first: its entry is ``serverCallStarted``, the
 earliest moment Python sees a call, and it must wrap the handler other
 interceptors return. The sync server also needs the timed executor (see
-executor.py); ``instrumented_server`` wires both.
+executor.py), and the servicer methods are timed once more, innermost, where
+they are registered (servicers.py), so that the other interceptors' time is
+theirs and not the handler's; ``instrumented_server`` wires all three.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from grpc_overhead.instrumentation.server_calls import (
     start_server_record,
     wrap_handler,
 )
+from grpc_overhead.instrumentation.servicers import time_generic_handlers, time_servicers
+from grpc_overhead.instrumentation.vocabulary import SERVICE_INTERCEPTED
 
 
 class ServerInterceptor(grpc.ServerInterceptor):
@@ -41,11 +45,13 @@ class ServerInterceptor(grpc.ServerInterceptor):
     ) -> Any:
         started = now()
         handler = continuation(handler_call_details)
+        intercepted = now()  # the other interceptors' intercept_service calls are done
         if handler is None:
             return None
         record = start_server_record(self._recorder, handler_call_details, handler, started)
         if type(record) is Unsampled:
             return wrap_unsampled(handler, record, aio=False)
+        record.event(SERVICE_INTERCEPTED, intercepted)
         # Runs inside the call's contextvars.Context: the executor and the handler find it.
         CURRENT_SERVER_CALL.set(record)
         return wrap_handler(handler, record, aio=False)
@@ -64,11 +70,13 @@ class AioServerInterceptor(grpc.aio.ServerInterceptor):
     ) -> Any:
         started = now()
         handler = await continuation(handler_call_details)
+        intercepted = now()
         if handler is None:
             return None
         record = start_server_record(self._recorder, handler_call_details, handler, started)
         if type(record) is Unsampled:
             return wrap_unsampled(handler, record, aio=True)
+        record.event(SERVICE_INTERCEPTED, intercepted)
         return wrap_handler(handler, record, aio=True)
 
 
@@ -95,19 +103,23 @@ def instrumented_server(
     pipeline: SpanPipeline | None = None,
     **kwargs: Any,
 ) -> grpc.Server:
-    """``grpc.server(...)`` with our interceptor first and the pool's pickups timed
-    (plain ``grpc.server`` when ``GRPC_OVERHEAD_DISABLED`` is set)."""
-    disabled = instrumentation_disabled()
-    ours = [] if disabled else [server_interceptor(pipeline, compression)]
-    return _original_grpc_server()(
-        thread_pool if disabled else timed_executor(thread_pool),
-        handlers=handlers,
-        interceptors=[*ours, *interceptors],
+    """``grpc.server(...)`` with our interceptor first, the pool's pickups and the
+    servicer methods timed (plain ``grpc.server`` when ``GRPC_OVERHEAD_DISABLED`` is set)."""
+    if instrumentation_disabled():
+        return _original_grpc_server()(
+            thread_pool, handlers=handlers, interceptors=interceptors, options=options,
+            maximum_concurrent_rpcs=maximum_concurrent_rpcs, compression=compression, **kwargs,
+        )  # fmt: skip
+    server = _original_grpc_server()(
+        timed_executor(thread_pool),
+        handlers=time_generic_handlers(handlers, aio=False),
+        interceptors=[server_interceptor(pipeline, compression), *interceptors],
         options=options,
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
         compression=compression,
         **kwargs,
     )
+    return time_servicers(server, aio=False)
 
 
 def instrumented_aio_server(
@@ -121,17 +133,20 @@ def instrumented_aio_server(
     pipeline: SpanPipeline | None = None,
     **kwargs: Any,
 ) -> grpc.aio.Server:
-    """``grpc.aio.server(...)`` with our interceptor first (plain when disabled)."""
-    ours = [] if instrumentation_disabled() else [aio_server_interceptor(pipeline, compression)]
-    return _original_aio_server()(
+    """``grpc.aio.server(...)`` with our interceptor first and the servicer methods timed
+    (plain when disabled)."""
+    disabled = instrumentation_disabled()
+    ours = [] if disabled else [aio_server_interceptor(pipeline, compression)]
+    server = _original_aio_server()(
         migration_thread_pool=migration_thread_pool,
-        handlers=handlers,
+        handlers=handlers if disabled else time_generic_handlers(handlers, aio=True),
         interceptors=[*ours, *interceptors],
         options=options,
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
         compression=compression,
         **kwargs,
     )
+    return server if disabled else time_servicers(server, aio=True)
 
 
 def _original_grpc_server() -> Callable[..., grpc.Server]:

@@ -38,9 +38,11 @@ from grpc_overhead.instrumentation.records import (
     STATUS_UNKNOWN,
     CallRecord,
 )
+from grpc_overhead.instrumentation.servicers import handler_returned
 from grpc_overhead.instrumentation.vocabulary import (
     CALL_SCHEDULED,
-    PREDICTIONS_MADE,
+    INTERCEPTORS_ENTERED,
+    INTERCEPTORS_RETURNED,
     RESIDENCE_TRAILER,
     SERVER_CALL_STARTED,
 )
@@ -118,6 +120,19 @@ def _record_handler_status(record: CallRecord, context: Any) -> None:
     status = _status_code(context)
     if status is not None:
         record.fail(status[0], status[1])
+
+
+def chain_returned(record: CallRecord, returned: int) -> None:
+    """The interceptor chain's behavior (everything inside our interceptor) returned.
+
+    Where the servicer's method was timed innermost (servicers.py) this ends the
+    chain's after-work (server_interceptors); otherwise the chain is all we saw of the
+    handler, and its return is the handler's (predictionsMade, as before).
+    """
+    if record.handler_started:
+        record.event(INTERCEPTORS_RETURNED, returned)
+    else:
+        handler_returned(record, returned)
 
 
 def _peer(context: Any) -> str | None:
@@ -234,7 +249,7 @@ def wrap_handler(handler: Any, record: CallRecord, aio: bool) -> Any:
 
 
 class _ResponseIterator:
-    """Times a sync handler's response generator; its end is 'predictionsMade'."""
+    """Times a sync handler chain's response generator; its end is the chain's return."""
 
     __slots__ = ("_finish", "_iterator", "_record")
 
@@ -253,13 +268,13 @@ class _ResponseIterator:
             return next(self._iterator)
         except StopIteration:
             returned = now()
-            record.event(PREDICTIONS_MADE, returned)
+            chain_returned(record, returned)
             _set_residence_trailer(record, returned)
             if self._finish:
                 record.finish(returned)
             raise
         except BaseException as exception:
-            record.event(PREDICTIONS_MADE, now())
+            chain_returned(record, now())
             _record_failure(record, record.context, exception)
             if self._finish:
                 record.finish()
@@ -285,10 +300,11 @@ def _wrap_sync_behavior(
         if record.recorder.folding:
             fold_enclosing(record)
         token = _activate(record)
+        record.event(INTERCEPTORS_ENTERED, now())
         try:
             result = behavior(request, context)
         except BaseException as exception:
-            record.event(PREDICTIONS_MADE, now())
+            chain_returned(record, now())
             _record_failure(record, context, exception)
             if finish_here:
                 record.finish()
@@ -299,7 +315,7 @@ def _wrap_sync_behavior(
                 CURRENT_SERVER_CALL.reset(call_token)
         if not unary_response:
             return _ResponseIterator(iter(result), record, finish_here)
-        record.event(PREDICTIONS_MADE, now())
+        chain_returned(record, now())
         _record_handler_status(record, context)
         return result
 
@@ -314,13 +330,13 @@ def _wrap_aio_behavior(
         return _wrap_sync_behavior(behavior, record, unary_response, scheduled_here=True)
 
     def fail(context: Any, exception: BaseException) -> None:
-        record.event(PREDICTIONS_MADE, now())
+        chain_returned(record, now())
         _record_failure(record, context, exception)
         record.finish()
 
     def returned(context: Any) -> None:
         done = now()
-        record.event(PREDICTIONS_MADE, done)
+        chain_returned(record, done)
         _record_handler_status(record, context)
         if not unary_response:
             _set_residence_trailer(record, done)
@@ -337,6 +353,7 @@ def _wrap_aio_behavior(
             if record.recorder.folding:
                 fold_enclosing(record)
             token = _activate(record)
+            record.event(INTERCEPTORS_ENTERED, now())
             try:
                 async for response in behavior(request, context):
                     yield response
@@ -358,6 +375,7 @@ def _wrap_aio_behavior(
         if record.recorder.folding:
             fold_enclosing(record)
         token = _activate(record)
+        record.event(INTERCEPTORS_ENTERED, now())
         try:
             result = await behavior(request, context)
         except BaseException as exception:

@@ -13,6 +13,16 @@ CLIENT_RECEIVED_RESPONSE = "clientReceivedResponse"
 SERVER_CALL_STARTED = "serverCallStarted"
 CALL_SCHEDULED = "callScheduled"
 PREDICTIONS_MADE = "predictionsMade"
+# The server's interceptor chain around the servicer's own method (server_interceptors,
+# post_processing): the chain's intercept_service calls returned the handler; the chain's
+# behaviour starts (outermost); the servicer's method is called (innermost); it returned
+# after mark_predictions_made() (without a mark its return is predictionsMade); the
+# chain's behaviour returned (outermost).
+SERVICE_INTERCEPTED = "serviceIntercepted"
+INTERCEPTORS_ENTERED = "interceptorsEntered"
+HANDLER_STARTED = "handlerStarted"
+HANDLER_RETURNED = "handlerReturned"
+INTERCEPTORS_RETURNED = "interceptorsReturned"
 # Both sides, one pair per message
 OUTBOUND_MESSAGE = "outboundMessage"
 OUTBOUND_MESSAGE_SENT = "outboundMessageSent"

@@ -8,6 +8,10 @@ mismatch, corrupted or wrongly sized packed payload, unknown codec, too many
 features) ends the call with INVALID_ARGUMENT and a message saying what is
 wrong; it never reaches the model and never crashes the server.
 
+The unary-response handlers mark ``predictionsMade`` when the model has scored
+(``mark_predictions_made``): what follows (annotating the span, encoding the
+scores into the response) is the call's ``post_processing``.
+
 Cost accounting: ``model_cost_ms`` is burned once per scored request, i.e. once
 per Predict / PredictChunks / PredictUpload call, once per message of
 PredictStream and once per request inside a PredictBatch.
@@ -35,6 +39,7 @@ from grpc_overhead.instrumentation import (
     default_pipeline,
     instrumented_aio_server,
     instrumented_server,
+    mark_predictions_made,
 )
 from grpc_overhead.prediction import codec as codecs
 from grpc_overhead.prediction.model import Model
@@ -180,6 +185,7 @@ class PredictorServicer(pb_grpc.PredictorServicer):
 
     def Predict(self, request, context):
         scored = self._score(context, lambda: self.scorer.score(request))
+        mark_predictions_made()
         _annotate([scored])
         return self.scorer.response(scored)
 
@@ -195,6 +201,7 @@ class PredictorServicer(pb_grpc.PredictorServicer):
 
     def PredictBatch(self, request, context):
         scored = self._score(context, lambda: [self.scorer.score(r) for r in request.requests])
+        mark_predictions_made()
         _annotate(scored)
         return self.scorer.batch_response(scored)
 
@@ -208,6 +215,7 @@ class PredictorServicer(pb_grpc.PredictorServicer):
 
     def PredictUpload(self, request_iterator, context):
         scored = self._score(context, lambda: self.scorer.score_upload(request_iterator))
+        mark_predictions_made()
         _annotate([scored])
         return self.scorer.response(scored)
 
@@ -235,6 +243,7 @@ class AioPredictorServicer(pb_grpc.PredictorServicer):
 
     async def Predict(self, request, context):
         scored = await self._run(context, self.scorer.score, request)
+        mark_predictions_made()
         _annotate([scored])
         return self.scorer.response(scored)
 
@@ -250,6 +259,7 @@ class AioPredictorServicer(pb_grpc.PredictorServicer):
 
     async def PredictBatch(self, request, context):
         scored = await self._run(context, lambda: [self.scorer.score(r) for r in request.requests])
+        mark_predictions_made()
         _annotate(scored)
         return self.scorer.batch_response(scored)
 
@@ -264,6 +274,7 @@ class AioPredictorServicer(pb_grpc.PredictorServicer):
     async def PredictUpload(self, request_iterator, context):
         chunks = [chunk async for chunk in request_iterator]
         scored = await self._run(context, self.scorer.score_upload, chunks)
+        mark_predictions_made()
         _annotate([scored])
         return self.scorer.response(scored)
 
