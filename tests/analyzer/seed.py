@@ -67,18 +67,25 @@ class Truth:
     client_deserialize: int = 11 * US
     after_response: int = 7 * US  # client inboundMessageRead -> span end
     server_offset: int = 0
+    # The client's own waits, recorded as its span's attributes when set (None: not
+    # measured, as from other instrumentations): for a ready channel after the request was
+    # handed to gRPC, and to run again after the response arrived.
+    client_connect: int | None = None
+    client_dispatch: int | None = None
 
     def expected_phases_us(self) -> dict[str, float]:
         """Every phase of the design as the analyzer must report it (raw, in µs)."""
         skew = self.server_offset
         eight = {
             "client_serialize": self.client_serialize,
+            **({} if self.client_connect is None else {"client_connect": self.client_connect}),
             "request_network": self.request_network + skew,
             "server_queue": self.server_queue,
             "request_deserialize": self.request_deserialize,
             "processing": self.processing,
             "response_serialize": self.response_serialize,
             "response_network": self.response_network - skew,
+            **({} if self.client_dispatch is None else {"client_dispatch": self.client_dispatch}),
             "client_deserialize": self.client_deserialize,
         }
         total = (
@@ -183,14 +190,14 @@ def synthetic_call(
     created = t.start
     outbound = created + t.before_serialize
     sent = outbound + t.client_serialize
-    started = sent + t.request_network
+    started = sent + (t.client_connect or 0) + t.request_network
     scheduled = started + t.pool_wait
     inbound = started + t.server_queue
     read = inbound + t.request_deserialize
     made = read + t.processing
     server_outbound = made + t.before_response
     server_sent = server_outbound + t.response_serialize
-    received = server_sent + t.response_network
+    received = server_sent + t.response_network + (t.client_dispatch or 0)
     client_read = received + t.client_deserialize
     client_end = client_read + t.after_response
     skew = t.server_offset
@@ -209,6 +216,10 @@ def synthetic_call(
     residence = (
         {} if official else {"grpc_overhead.server_residence_ns": str(server_sent - started)}
     )
+    if not official and t.client_connect is not None:
+        residence["grpc_overhead.client_connect_ns"] = str(t.client_connect)
+    if not official and t.client_dispatch is not None:
+        residence["grpc_overhead.client_dispatch_ns"] = str(t.client_dispatch)
     client = Span(
         trace_id,
         client_id,

@@ -51,9 +51,10 @@ def test_phase_means_per_method_add_up_to_the_mean_total(store):
     frame = overview.phases_by_method(overview.overview(store))
     assert list(frame.columns) == list(overview.PHASES_BY_METHOD_COLUMNS)
     predict = frame[frame["method"] == "Predict"].set_index("phase")
-    # Synthetic calls carry no deadlines: no dispatch wait is measured, which the
-    # stacked view counts as 0 (the phases still add up to total).
-    expected = {**Truth().expected_phases_us(), "server_dispatch": 0.0}
+    # Synthetic calls carry no deadlines nor client waits: no dispatch wait or connection
+    # wait is measured, which the stacked view counts as 0 (the phases still add up).
+    unmeasured = ("server_dispatch", "client_connect", "client_dispatch")
+    expected = {**Truth().expected_phases_us(), **dict.fromkeys(unmeasured, 0.0)}
     assert list(predict.index) == list(STACKED_PHASES)
     for phase in STACKED_PHASES:
         assert predict.loc[phase, "value_us"] == expected[phase], phase

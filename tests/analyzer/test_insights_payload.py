@@ -81,8 +81,9 @@ def test_one_size_gives_no_slope(store):
     seed.insert_spans(store, spans)
     costs = payload.costs(payload.by_algorithm(store))
     assert costs["slope_us_per_mb"].isna().all() and costs["r2"].isna().all()
-    # No deadlines on synthetic calls: server_dispatch is defined for none of them.
-    measured = costs["phase"] != "server_dispatch"
+    # No deadlines nor client waits on synthetic calls: server_dispatch, client_connect
+    # and client_dispatch are defined for none of them.
+    measured = ~costs["phase"].isin(["server_dispatch", "client_connect", "client_dispatch"])
     assert (costs.loc[measured, "calls"] == 3).all()
     assert (costs.loc[~measured, "calls"] == 0).all()
 

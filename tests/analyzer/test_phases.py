@@ -29,6 +29,7 @@ EVENTLESS = ("total", "server_duration", "client_server_gap")
 def test_one_expression_per_phase_of_the_design():
     assert DESIGN_PHASES == (
         "client_serialize",
+        "client_connect",
         "request_network",
         "server_dispatch",
         "server_queue",
@@ -36,6 +37,7 @@ def test_one_expression_per_phase_of_the_design():
         "processing",
         "response_serialize",
         "response_network",
+        "client_dispatch",
         "client_deserialize",
         "total",
         "server_residence",
@@ -53,9 +55,35 @@ def test_every_phase_is_exact_and_the_phases_add_up_to_total(store):
     [call] = calls(store).to_dict("records")
     for phase, expected in truth.expected_phases_us().items():
         assert call[f"{phase}_us"] == pytest.approx(expected, abs=1e-9), phase
-    # Exactly, in integer nanoseconds: the nine phases + unattributed = total.
-    # server_dispatch is not measured without deadlines: it counts as 0 (see phases.py).
-    assert math.isnan(call["server_dispatch_us"])
+    # Exactly, in integer nanoseconds: the consecutive phases + unattributed = total.
+    # server_dispatch is not measured without deadlines, nor the client's waits without
+    # their attributes: they count as 0 (see phases.py).
+    unmeasured = ("server_dispatch", "client_connect", "client_dispatch")
+    assert all(math.isnan(call[f"{phase}_us"]) for phase in unmeasured)
+    ns = {
+        phase: round(call[f"{phase}_us"] * 1000) for phase in ALL_PHASES if phase not in unmeasured
+    }
+    ns.update(dict.fromkeys(unmeasured, 0))
+    assert sum(ns[p] for p in CONSECUTIVE_PHASES) + ns["unattributed"] == ns["total"]
+    assert ns["network_overhead"] == ns["total"] - ns["processing"]
+    # Same host: corrected one-way phases are the raw ones.
+    assert call["request_network_corrected_us"] == call["request_network_us"]
+    assert call["response_network_corrected_us"] == call["response_network_us"]
+
+
+@pytest.mark.e2e
+def test_client_waits_are_their_own_phases_never_network(store):
+    """A connection wait and a busy client's wake-up lag, recorded by the client, are
+    client_connect and client_dispatch: the network phases keep only the wire, and the
+    consecutive phases still add up to total exactly."""
+    truth = Truth(client_connect=1_061 * MS, client_dispatch=16_441 * US)
+    seed.insert_spans(store, seed.synthetic_call(truth))
+    [call] = calls(store).to_dict("records")
+    expected = truth.expected_phases_us()
+    for phase in ("client_connect", "request_network", "response_network", "client_dispatch"):
+        assert call[f"{phase}_us"] == pytest.approx(expected[phase], abs=1e-9), phase
+    assert call["request_network_raw_us"] == pytest.approx(expected["request_network"])
+    assert call["response_network_raw_us"] == pytest.approx(expected["response_network"])
     ns = {
         phase: round(call[f"{phase}_us"] * 1000)
         for phase in ALL_PHASES
@@ -63,10 +91,22 @@ def test_every_phase_is_exact_and_the_phases_add_up_to_total(store):
     }
     ns["server_dispatch"] = 0
     assert sum(ns[p] for p in CONSECUTIVE_PHASES) + ns["unattributed"] == ns["total"]
-    assert ns["network_overhead"] == ns["total"] - ns["processing"]
-    # Same host: corrected one-way phases are the raw ones.
-    assert call["request_network_corrected_us"] == call["request_network_us"]
-    assert call["response_network_corrected_us"] == call["response_network_us"]
+
+
+@pytest.mark.e2e
+def test_client_waits_never_make_a_network_phase_negative(store):
+    """A wait the client recorded larger than its gap (the watch sees READY a thread
+    wake-up late) is bounded by the gap: no phase is negative on a shared clock."""
+    truth = Truth(client_connect=400 * US, client_dispatch=300 * US)
+    client, server = seed.synthetic_call(truth)
+    client.attributes["grpc_overhead.client_connect_ns"] = str(900 * US)
+    client.attributes["grpc_overhead.client_dispatch_ns"] = str(900 * US)
+    seed.insert_spans(store, (client, server))
+    [call] = calls(store).to_dict("records")
+    assert call["client_connect_us"] == pytest.approx((400 + 300) * US / US)
+    assert call["request_network_us"] == 0
+    assert call["client_dispatch_us"] == pytest.approx((250 + 300) * US / US)
+    assert call["response_network_us"] == 0
 
 
 @pytest.mark.e2e

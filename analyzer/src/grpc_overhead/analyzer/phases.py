@@ -8,7 +8,7 @@ missing half of a call). ``calls`` returns NULL where undefined, and every
 output is in microseconds. Differences are taken in ``Int64``: a skewed
 clock yields a negative phase, never a wrapped one.
 
-The eight consecutive phases of the design and ``unattributed`` add up to
+The consecutive phases of the design and ``unattributed`` add up to
 ``total`` exactly (integer nanoseconds): ``unattributed`` is defined as the
 rest and shown, never hidden. For streaming calls the phases are those of
 the *first* message in each direction; what streaming adds (time between
@@ -105,14 +105,36 @@ DISPATCH_ESTIMATE = (
     dispatch_estimate_sql(f"({_REQUEST_GAP.value} - {_OFFSET})") + " AS server_dispatch_estimate_ns"
 )
 _DISPATCH = "server_dispatch_estimate_ns"
+# The client's wait for a ready channel (connect.py in the instrumentation): measured
+# where the attribute is (>= 0), 0 otherwise; never more than the request gap (the
+# watch sees READY a thread wake-up late), so request_network is never negative on a
+# shared clock.
+_CONNECT_MEASURED = "client_connect_ns >= 0"
+_CONNECT_VALUE = (
+    f"if(client_connect_ns <= 0, 0., if({_REQUEST_GAP.defined},"
+    f" greatest(0., least(toFloat64(client_connect_ns), {_REQUEST_GAP.value} - {_OFFSET})),"
+    " toFloat64(client_connect_ns)))"
+)
 # (greatest/least skip NULLs in ClickHouse: test for it first)
 _DISPATCH_VALUE = (
-    f"if({_DISPATCH} IS NULL, 0.,"
-    f" greatest(0., least(assumeNotNull({_DISPATCH}), {_REQUEST_GAP.value} - {_OFFSET})))"
+    f"if({_DISPATCH} IS NULL, 0., greatest(0., least(assumeNotNull({_DISPATCH}),"
+    f" {_REQUEST_GAP.value} - {_OFFSET} - {_CONNECT_VALUE})))"
 )
 _RESPONSE_GAP = _between(
     "response_gap", "client_received_response_ns", "server_outbound_message_sent_ns"
 )
+# The client's wake-up lag when the response arrived (lag_probe.py), bounded by the
+# response gap likewise; 0 where not measured.
+_CLIENT_DISPATCH_MEASURED = "client_dispatch_ns >= 0"
+_CLIENT_DISPATCH_VALUE = (
+    f"if(client_dispatch_ns <= 0, 0., if({_RESPONSE_GAP.defined},"
+    f" greatest(0., least(toFloat64(client_dispatch_ns), {_RESPONSE_GAP.value} + {_OFFSET})),"
+    " toFloat64(client_dispatch_ns)))"
+)
+
+
+#: Consecutive phases that count as 0 in unattributed's sum where not measured.
+_MAY_BE_UNMEASURED = ("client_connect", "server_dispatch", "client_dispatch")
 
 
 def with_dispatch(source: str) -> str:
@@ -132,10 +154,13 @@ def unclocked_calls(where: str) -> str:
 #: Every phase, in ``ALL_PHASES`` order: the one expression set every query uses.
 PHASES: tuple[Phase, ...] = (
     _between("client_serialize", "client_outbound_message_sent_ns", "client_outbound_message_ns"),
-    # The best estimate: less the server's dispatch wait, clock-corrected.
+    # After the request was handed to gRPC, before a transport could send it.
+    Phase("client_connect", _CONNECT_VALUE, _CONNECT_MEASURED),
+    # The best estimate: less the client's connection wait and the server's dispatch
+    # wait, clock-corrected.
     Phase(
         "request_network",
-        f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE} - {_OFFSET}",
+        f"{_REQUEST_GAP.value} - {_CONNECT_VALUE} - {_DISPATCH_VALUE} - {_OFFSET}",
         _REQUEST_GAP.defined,
     ),
     # Between the server's core seeing the call and serverCallStarted (GIL, serving
@@ -148,9 +173,12 @@ PHASES: tuple[Phase, ...] = (
     _between("response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"),
     Phase(
         "response_network",
-        f"{_RESPONSE_GAP.value} + {_OFFSET}",
+        f"{_RESPONSE_GAP.value} + {_OFFSET} - {_CLIENT_DISPATCH_VALUE}",
         _RESPONSE_GAP.defined,
     ),
+    # Between the response reaching the client's process and the caller running again
+    # (GIL, event loop): an estimate from the process's lag probe, right on average.
+    Phase("client_dispatch", _CLIENT_DISPATCH_VALUE, _CLIENT_DISPATCH_MEASURED),
     _between("client_deserialize", "client_inbound_message_read_ns", "client_received_response_ns"),
     _between("total", "client_end_ns", "client_start_ns"),
     # The server's clock only: from its events, else from its residence
@@ -162,23 +190,30 @@ PHASES: tuple[Phase, ...] = (
         f"{_RESIDENCE_EVENTS.defined} OR server_residence_ns >= 0",
     ),
     _derived("network_overhead", "total_value - processing_value", "total", "processing"),
-    # server_dispatch counts as 0 where it was not measured: its wait is then
-    # inside request_network, and the phases still add up to total.
+    # The waits that may not be measured (server_dispatch, client_connect,
+    # client_dispatch) count as 0 there: each is then inside its network phase, and
+    # the phases still add up to total.
     _derived(
         "unattributed",
         "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
         "total",
-        *(p for p in CONSECUTIVE_PHASES if p != "server_dispatch"),
+        *(p for p in CONSECUTIVE_PHASES if p not in _MAY_BE_UNMEASURED),
     ),
     _between("pool_wait", "call_scheduled_ns", "server_call_started_ns"),
     _between("server_duration", "server_end_ns", "server_start_ns"),
     _derived(
         "client_server_gap", "total_value - server_duration_value", "total", "server_duration"
     ),
-    # Raw: the two clocks' timestamps as they are (server dispatch still taken out).
-    Phase("request_network_raw", f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE}", _REQUEST_GAP.defined),
-    _between(
-        "response_network_raw", "client_received_response_ns", "server_outbound_message_sent_ns"
+    # Raw: the two clocks' timestamps as they are (the waits still taken out).
+    Phase(
+        "request_network_raw",
+        f"{_REQUEST_GAP.value} - {_CONNECT_VALUE} - {_DISPATCH_VALUE}",
+        _REQUEST_GAP.defined,
+    ),
+    Phase(
+        "response_network_raw",
+        f"{_RESPONSE_GAP.value} - {_CLIENT_DISPATCH_VALUE}",
+        _RESPONSE_GAP.defined,
     ),
     # Aliases of the best estimates, kept for readers of the older names.
     _derived("request_network_corrected", "request_network_value", "request_network"),

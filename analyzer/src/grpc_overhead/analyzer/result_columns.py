@@ -9,6 +9,7 @@ from __future__ import annotations
 #: The design's phase table, in its order (a contract: names never change).
 DESIGN_PHASES: tuple[str, ...] = (
     "client_serialize",
+    "client_connect",
     "request_network",
     "server_dispatch",
     "server_queue",
@@ -16,14 +17,15 @@ DESIGN_PHASES: tuple[str, ...] = (
     "processing",
     "response_serialize",
     "response_network",
+    "client_dispatch",
     "client_deserialize",
     "total",
     "server_residence",
     "network_overhead",
     "unattributed",
 )
-#: The nine phases that follow each other through a call.
-CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[:9]
+#: The phases that follow each other through a call: those before ``total``.
+CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[: DESIGN_PHASES.index("total")]
 #: Beyond the design table.
 EXTRA_PHASES: tuple[str, ...] = (
     "pool_wait",

@@ -295,9 +295,11 @@ _SIDES = {column.name: ("client" if column.client else "server") for column in C
 #: phases are corrected for the clock and, for the request, for the server's
 #: dispatch wait, which is drawn ending at serverCallStarted.
 _SPECIAL_BOUNDS = {
+    "client_connect": ("client_outbound_message_sent_ns", "client_outbound_message_sent_ns"),
     "request_network": ("client_outbound_message_sent_ns", "server_call_started_ns"),
     "server_dispatch": ("server_call_started_ns", "server_call_started_ns"),
     "response_network": ("server_outbound_message_sent_ns", "client_received_response_ns"),
+    "client_dispatch": ("client_received_response_ns", "client_received_response_ns"),
 }
 
 
@@ -366,6 +368,9 @@ def call_waterfall(
         if server_dispatch_us is None or pd.isna(server_dispatch_us)
         else round(server_dispatch_us * 1000)
     )
+    # The client's own waits, as recorded (-1: not measured).
+    connect_ns = int(row.get("client_connect_ns", -1))
+    client_dispatch_ns = int(row.get("client_dispatch_ns", -1))
     records = []
     for view, shift in (("raw", 0), ("corrected", offset_ns)):
 
@@ -380,12 +385,23 @@ def call_waterfall(
         for name, earlier, later, lane in SEGMENTS:
             if int(row[earlier]) and int(row[later]):
                 start, end = at(earlier), at(later)
-                if name == "request_network":
+                if name == "client_connect":
+                    if connect_ns <= 0:
+                        continue
+                    end += connect_ns / 1000
+                elif name == "request_network":
+                    start += max(connect_ns, 0) / 1000
                     end -= dispatch_ns / 1000
                 elif name == "server_dispatch":
                     if not dispatch_ns:
                         continue
                     start -= dispatch_ns / 1000
+                elif name == "response_network":
+                    end -= max(client_dispatch_ns, 0) / 1000
+                elif name == "client_dispatch":
+                    if client_dispatch_ns <= 0:
+                        continue
+                    start -= client_dispatch_ns / 1000
                 records.append((view, "phase", lane, name, start, end, ""))
         for event in events.itertuples(index=False):
             moved = shift if event.lane == "server" else 0

@@ -45,6 +45,7 @@ RESPONSE_BYTES = "response_uncompressed_bytes"
 #: handler reads one and writes the other; total and overhead span both).
 SIZE_BASIS: dict[str, str] = {
     "client_serialize": "request",
+    "client_connect": "request",
     "request_network": "request",
     "server_dispatch": "request",
     "server_queue": "request",
@@ -52,6 +53,7 @@ SIZE_BASIS: dict[str, str] = {
     "processing": "both",
     "response_serialize": "response",
     "response_network": "response",
+    "client_dispatch": "response",
     "client_deserialize": "response",
     "total": "both",
     "network_overhead": "both",

@@ -74,13 +74,16 @@ class CallRecord:
         "call_type",
         "client",
         "compression",
+        "connect_watch",
         "context",
         "deadline",
+        "dispatch_ns",
         "end",
         "events",
         "exception",
         "finished",
         "inbound_count",
+        "lag_probe",
         "method",
         "outbound_count",
         "parent_is_remote",
@@ -133,6 +136,12 @@ class CallRecord:
         # The call's deadline on the monotonic clock (0 = none): the client's from its
         # timeout, the server's from gRPC core (see server_calls.read_deadline).
         self.deadline = 0
+        # Client only: the channel's readiness when the call started (connect.py) and the
+        # process's lag probe with the sample taken when the response arrived
+        # (lag_probe.py); None / -1 where not measured.
+        self.connect_watch: Any = None
+        self.lag_probe: Any = None
+        self.dispatch_ns = -1
 
     def event(self, name: str, timestamp: int) -> None:
         self.events.append((name, timestamp, 0, -1, None))
@@ -152,6 +161,8 @@ class CallRecord:
         """Client side of inbound: the response deserializer's entry is the first moment
         grpcio lets Python see that response bytes arrived."""
         self.inbound_count = message_id = self.inbound_count + 1
+        if message_id == 1 and self.lag_probe is not None:
+            self.dispatch_ns = self.lag_probe.lag
         self.events.append((CLIENT_RECEIVED_RESPONSE, started, message_id, size, None))
         self.events.append((INBOUND_MESSAGE_READ, read, message_id, size, None))
 
