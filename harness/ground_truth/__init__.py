@@ -23,8 +23,10 @@ bandwidth                  5 MB/s toxic per direction, growing payloads: size / 
 compression                none vs gRPC gzip vs app-level zstd on a 5 MB/s request path
 server_saturation          CPU-bound model, 2-4x more callers than workers, sync and aio:
                            network phases stay the idle run's, the server absorbs the wait
-client_saturation          threads burning CPU in the client: request side exact, the
-                           client's GIL wait in response_network a documented limit
+client_saturation          threads burning CPU in the client: the network phases stay the
+                           idle client's, the client's GIL wait is client_dispatch
+connection_setup           a new channel per call (plaintext, TLS) and a call waiting for a
+                           server started 1 s late: the wait is client_connect
 ========================== =====================================================
 """
 
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from harness.ground_truth.bandwidth import bandwidth, compression
 from harness.ground_truth.checks import ScenarioResult
+from harness.ground_truth.connect import connection_setup
 from harness.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
 from harness.ground_truth.profile import Profile
 from harness.ground_truth.saturation import client_saturation, server_saturation
@@ -54,4 +57,5 @@ SCENARIOS: dict[str, Scenario] = {
     "compression": compression,
     "server_saturation": server_saturation,
     "client_saturation": client_saturation,
+    "connection_setup": connection_setup,
 }

@@ -20,7 +20,9 @@ analyzer bounds client_connect by the request gap.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import queue
 import threading
 import time
 from typing import Any
@@ -121,10 +123,48 @@ class ChannelReadiness:
                 return
             except RuntimeError:  # no running loop: watch from a thread instead
                 pass
-        threading.Thread(
-            target=_watch_sync, args=(self._core, watch), name="grpc-overhead-connect",
-            daemon=True,
-        ).start()  # fmt: skip
+        _WATCHERS.submit(self._core, watch)
+
+
+class _Watchers:
+    """Threads that watch cold channels, kept for a while and reused.
+
+    ``threading.Thread.start`` waits until the new thread runs, which on a loaded
+    machine took tens of milliseconds, on the calling thread, before its request was
+    even serialized. A job is instead queued (no wait) for an idle watcher, and a
+    thread is started, without waiting for it, only when none is idle.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Any, ReadyWatch]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, core: Any, watch: ReadyWatch) -> None:
+        self._jobs.put((core, watch))
+        if self._idle <= 0:  # racy read on purpose: at worst one thread too many
+            with self._lock:
+                self._idle += 1
+            _thread.start_new_thread(self._run, ())
+
+    def _run(self) -> None:
+        while True:
+            try:
+                core, watch = self._jobs.get(timeout=_WATCHER_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    self._idle -= 1
+                return
+            with self._lock:
+                self._idle -= 1
+            _watch_sync(core, watch)
+            with self._lock:
+                self._idle += 1
+
+
+#: Watcher threads exit after this long without a cold channel to watch (s).
+_WATCHER_IDLE_S = 10.0
+_WATCHERS = _Watchers()
 
 
 def _seen(watch: ReadyWatch, state: int) -> bool:

@@ -25,6 +25,7 @@ wake-up (bench/instrumentation: under 0.1 % of a core).
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import threading
 import time
@@ -84,8 +85,9 @@ class _ThreadProbe(LagProbe):
                     self.running = True
                     if self.lag < 0:  # no evidence of a lag until the first sample
                         self.lag = 0
-                    threading.Thread(target=self._run, name="grpc-overhead-lag-probe",
-                                     daemon=True).start()  # fmt: skip
+                    # Not threading.Thread.start: it waits for the thread to run, on the
+                    # caller's time (see connect._Watchers).
+                    _thread.start_new_thread(self._run, ())
 
     def _run(self) -> None:
         sleep = time.sleep
