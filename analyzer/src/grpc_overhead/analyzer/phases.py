@@ -101,8 +101,12 @@ _REQUEST_GAP = _between("request_gap", "server_call_started_ns", "client_outboun
 _OFFSET = "if(clock_defined, clock_offset_ns, 0)"
 #: Computed one level below the phases (``with_dispatch``): ClickHouse expands
 #: aliases, and every phase after request_network refers to it.
+#: The request gap it must fit in is the one after the client's connection wait.
 DISPATCH_ESTIMATE = (
-    dispatch_estimate_sql(f"({_REQUEST_GAP.value} - {_OFFSET})") + " AS server_dispatch_estimate_ns"
+    dispatch_estimate_sql(
+        f"({_REQUEST_GAP.value} - {_OFFSET} - greatest(client_connect_ns, toInt64(0)))"
+    )
+    + " AS server_dispatch_estimate_ns"
 )
 _DISPATCH = "server_dispatch_estimate_ns"
 # The client's wait for a ready channel (connect.py in the instrumentation): measured

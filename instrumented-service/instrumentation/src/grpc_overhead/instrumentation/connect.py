@@ -105,6 +105,8 @@ class ChannelReadiness:
             return None
         if state == _READY:
             return ALREADY_READY
+        # (Not check_connectivity_state(True) to start connecting sooner: that runs gRPC
+        # core's connection setup, e.g. a TLS context, here, before the request.)
         until = deadline or now() + _LONGEST_WATCH_NS
         with self._lock:
             watch = self._watch
