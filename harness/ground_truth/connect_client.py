@@ -31,20 +31,21 @@ from grpc_overhead.prediction.server import ServiceConfig, build_server
 TIMEOUT_S = 10.0
 #: A waiting channel retries the connection this often (ms): the late call's slop.
 RECONNECT_MS = 20
-_OPTIONS = [
-    ("grpc.use_local_subchannel_pool", 1),
+_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
+#: (Not grpc.min_reconnect_backoff_ms: gRPC core also uses it as the connect timeout.)
+_RETRY_OPTIONS = [
+    *_OPTIONS,
     ("grpc.initial_reconnect_backoff_ms", RECONNECT_MS),
-    ("grpc.min_reconnect_backoff_ms", RECONNECT_MS),
     ("grpc.max_reconnect_backoff_ms", RECONNECT_MS),
 ]
 
 
-def _channel(target: str, tls_ca: str | None) -> grpc.Channel:
+def _channel(target: str, tls_ca: str | None, options: list = _OPTIONS) -> grpc.Channel:
     if tls_ca:
         credentials = grpc.ssl_channel_credentials(Path(tls_ca).read_bytes())
-        raw = grpc.secure_channel(target, credentials, _OPTIONS)
+        raw = grpc.secure_channel(target, credentials, options)
     else:
-        raw = grpc.insecure_channel(target, _OPTIONS)
+        raw = grpc.insecure_channel(target, options)
     return instrument_channel(raw, target, pipeline=default_pipeline())
 
 
@@ -57,7 +58,9 @@ def _timed_call(stub: Any, request: Any, run_id: str, wait_for_ready: bool = Fal
 
 
 def _late_call(request: Any, delay_s: float, run_id: str) -> dict[str, float]:
-    """A call that waits for a server which starts ``delay_s`` after the call was made."""
+    """A call that waits for a server which starts ``delay_s`` after the call was made
+    (``delay_s`` < 0: started that long before the call, the control: a new server's
+    first call, without the wait)."""
     port = free_port()
     target = f"127.0.0.1:{port}"
     started_at: list[int] = []
@@ -70,13 +73,18 @@ def _late_call(request: Any, delay_s: float, run_id: str) -> dict[str, float]:
         servers.append(late)
 
     servers: list[grpc.Server] = []
-    channel = _channel(target, None)
+    channel = _channel(target, None, _RETRY_OPTIONS)
     stub = pb_grpc.PredictorStub(channel)
+    if delay_s < 0:
+        start_late(0)
+        time.sleep(-delay_s)
     made = time.perf_counter_ns()
     starter = threading.Thread(target=start_late, args=(made,), daemon=True)
-    starter.start()
+    if delay_s >= 0:
+        starter.start()
     latency_us = _timed_call(stub, request, run_id, wait_for_ready=True)
-    starter.join()
+    if delay_s >= 0:
+        starter.join()
     channel.close()
     for late in servers:
         late.stop(None)
@@ -85,7 +93,7 @@ def _late_call(request: Any, delay_s: float, run_id: str) -> dict[str, float]:
 
 def main(spec: dict[str, Any]) -> dict[str, Any]:
     request = Workload(WorkloadSpec(entities=20, features=8))._payloads[0]
-    out: dict[str, Any] = {"warm": {}, "cold": {}, "late": []}
+    out: dict[str, Any] = {"warm": {}, "cold": {}, "late": [], "fresh": []}
     warm_channels = {}
     for mode, (target, tls_ca) in spec["targets"].items():
         warm_channels[mode] = _channel(target, tls_ca)
@@ -102,7 +110,8 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
                 cold = _timed_call(pb_grpc.PredictorStub(channel), request, f"connect-cold-{mode}")
                 out["cold"][mode].append(cold)
                 channel.close()
-        for _ in range(spec["late_calls"]):
+        for _ in range(spec["late_calls"]):  # each after its control
+            out["fresh"].append(_late_call(request, -spec["delay_s"], "connect-fresh-server"))
             out["late"].append(_late_call(request, spec["delay_s"], "connect-late"))
     for channel in warm_channels.values():
         channel.close()

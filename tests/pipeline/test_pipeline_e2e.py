@@ -48,12 +48,14 @@ def test_service_to_report_through_the_real_collector(tmp_path):
         assert set(method["phases"][phase]) >= {"p50_us", "p90_us", "p99_us", "mean_us"}
     phases = {name: values["mean_us"] for name, values in method["phases"].items()}
     consecutive = [
-        "client_serialize", "request_network", "server_dispatch", "server_queue",
-        "request_deserialize", "processing", "response_serialize", "response_network",
-        "client_deserialize",
+        "client_serialize", "client_connect", "request_network", "server_dispatch",
+        "server_queue", "request_deserialize", "processing", "response_serialize",
+        "response_network", "client_dispatch", "client_deserialize",
     ]  # fmt: skip
-    # The load generator's calls carry deadlines: the dispatch wait is measured for each.
-    assert method["phases"]["server_dispatch"]["calls"] == CALLS
+    # The load generator's calls carry deadlines: the dispatch wait is measured for each;
+    # our client records its own waits (connection, wake-up lag) for each too.
+    for wait in ("server_dispatch", "client_connect", "client_dispatch"):
+        assert method["phases"][wait]["calls"] == CALLS, wait
     # Means are linear: the phases add up to the total, with unattributed shown.
     assert sum(phases[p] for p in consecutive) + phases["unattributed"] == pytest.approx(
         phases["total"], abs=1.0

@@ -7,8 +7,10 @@ win the GIL back from the process's busy threads (up to a switch interval,
 timestamp, runs. grpcio exposes no GIL-free timestamp of the arrival, so that
 wait cannot be timed per call. It can be sampled: a probe that sleeps a short,
 known time and measures how late it runs again waits for the GIL exactly as
-a thread woken by core does. Its lateness, less the timer's own (the smallest
-lateness seen recently, the kernel's timer slack), is a draw from the same
+a thread woken by core does (and, sleeping as long as the calls' round trip in
+core, at the same point of a busy thread's switch interval: ``LagProbe``). Its
+lateness, less the timer's own (the smallest lateness seen recently, the
+kernel's timer slack), is a draw from the same
 distribution as the caller's wait; a call records the latest draw when its
 response deserializer starts (one attribute read on the hot path).
 
@@ -19,8 +21,8 @@ task on that loop instead.
 What this gives is an estimate per call that is right on average (p50 and
 mean, over calls), not per call: see docs/reference.md, client_dispatch. The
 probe runs only while calls are made (it stops ``_IDLE_STOP_NS`` after the
-last one); it wakes every ``INTERVAL_S``, which costs about 3 us of CPU per
-wake-up (bench/instrumentation: under 0.1 % of a core).
+last one); it wakes twice per ``INTERVAL_S`` (plus its measured sleep), a few
+microseconds of CPU each.
 """
 
 from __future__ import annotations
@@ -34,9 +36,22 @@ from typing import Any
 
 from grpc_overhead.instrumentation.clock import now
 
-#: The probe's sleep: short enough to follow a changing load, long enough to cost little.
-INTERVAL_S = 0.005
-_INTERVAL_NS = int(INTERVAL_S * 1_000_000_000)
+#: The probe's rest between samples: short enough to follow a changing load, long
+#: enough to cost little.
+INTERVAL_S = 0.01
+#: Bounds of the measured sleep (ns): the calls' time in core, within reason.
+_SHORTEST_NS = 100_000
+_LONGEST_NS = 20_000_000
+_DEFAULT_IN_CORE_NS = 1_000_000
+#: The most a sleep oversleeps on an idle machine (the kernel's timer slack, 50 us by
+#: default, plus a wake-up): the floor subtracted from every lateness.
+_TIMER_SLACK_MAX_NS = 150_000
+
+
+def _short(in_core: int) -> int:
+    return min(max(in_core, _SHORTEST_NS), _LONGEST_NS)
+
+
 #: Stop probing this long after the last call (ns); the next call starts it again.
 _IDLE_STOP_NS = 10 * 1_000_000_000
 #: Samples per window of the timer-slack floor (the minimum lateness over the last
@@ -45,11 +60,21 @@ _WINDOW = 200
 
 
 class LagProbe:
-    """The latest lag sample (``lag``, ns; -1 before the first) of one probe."""
+    """The latest lag sample (``lag``, ns; -1 before the first) of one probe.
 
-    __slots__ = ("_count", "_floor", "_previous_floor", "lag", "last_use", "running")
+    A caller's wait is not a random draw: it gave the GIL up when it entered gRPC core
+    with its request, a busy thread took it with a fresh switch interval, and the
+    response came back ``in_core`` later, into the rest of that interval. So each
+    sample mimics that: the probe wakes (holding the GIL, as a caller does after
+    its work), gives the GIL up for as long as the calls' latest round trip in core
+    (``in_core``, written by each call's response: one store), and measures how late
+    it runs again; then it rests ``INTERVAL_S``.
+    """
+
+    __slots__ = ("_count", "_floor", "_previous_floor", "in_core", "lag", "last_use", "running")
 
     def __init__(self) -> None:
+        self.in_core = _DEFAULT_IN_CORE_NS
         self.lag = -1
         self.last_use = 0
         self.running = False
@@ -64,7 +89,10 @@ class LagProbe:
         self._count += 1
         if self._count >= _WINDOW:
             self._previous_floor, self._floor, self._count = self._floor, 1 << 62, 0
-        self.lag = max(0, late - min(self._floor, self._previous_floor))
+        # A busy process's smallest lateness is a GIL wait itself, not the timer's: the
+        # floor never exceeds what a timer's slack can be.
+        floor = min(self._floor, self._previous_floor, _TIMER_SLACK_MAX_NS)
+        self.lag = max(0, late - floor)
 
     def idle(self) -> bool:
         return now() - self.last_use > _IDLE_STOP_NS
@@ -93,9 +121,11 @@ class _ThreadProbe(LagProbe):
         sleep = time.sleep
         try:
             while not self.idle():
-                before = now()
                 sleep(INTERVAL_S)
-                self._sample(now() - before - _INTERVAL_NS)
+                short = _short(self.in_core)
+                before = now()
+                sleep(short / 1e9)
+                self._sample(now() - before - short)
         finally:
             self.running = False
 
@@ -114,9 +144,11 @@ class _LoopProbe(LagProbe):
     async def _run(self) -> None:
         try:
             while not self.idle():
-                before = now()
                 await asyncio.sleep(INTERVAL_S)
-                self._sample(now() - before - _INTERVAL_NS)
+                short = _short(self.in_core)
+                before = now()
+                await asyncio.sleep(short / 1e9)
+                self._sample(now() - before - short)
         finally:
             self.running = False
 

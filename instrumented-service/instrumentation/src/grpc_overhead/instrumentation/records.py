@@ -162,7 +162,12 @@ class CallRecord:
         grpcio lets Python see that response bytes arrived."""
         self.inbound_count = message_id = self.inbound_count + 1
         if message_id == 1 and self.lag_probe is not None:
-            self.dispatch_ns = self.lag_probe.lag
+            probe = self.lag_probe
+            self.dispatch_ns = probe.lag
+            for event in self.events:  # the request's first message went to gRPC core
+                if event[0] == OUTBOUND_MESSAGE_SENT:
+                    probe.in_core = started - event[1] - self.dispatch_ns
+                    break
         self.events.append((CLIENT_RECEIVED_RESPONSE, started, message_id, size, None))
         self.events.append((INBOUND_MESSAGE_READ, read, message_id, size, None))
 
