@@ -24,8 +24,12 @@ with load: whatever a saturated run adds to ``request_network`` or
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +163,32 @@ CLIENT_SIDE = (
 CLIENT_CHUNKS = 4
 
 
+@contextmanager
+def _on_cpus(cpus: set[int] | None) -> Iterator[None]:
+    """Run the block (and the processes it starts, which inherit it) on ``cpus``."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _split_cpus() -> tuple[set[int] | None, set[int] | None]:
+    """(the service's CPUs, the client's): apart where there are two or more, so the busy
+    client's threads take CPU from its own calling thread (the cause injected) and never
+    from the server (a loaded 2-core machine otherwise delays the server's wake-up, which
+    reads as request network: the flakiness of issue 21)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
+
+
 def client_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
     started = time.monotonic()
     result = ScenarioResult("client_saturation", profile.name)
@@ -167,14 +197,18 @@ def client_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
     calls = max(profile.calls * 2, 40)
     chunk = max(calls // CLIENT_CHUNKS, 10)
     summaries: dict[int, list[dict]] = {}
-    with pipeline, pipeline.service("--workers", "4") as service:
+    server_cpus, client_cpus = _split_cpus()
+    with pipeline, contextlib.ExitStack() as stack:
+        with _on_cpus(server_cpus):
+            service = stack.enter_context(pipeline.service("--workers", "4"))
         for _ in range(profile.rounds):
             for _ in range(CLIENT_CHUNKS):
                 for threads in (0, *busy_threads):
-                    summaries.setdefault(threads, []).append(pipeline.load(
-                        service.target, f"client-busy{threads}", "--calls", str(chunk),
-                        "--concurrency", "1", "--busy-threads", str(threads), *SMALL,
-                    ))  # fmt: skip
+                    with _on_cpus(client_cpus):
+                        summaries.setdefault(threads, []).append(pipeline.load(
+                            service.target, f"client-busy{threads}", "--calls", str(chunk),
+                            "--concurrency", "1", "--busy-threads", str(threads), *SMALL,
+                        ))  # fmt: skip
     bodies = pipeline.reports([f"client-busy{t}" for t in (0, *busy_threads)])
     idle = bodies["client-busy0"]
     result.phases["idle"] = p50s(idle)
