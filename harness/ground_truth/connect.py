@@ -89,9 +89,10 @@ def connection_setup(workdir: Path, profile: Profile) -> ScenarioResult:
             result.name, case, "extra latency of the call over warm calls (p50, client clock)",
             "client_connect", truth_us, p50(body, "client_connect"),
         ))  # fmt: skip
+        control = "a new server's first call" if case == "late_server" else "the warm calls"
         for phase in OTHERS:
             result.checks.append(check(
-                result.name, case, f"{phase} of the warm calls, same path (p50)", phase,
+                result.name, case, f"{phase} of {control}, same path (p50)", phase,
                 p50(warm, phase), p50(body, phase),
             ))  # fmt: skip
     result.phases["warm_plain"] = p50s(bodies["connect-warm-plain"])

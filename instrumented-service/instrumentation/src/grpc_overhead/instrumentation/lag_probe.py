@@ -12,7 +12,8 @@ core, at the same point of a busy thread's switch interval: ``LagProbe``). Its
 lateness, less the timer's own (the smallest lateness seen recently, the
 kernel's timer slack), is a draw from the same
 distribution as the caller's wait; a call records the latest draw when its
-response deserializer starts (one attribute read on the hot path).
+response deserializer starts (one attribute read on the hot path): the median
+of the last ``_RECENT`` samples.
 
 aio: the caller waits for the event loop (the loop's own GIL wait plus the
 callbacks queued before it), so an aio client samples the loop's lag with a
@@ -38,7 +39,9 @@ from grpc_overhead.instrumentation.clock import now
 
 #: The probe's rest between samples: short enough to follow a changing load, long
 #: enough to cost little.
-INTERVAL_S = 0.01
+INTERVAL_S = 0.02
+#: Samples the estimate is the median of.
+_RECENT = 15
 #: Bounds of the measured sleep (ns): the calls' time in core, within reason.
 _SHORTEST_NS = 100_000
 _LONGEST_NS = 20_000_000
@@ -71,10 +74,13 @@ class LagProbe:
     it runs again; then it rests ``INTERVAL_S``.
     """
 
-    __slots__ = ("_count", "_floor", "_previous_floor", "in_core", "lag", "last_use", "running")
+    __slots__ = (
+        "_count", "_floor", "_previous_floor", "_recent", "in_core", "lag", "last_use", "running"
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.in_core = _DEFAULT_IN_CORE_NS
+        self._recent: list[int] = []
         self.lag = -1
         self.last_use = 0
         self.running = False
@@ -92,7 +98,14 @@ class LagProbe:
         # A busy process's smallest lateness is a GIL wait itself, not the timer's: the
         # floor never exceeds what a timer's slack can be.
         floor = min(self._floor, self._previous_floor, _TIMER_SLACK_MAX_NS)
-        self.lag = max(0, late - floor)
+        recent = self._recent
+        recent.append(max(0, late - floor))
+        if len(recent) > _RECENT:
+            del recent[0]
+        # The median of the recent samples: a single sample of waits spread over 0-40 ms
+        # (two busy threads) made each call's estimate, and so the p50 of
+        # response_network, swing by milliseconds from run to run.
+        self.lag = sorted(recent)[len(recent) // 2]
 
     def idle(self) -> bool:
         return now() - self.last_use > _IDLE_STOP_NS
