@@ -23,8 +23,8 @@ bandwidth                  5 MB/s toxic per direction, growing payloads: size / 
 compression                none vs gRPC gzip vs app-level zstd on a 5 MB/s request path
 server_saturation          CPU-bound model, 2-4x more callers than workers, sync and aio:
                            network phases stay the idle run's, the server absorbs the wait
-client_saturation          threads burning CPU in the client: the network phases stay the
-                           idle client's, the client's GIL wait is client_dispatch
+client_saturation          threads burning CPU in the client: request side exact, the
+                           client's GIL wait in client_dispatch (an estimate: a limit)
 connection_setup           a new channel per call (plaintext, TLS) and a call waiting for a
                            server started 1 s late: the wait is client_connect
 ========================== =====================================================

@@ -19,7 +19,9 @@ with load: whatever a saturated run adds to ``request_network`` or
   of that arrival (the request direction has one: the deadline, see
   analyzer/dispatch.py); the client's lag probe samples that wait
   (client_dispatch). Checks: both network phases within max(200 us, 10 %) of
-  the idle client's (p50), idle and busy loads alternating in chunks.
+  the idle client's (p50), idle and busy loads alternating in chunks, the
+  service and the client on separate CPUs; response_network is a documented
+  limit (the probe estimates the typical wait, not each call's).
 """
 
 from __future__ import annotations
@@ -158,6 +160,13 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
 CLIENT_SIDE = (
     "client_serialize", "client_connect", "client_dispatch", "client_deserialize", "unattributed"
 )  # fmt: skip
+CLIENT_DISPATCH_LIMIT = (
+    "grpcio gives Python no GIL-free timestamp of a response's arrival at the client: "
+    "client_dispatch is the client's lag probe's estimate of the typical wait, not each "
+    "call's, so response_network's p50 lands within a few ms of the idle client's (reduced "
+    "runs, 2 busy threads, load 9-11: from 0.2 ms below to 5.5 ms above, where it was 9-16 ms "
+    "above without client_dispatch)"
+)
 #: Idle and busy loads alternate in this many chunks per round, so machine noise (other
 #: processes on a busy 2-core machine) hits both alike.
 CLIENT_CHUNKS = 4
@@ -224,6 +233,7 @@ def client_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
             result.checks.append(check(
                 result.name, case, f"{phase} of the idle client, same path (p50)", phase,
                 p50(idle, phase), p50(body, phase),
+                limit=CLIENT_DISPATCH_LIMIT if phase == "response_network" else "",
             ))  # fmt: skip
         grew_us = (latency[threads] - latency[0]) * 1e3
         client_side = {
