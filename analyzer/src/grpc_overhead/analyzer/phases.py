@@ -26,7 +26,6 @@ Quantiles are ``quantilesTDigest``: see ``QUANTILES``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pandas as pd
 
@@ -39,6 +38,13 @@ from grpc_overhead.analyzer.calls import (
     CallsOptions,
     rows_to_scan,
 )
+from grpc_overhead.analyzer.client_waits import (
+    CLIENT_DISPATCH_MEASURED,
+    CONNECT_MEASURED,
+    MAY_BE_UNMEASURED,
+    client_dispatch_value,
+    connect_value,
+)
 from grpc_overhead.analyzer.clock_offsets import (
     CALL_OFFSET_COLUMNS,
     CLOCK_TABLE,
@@ -48,6 +54,9 @@ from grpc_overhead.analyzer.clock_offsets import (
     query_parameters,
 )
 from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
+from grpc_overhead.analyzer.phase_terms import Phase as Phase
+from grpc_overhead.analyzer.phase_terms import between as _between
+from grpc_overhead.analyzer.phase_terms import derived as _derived
 from grpc_overhead.analyzer.result_columns import ALL_PHASES as ALL_PHASES
 from grpc_overhead.analyzer.result_columns import CALL_COLUMNS as CALL_COLUMNS
 from grpc_overhead.analyzer.result_columns import CALL_IDENTITY as CALL_IDENTITY
@@ -59,39 +68,6 @@ from grpc_overhead.analyzer.result_columns import QUANTILE_LEVELS as QUANTILE_LE
 from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_TYPE as QUANTILE_STATE_TYPE
 from grpc_overhead.analyzer.result_columns import QUANTILES as QUANTILES
 from grpc_overhead.analyzer.store.base import Store
-
-
-@dataclass(frozen=True)
-class Phase:
-    """A phase as two SQL expressions over a merged call row.
-
-    ``value`` is in nanoseconds and meaningful only where ``defined`` (a
-    UInt8 condition) holds. Keeping the two apart lets aggregates skip
-    undefined calls with ``-If`` combinators instead of Nullable columns,
-    which costs less per row; ``calls()`` turns them into NULLs.
-    Expressions may refer to earlier phases as ``{name}_value`` and
-    ``{name}_defined``.
-    """
-
-    name: str
-    value: str
-    defined: str
-    #: The phase exists only with a clock-offset estimate: a query without it
-    #: (``per_call_sql(clock=False)``) leaves the phase out. None does today: the
-    #: one-way phases fall back to offset 0 (``unclocked_calls``).
-    only_with_clock: bool = False
-
-
-def _between(name: str, later: str, earlier: str) -> Phase:
-    """``later - earlier`` when both events were recorded."""
-    return Phase(name, f"{later} - {earlier}", f"{later} != 0 AND {earlier} != 0")
-
-
-def _derived(name: str, value: str, *needs: str) -> Phase:
-    """From earlier phases (``needs``); ``clock`` among them means the clock offset."""
-    defined = " AND ".join(f"{need}_defined" for need in needs)
-    return Phase(name, value, defined, only_with_clock="clock" in needs)
-
 
 _RESIDENCE_EVENTS = _between(
     "residence_events", "server_outbound_message_sent_last_ns", "server_call_started_ns"
@@ -109,16 +85,7 @@ DISPATCH_ESTIMATE = (
     + " AS server_dispatch_estimate_ns"
 )
 _DISPATCH = "server_dispatch_estimate_ns"
-# The client's wait for a ready channel (connect.py in the instrumentation): measured
-# where the attribute is (>= 0), 0 otherwise; never more than the request gap (the
-# watch sees READY a thread wake-up late), so request_network is never negative on a
-# shared clock.
-_CONNECT_MEASURED = "client_connect_ns >= 0"
-_CONNECT_VALUE = (
-    f"if(client_connect_ns <= 0, 0., if({_REQUEST_GAP.defined},"
-    f" greatest(0., least(toFloat64(client_connect_ns), {_REQUEST_GAP.value} - {_OFFSET})),"
-    " toFloat64(client_connect_ns)))"
-)
+_CONNECT_VALUE = connect_value(f"{_REQUEST_GAP.value} - {_OFFSET}", _REQUEST_GAP.defined)
 # (greatest/least skip NULLs in ClickHouse: test for it first)
 _DISPATCH_VALUE = (
     f"if({_DISPATCH} IS NULL, 0., greatest(0., least(assumeNotNull({_DISPATCH}),"
@@ -127,18 +94,9 @@ _DISPATCH_VALUE = (
 _RESPONSE_GAP = _between(
     "response_gap", "client_received_response_ns", "server_outbound_message_sent_ns"
 )
-# The client's wake-up lag when the response arrived (lag_probe.py), bounded by the
-# response gap likewise; 0 where not measured.
-_CLIENT_DISPATCH_MEASURED = "client_dispatch_ns >= 0"
-_CLIENT_DISPATCH_VALUE = (
-    f"if(client_dispatch_ns <= 0, 0., if({_RESPONSE_GAP.defined},"
-    f" greatest(0., least(toFloat64(client_dispatch_ns), {_RESPONSE_GAP.value} + {_OFFSET})),"
-    " toFloat64(client_dispatch_ns)))"
+_CLIENT_DISPATCH_VALUE = client_dispatch_value(
+    f"{_RESPONSE_GAP.value} + {_OFFSET}", _RESPONSE_GAP.defined
 )
-
-
-#: Consecutive phases that count as 0 in unattributed's sum where not measured.
-_MAY_BE_UNMEASURED = ("client_connect", "server_dispatch", "client_dispatch")
 
 
 def with_dispatch(source: str) -> str:
@@ -159,7 +117,7 @@ def unclocked_calls(where: str) -> str:
 PHASES: tuple[Phase, ...] = (
     _between("client_serialize", "client_outbound_message_sent_ns", "client_outbound_message_ns"),
     # After the request was handed to gRPC, before a transport could send it.
-    Phase("client_connect", _CONNECT_VALUE, _CONNECT_MEASURED),
+    Phase("client_connect", _CONNECT_VALUE, CONNECT_MEASURED),
     # The best estimate: less the client's connection wait and the server's dispatch
     # wait, clock-corrected.
     Phase(
@@ -182,7 +140,7 @@ PHASES: tuple[Phase, ...] = (
     ),
     # Between the response reaching the client's process and the caller running again
     # (GIL, event loop): an estimate from the process's lag probe, right on average.
-    Phase("client_dispatch", _CLIENT_DISPATCH_VALUE, _CLIENT_DISPATCH_MEASURED),
+    Phase("client_dispatch", _CLIENT_DISPATCH_VALUE, CLIENT_DISPATCH_MEASURED),
     _between("client_deserialize", "client_inbound_message_read_ns", "client_received_response_ns"),
     _between("total", "client_end_ns", "client_start_ns"),
     # The server's clock only: from its events, else from its residence
@@ -201,7 +159,7 @@ PHASES: tuple[Phase, ...] = (
         "unattributed",
         "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
         "total",
-        *(p for p in CONSECUTIVE_PHASES if p not in _MAY_BE_UNMEASURED),
+        *(p for p in CONSECUTIVE_PHASES if p not in MAY_BE_UNMEASURED),
     ),
     _between("pool_wait", "call_scheduled_ns", "server_call_started_ns"),
     _between("server_duration", "server_end_ns", "server_start_ns"),
