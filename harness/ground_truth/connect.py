@@ -17,7 +17,9 @@ inside server_dispatch too (the README quickstart: 1.06 s of a 1.07 s first call
   Its control: the same, with the server started ``DELAY_S`` before the call.
 
 Checks: client_connect (p50) against the truth; request_network and server_dispatch
-(p50) against the warm calls' (late_server: its control's): no other phase grows.
+(p50) against the warm calls' (late_server: their sum against its control's, since
+server_dispatch is within +-1.5 ms per call and there are only one to three calls):
+no other phase grows.
 """
 
 from __future__ import annotations
@@ -92,10 +94,19 @@ def connection_setup(workdir: Path, profile: Profile) -> ScenarioResult:
             result.name, case, "extra latency of the call over warm calls (p50, client clock)",
             "client_connect", truth_us, p50(body, "client_connect"),
         ))  # fmt: skip
-        control = "a new server's first call" if case == "late_server" else "the warm calls"
+        if case == "late_server":
+            # One to three calls: server_dispatch alone is within +-1.5 ms per call (gRPC
+            # core keeps deadlines in whole ms, analyzer/dispatch.py), so the request side
+            # is checked as one sum, which has no such rounding.
+            result.checks.append(check(
+                result.name, case, "request side of a new server's first call (p50s)",
+                " + ".join(OTHERS), sum(p50(warm, p) for p in OTHERS),
+                sum(p50(body, p) for p in OTHERS),
+            ))  # fmt: skip
+            continue
         for phase in OTHERS:
             result.checks.append(check(
-                result.name, case, f"{phase} of {control}, same path (p50)", phase,
+                result.name, case, f"{phase} of the warm calls, same path (p50)", phase,
                 p50(warm, phase), p50(body, phase),
             ))  # fmt: skip
     result.phases["warm_plain"] = p50s(bodies["connect-warm-plain"])
