@@ -24,12 +24,14 @@ compression                none vs gRPC gzip vs app-level zstd on a 5 MB/s reque
 server_saturation          CPU-bound model, 2-4x more callers than workers, sync and aio:
                            network phases stay the idle run's, the server absorbs the wait
 client_saturation          threads burning CPU in the client: request side exact, the
-                           client's GIL wait in response_network a documented limit
+                           client's GIL wait in client_dispatch (an estimate: a limit)
 stream_per_message         bidi streams in lockstep, 8 ms up / 6 ms down per message and a
                            10 ms model wait per message: per-message transfer and handler
 server_interceptors        a user's interceptor sleeping before/after the handler (or in
                            intercept_service), a handler sleeping after its mark:
                            server_interceptors / post_processing, processing unchanged
+connection_setup           a new channel per call (plaintext, TLS) and a call waiting for a
+                           server started 1 s late: the wait is client_connect
 ========================== =====================================================
 """
 
@@ -40,6 +42,7 @@ from pathlib import Path
 
 from harness.ground_truth.bandwidth import bandwidth, compression
 from harness.ground_truth.checks import ScenarioResult
+from harness.ground_truth.connect import connection_setup
 from harness.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
 from harness.ground_truth.interceptors import server_interceptors
 from harness.ground_truth.profile import Profile
@@ -63,4 +66,5 @@ SCENARIOS: dict[str, Scenario] = {
     "client_saturation": client_saturation,
     "stream_per_message": stream_per_message,
     "server_interceptors": server_interceptors,
+    "connection_setup": connection_setup,
 }

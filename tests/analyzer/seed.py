@@ -77,6 +77,11 @@ class Truth:
     interceptors_before: int = 0
     interceptors_after: int = 0
     post_processing: int = 0
+    # The client's own waits, recorded as its span's attributes when set (None: not
+    # measured, as from other instrumentations): for a ready channel after the request was
+    # handed to gRPC, and to run again after the response arrived.
+    client_connect: int | None = None
+    client_dispatch: int | None = None
 
     def expected_phases_us(self) -> dict[str, float]:
         """Every phase of the design as the analyzer must report it (raw, in µs)."""
@@ -85,12 +90,14 @@ class Truth:
         chain = self.interceptors_before + self.interceptors_after
         consecutive = {
             "client_serialize": self.client_serialize,
+            **({} if self.client_connect is None else {"client_connect": self.client_connect}),
             "request_network": self.request_network + skew,
             "server_queue": self.server_queue - intercepted,
             "request_deserialize": self.request_deserialize,
             "processing": self.processing + (0 if self.chain else chain),
             "response_serialize": self.response_serialize,
             "response_network": self.response_network - skew,
+            **({} if self.client_dispatch is None else {"client_dispatch": self.client_dispatch}),
             "client_deserialize": self.client_deserialize,
         }
         if self.chain:
@@ -204,7 +211,7 @@ def synthetic_call(
     created = t.start
     outbound = created + t.before_serialize
     sent = outbound + t.client_serialize
-    started = sent + t.request_network
+    started = sent + (t.client_connect or 0) + t.request_network
     scheduled = started + t.pool_wait
     inbound = started + t.server_queue
     read = inbound + t.request_deserialize
@@ -216,7 +223,7 @@ def synthetic_call(
     chain_returned = handler_returned + t.interceptors_after
     server_outbound = chain_returned + t.before_response
     server_sent = server_outbound + t.response_serialize
-    received = server_sent + t.response_network
+    received = server_sent + t.response_network + (t.client_dispatch or 0)
     client_read = received + t.client_deserialize
     client_end = client_read + t.after_response
     skew = t.server_offset
@@ -235,6 +242,10 @@ def synthetic_call(
     residence = (
         {} if official else {"grpc_overhead.server_residence_ns": str(server_sent - started)}
     )
+    if not official and t.client_connect is not None:
+        residence["grpc_overhead.client_connect_ns"] = str(t.client_connect)
+    if not official and t.client_dispatch is not None:
+        residence["grpc_overhead.client_dispatch_ns"] = str(t.client_dispatch)
     client = Span(
         trace_id,
         client_id,

@@ -97,6 +97,9 @@ def test_one_call_raw_and_corrected_across_hosts(store):
             assert math.isnan(call[f"{name}_us"])
             assert ("raw", name) not in phases.index
             continue
+        if name in ("client_connect", "client_dispatch") and not call[f"{name}_us"] > 0:
+            assert ("raw", name) not in phases.index  # no wait (or none measured): no bar
+            continue
         length = phases.loc[("raw", name), "end_us"] - phases.loc[("raw", name), "start_us"]
         raw = call[f"{name}_raw_us"] if name in explorer.ONE_WAY else call[f"{name}_us"]
         assert length == pytest.approx(raw), name
@@ -165,3 +168,22 @@ def test_spans_without_events_still_give_spans_and_no_phase_bars(store):
     assert set(waterfall["kind"]) == {"span"}
     spans = waterfall[waterfall["view"] == "raw"].set_index("lane")
     assert spans.loc["client", "end_us"] == pytest.approx(summary["total_us"][0])
+
+
+@pytest.mark.e2e
+def test_the_client_s_waits_are_bars_of_their_own(store):
+    """A connection wait and a busy client's wake-up lag are drawn where they happen
+    (after the request was sent, before the response was read), and the network bars
+    keep only the wire: each bar is its phase's value."""
+    truth = Truth(client_connect=1_200 * US, client_dispatch=5_000 * US)
+    client, server = seed.synthetic_call(truth)
+    seed.insert_spans(store, (client, server))
+    [call] = explorer.call_summary(store, client.trace_id).to_dict("records")
+    waterfall = explorer.call_waterfall(store, client.trace_id, "", call["clock_offset_us"])
+    bars = waterfall[(waterfall["kind"] == "phase") & (waterfall["view"] == "raw")]
+    bars = bars.set_index("name")
+    for name in ("client_connect", "request_network", "response_network", "client_dispatch"):
+        length = bars.loc[name, "end_us"] - bars.loc[name, "start_us"]
+        assert length == pytest.approx(call[f"{name}_us"]), name
+    assert bars.loc["client_connect", "end_us"] == bars.loc["request_network", "start_us"]
+    assert bars.loc["response_network", "end_us"] == bars.loc["client_dispatch", "start_us"]

@@ -52,9 +52,9 @@ def test_phase_means_per_method_add_up_to_the_mean_total(store):
     frame = overview.phases_by_method(overview.overview(store))
     assert list(frame.columns) == list(overview.PHASES_BY_METHOD_COLUMNS)
     predict = frame[frame["method"] == "Predict"].set_index("phase")
-    # Synthetic calls carry no deadlines, chain events or marks: no dispatch wait,
-    # interceptor chain or post-processing is measured, which the stacked view counts
-    # as 0 (the phases still add up to total).
+    # Synthetic calls carry no deadlines, client waits, chain events or marks: none of the
+    # optional phases is measured, which the stacked view counts as 0 (the phases still
+    # add up to total).
     expected = {**Truth().expected_phases_us(), **dict.fromkeys(OPTIONAL_PHASES, 0.0)}
     assert list(predict.index) == list(STACKED_PHASES)
     for phase in STACKED_PHASES:

@@ -82,8 +82,8 @@ def test_one_size_gives_no_slope(store):
     seed.insert_spans(store, spans)
     costs = payload.costs(payload.by_algorithm(store))
     assert costs["slope_us_per_mb"].isna().all() and costs["r2"].isna().all()
-    # No deadlines, chain events or marks on synthetic calls: server_dispatch,
-    # server_interceptors and post_processing are defined for none of them.
+    # No deadlines, client waits, chain events or marks on synthetic calls: none of the
+    # optional phases is defined for any of them.
     measured = ~costs["phase"].isin(OPTIONAL_PHASES)
     assert (costs.loc[measured, "calls"] == 3).all()
     assert (costs.loc[~measured, "calls"] == 0).all()

@@ -32,6 +32,7 @@ EVENTLESS = ("total", "server_duration", "client_server_gap")
 def test_one_expression_per_phase_of_the_design():
     assert DESIGN_PHASES == (
         "client_serialize",
+        "client_connect",
         "request_network",
         "server_dispatch",
         "server_queue",
@@ -41,6 +42,7 @@ def test_one_expression_per_phase_of_the_design():
         "post_processing",
         "response_serialize",
         "response_network",
+        "client_dispatch",
         "client_deserialize",
         "total",
         "server_residence",
@@ -59,8 +61,8 @@ def test_every_phase_is_exact_and_the_phases_add_up_to_total(store):
     for phase, expected in truth.expected_phases_us().items():
         assert call[f"{phase}_us"] == pytest.approx(expected, abs=1e-9), phase
     # Exactly, in integer nanoseconds: the consecutive phases + unattributed = total.
-    # server_dispatch is not measured without deadlines, server_interceptors without the
-    # chain's events, post_processing without a mark: each counts as 0 (see phases.py).
+    # None of the optional phases is measured here (no deadlines, client waits, chain
+    # events or marks): each counts as 0 (see phases.py).
     assert all(math.isnan(call[f"{phase}_us"]) for phase in OPTIONAL_PHASES)
     # A unary call has no stream phases: its finer phases say the same.
     assert all(math.isnan(call[f"{phase}_us"]) for phase in STREAM_PHASES)
@@ -75,6 +77,45 @@ def test_every_phase_is_exact_and_the_phases_add_up_to_total(store):
     # Same host: corrected one-way phases are the raw ones.
     assert call["request_network_corrected_us"] == call["request_network_us"]
     assert call["response_network_corrected_us"] == call["response_network_us"]
+
+
+@pytest.mark.e2e
+def test_client_waits_are_their_own_phases_never_network(store):
+    """A connection wait and a busy client's wake-up lag, recorded by the client, are
+    client_connect and client_dispatch: the network phases keep only the wire, and the
+    consecutive phases still add up to total exactly."""
+    truth = Truth(client_connect=1_061 * MS, client_dispatch=16_441 * US)
+    seed.insert_spans(store, seed.synthetic_call(truth))
+    [call] = calls(store).to_dict("records")
+    expected = truth.expected_phases_us()
+    for phase in ("client_connect", "request_network", "response_network", "client_dispatch"):
+        assert call[f"{phase}_us"] == pytest.approx(expected[phase], abs=1e-9), phase
+    assert call["request_network_raw_us"] == pytest.approx(expected["request_network"])
+    assert call["response_network_raw_us"] == pytest.approx(expected["response_network"])
+    unmeasured = [p for p in OPTIONAL_PHASES if p not in ("client_connect", "client_dispatch")]
+    ns = {
+        phase: round(call[f"{phase}_us"] * 1000)
+        for phase in ALL_PHASES
+        if phase not in unmeasured and phase not in STREAM_PHASES
+    }
+    ns.update(dict.fromkeys(unmeasured, 0))
+    assert sum(ns[p] for p in CONSECUTIVE_PHASES) + ns["unattributed"] == ns["total"]
+
+
+@pytest.mark.e2e
+def test_client_waits_never_make_a_network_phase_negative(store):
+    """A wait the client recorded larger than its gap (the watch sees READY a thread
+    wake-up late) is bounded by the gap: no phase is negative on a shared clock."""
+    truth = Truth(client_connect=400 * US, client_dispatch=300 * US)
+    client, server = seed.synthetic_call(truth)
+    client.attributes["grpc_overhead.client_connect_ns"] = str(900 * US)
+    client.attributes["grpc_overhead.client_dispatch_ns"] = str(900 * US)
+    seed.insert_spans(store, (client, server))
+    [call] = calls(store).to_dict("records")
+    assert call["client_connect_us"] == pytest.approx((400 + 300) * US / US)
+    assert call["request_network_us"] == 0
+    assert call["client_dispatch_us"] == pytest.approx((250 + 300) * US / US)
+    assert call["response_network_us"] == 0
 
 
 @pytest.mark.e2e

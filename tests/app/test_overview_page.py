@@ -45,6 +45,7 @@ def test_phases_per_method_stack_to_the_total(served_store):
     bars = traces(figures(at)["overview_phases_by_method"])
     assert list(bars) == [
         "client_serialize",
+        "client_connect",
         "request_network",
         "server_dispatch",
         "server_queue",
@@ -54,6 +55,7 @@ def test_phases_per_method_stack_to_the_total(served_store):
         "post_processing",
         "response_serialize",
         "response_network",
+        "client_dispatch",
         "client_deserialize",
         "unattributed",
     ]

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from grpc_overhead.analyzer.phases import OPTIONAL_PHASES
 from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from harness.ground_truth.pipeline import ServeProcess, report, through_collector
 
@@ -48,14 +49,16 @@ def test_service_to_report_through_the_real_collector(tmp_path):
         assert set(method["phases"][phase]) >= {"p50_us", "p90_us", "p99_us", "mean_us"}
     phases = {name: values["mean_us"] for name, values in method["phases"].items()}
     consecutive = [
-        "client_serialize", "request_network", "server_dispatch", "server_queue",
-        "request_deserialize", "server_interceptors", "processing", "post_processing",
-        "response_serialize", "response_network", "client_deserialize",
+        "client_serialize", "client_connect", "request_network", "server_dispatch",
+        "server_queue", "request_deserialize", "server_interceptors", "processing",
+        "post_processing", "response_serialize", "response_network", "client_dispatch",
+        "client_deserialize",
     ]  # fmt: skip
     # The load generator's calls carry deadlines: the dispatch wait is measured for each;
-    # the service's servicer methods are timed innermost (the interceptor chain around
-    # them is measured) and Predict marks when its model scored (post_processing).
-    for optional in ("server_dispatch", "server_interceptors", "post_processing"):
+    # our client records its own waits (connection, wake-up lag) for each too; the
+    # service's servicer methods are timed innermost (the interceptor chain around them is
+    # measured) and Predict marks when its model scored (post_processing).
+    for optional in OPTIONAL_PHASES:
         assert method["phases"][optional]["calls"] == CALLS, optional
     # Means are linear: the phases add up to the total, with unattributed shown.
     assert sum(phases[p] for p in consecutive) + phases["unattributed"] == pytest.approx(

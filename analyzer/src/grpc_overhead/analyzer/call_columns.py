@@ -147,6 +147,12 @@ _HOST = "ResourceAttributes['host.name']"
 _BUDGET = "toInt64OrDefault(SpanAttributes['grpc_overhead.deadline_budget_ns'], toInt64(-1))"
 _INSTANCE = "ResourceAttributes['service.instance.id']"
 
+
+def _int_attribute(name: str) -> str:
+    """An integer span attribute, -1 where the span does not carry it."""
+    return f"toInt64OrDefault(SpanAttributes['{name}'], toInt64(-1))"
+
+
 LC = "LowCardinality(String)"
 
 _TIMES = "Array(Int64)"
@@ -388,6 +394,21 @@ COLUMNS: tuple[Column, ...] = (
     # server saw the call (ns; -1 = no deadline): the server_dispatch phase.
     Column("client_deadline_budget_ns", "Int64", client=_BUDGET, absent="toInt64(-1)"),
     Column("server_deadline_budget_ns", "Int64", server=_BUDGET, absent="toInt64(-1)"),
+    # The client's own waits (ns; -1 = not measured: other instrumentations, older
+    # data): for a ready channel after the request was handed to gRPC (client_connect),
+    # and its process's wake-up lag when the response arrived (client_dispatch).
+    Column(
+        "client_connect_ns",
+        "Int64",
+        client=_int_attribute("grpc_overhead.client_connect_ns"),
+        absent="toInt64(-1)",
+    ),
+    Column(
+        "client_dispatch_ns",
+        "Int64",
+        client=_int_attribute("grpc_overhead.client_dispatch_ns"),
+        absent="toInt64(-1)",
+    ),
     Column(
         "server_residence_ns",
         "Int64",

@@ -10,10 +10,9 @@ clock yields a negative phase, never a wrapped one.
 
 The consecutive phases of the design and ``unattributed`` add up to
 ``total`` exactly (integer nanoseconds): ``unattributed`` is defined as the
-rest and shown, never hidden. They describe a call with one message each
-way: for streams they are NULL (``stream_phases.UNARY_ONLY``), and the
-stream phases (per-message serialize, transfer, deserialize and handler as
-per-call medians, time to first response, stream duration) describe them.
+rest and shown, never hidden; the optional ones count 0 where not measured.
+For streams they are NULL (``stream_phases.UNARY_ONLY``): the stream phases
+(per-message medians, time to first response, stream duration) describe them.
 
 One-way network phases exist raw (timestamps of two clocks subtracted as
 they are) and clock-corrected (``clock_offsets``); their sum
@@ -25,7 +24,7 @@ Quantiles are ``quantilesTDigest``: see ``QUANTILES``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pandas as pd
 
@@ -39,6 +38,12 @@ from grpc_overhead.analyzer.calls import (
     CallsOptions,
     rows_to_scan,
 )
+from grpc_overhead.analyzer.client_waits import (
+    CLIENT_DISPATCH_MEASURED,
+    CONNECT_MEASURED,
+    client_dispatch_value,
+    connect_value,
+)
 from grpc_overhead.analyzer.clock_offsets import (
     CALL_OFFSET_COLUMNS,
     CLOCK_TABLE,
@@ -48,6 +53,9 @@ from grpc_overhead.analyzer.clock_offsets import (
     query_parameters,
 )
 from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
+from grpc_overhead.analyzer.phase_terms import Phase as Phase
+from grpc_overhead.analyzer.phase_terms import between as _between
+from grpc_overhead.analyzer.phase_terms import derived as _derived
 from grpc_overhead.analyzer.result_columns import ALL_PHASES as ALL_PHASES
 from grpc_overhead.analyzer.result_columns import CALL_COLUMNS as CALL_COLUMNS
 from grpc_overhead.analyzer.result_columns import CALL_IDENTITY as CALL_IDENTITY
@@ -62,39 +70,6 @@ from grpc_overhead.analyzer.result_columns import QUANTILES as QUANTILES
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, IS_STREAM, UNARY_ONLY, stream_phases
 
-
-@dataclass(frozen=True)
-class Phase:
-    """A phase as two SQL expressions over a merged call row.
-
-    ``value`` is in nanoseconds and meaningful only where ``defined`` (a
-    UInt8 condition) holds. Keeping the two apart lets aggregates skip
-    undefined calls with ``-If`` combinators instead of Nullable columns,
-    which costs less per row; ``calls()`` turns them into NULLs.
-    Expressions may refer to earlier phases as ``{name}_value`` and
-    ``{name}_defined``.
-    """
-
-    name: str
-    value: str
-    defined: str
-    #: The phase exists only with a clock-offset estimate: a query without it
-    #: (``per_call_sql(clock=False)``) leaves the phase out. None does today: the
-    #: one-way phases fall back to offset 0 (``unclocked_calls``).
-    only_with_clock: bool = False
-
-
-def _between(name: str, later: str, earlier: str) -> Phase:
-    """``later - earlier`` when both events were recorded."""
-    return Phase(name, f"{later} - {earlier}", f"{later} != 0 AND {earlier} != 0")
-
-
-def _derived(name: str, value: str, *needs: str) -> Phase:
-    """From earlier phases (``needs``); ``clock`` among them means the clock offset."""
-    defined = " AND ".join(f"{need}_defined" for need in needs)
-    return Phase(name, value, defined, only_with_clock="clock" in needs)
-
-
 _RESIDENCE_EVENTS = _between(
     "residence_events", "server_outbound_message_sent_last_ns", "server_call_started_ns"
 )
@@ -103,17 +78,25 @@ _REQUEST_GAP = _between("request_gap", "server_call_started_ns", "client_outboun
 _OFFSET = "if(clock_defined, clock_offset_ns, 0)"
 #: Computed one level below the phases (``with_dispatch``): ClickHouse expands
 #: aliases, and every phase after request_network refers to it.
+#: The request gap it must fit in is the one after the client's connection wait.
 DISPATCH_ESTIMATE = (
-    dispatch_estimate_sql(f"({_REQUEST_GAP.value} - {_OFFSET})") + " AS server_dispatch_estimate_ns"
+    dispatch_estimate_sql(
+        f"({_REQUEST_GAP.value} - {_OFFSET} - greatest(client_connect_ns, toInt64(0)))"
+    )
+    + " AS server_dispatch_estimate_ns"
 )
 _DISPATCH = "server_dispatch_estimate_ns"
+_CONNECT_VALUE = connect_value(f"{_REQUEST_GAP.value} - {_OFFSET}", _REQUEST_GAP.defined)
 # (greatest/least skip NULLs in ClickHouse: test for it first)
 _DISPATCH_VALUE = (
-    f"if({_DISPATCH} IS NULL, 0.,"
-    f" greatest(0., least(assumeNotNull({_DISPATCH}), {_REQUEST_GAP.value} - {_OFFSET})))"
+    f"if({_DISPATCH} IS NULL, 0., greatest(0., least(assumeNotNull({_DISPATCH}),"
+    f" {_REQUEST_GAP.value} - {_OFFSET} - {_CONNECT_VALUE})))"
 )
 _RESPONSE_GAP = _between(
     "response_gap", "client_received_response_ns", "server_outbound_message_sent_ns"
+)
+_CLIENT_DISPATCH_VALUE = client_dispatch_value(
+    f"{_RESPONSE_GAP.value} + {_OFFSET}", _RESPONSE_GAP.defined
 )
 
 
@@ -134,10 +117,13 @@ def unclocked_calls(where: str) -> str:
 #: Every phase, in ``ALL_PHASES`` order: the one expression set every query uses.
 PHASES: tuple[Phase, ...] = (
     _between("client_serialize", "client_outbound_message_sent_ns", "client_outbound_message_ns"),
-    # The best estimate: less the server's dispatch wait, clock-corrected.
+    # After the request was handed to gRPC, before a transport could send it.
+    Phase("client_connect", _CONNECT_VALUE, CONNECT_MEASURED),
+    # The best estimate: less the client's connection wait and the server's dispatch
+    # wait, clock-corrected.
     Phase(
         "request_network",
-        f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE} - {_OFFSET}",
+        f"{_REQUEST_GAP.value} - {_CONNECT_VALUE} - {_DISPATCH_VALUE} - {_OFFSET}",
         _REQUEST_GAP.defined,
     ),
     # Between the server's core seeing the call and serverCallStarted (GIL, serving
@@ -152,9 +138,12 @@ PHASES: tuple[Phase, ...] = (
     _between("response_serialize", "server_outbound_message_sent_ns", "server_outbound_message_ns"),
     Phase(
         "response_network",
-        f"{_RESPONSE_GAP.value} + {_OFFSET}",
+        f"{_RESPONSE_GAP.value} + {_OFFSET} - {_CLIENT_DISPATCH_VALUE}",
         _RESPONSE_GAP.defined,
     ),
+    # Between the response reaching the client's process and the caller running again
+    # (GIL, event loop): an estimate from the process's lag probe, right on average.
+    Phase("client_dispatch", _CLIENT_DISPATCH_VALUE, CLIENT_DISPATCH_MEASURED),
     _between("client_deserialize", "client_inbound_message_read_ns", "client_received_response_ns"),
     _between("total", "client_end_ns", "client_start_ns"),
     # The server's clock only: from its events, else from its residence
@@ -167,9 +156,9 @@ PHASES: tuple[Phase, ...] = (
     ),
     _derived("network_overhead", "total_value - processing_value", "total", "processing"),
     # The optional phases count as 0 where they were not measured: their time is then
-    # inside a neighbour (server_dispatch in request_network, server_interceptors in
-    # server_queue and processing, post_processing in processing), and the phases still
-    # add up to total.
+    # inside a neighbour (client_connect and server_dispatch in request_network,
+    # server_interceptors in server_queue and processing, post_processing in processing,
+    # client_dispatch in response_network), and the phases still add up to total.
     _derived(
         "unattributed",
         "total_value - (" + " + ".join(f"{p}_value" for p in CONSECUTIVE_PHASES) + ")",
@@ -181,10 +170,16 @@ PHASES: tuple[Phase, ...] = (
     _derived(
         "client_server_gap", "total_value - server_duration_value", "total", "server_duration"
     ),
-    # Raw: the two clocks' timestamps as they are (server dispatch still taken out).
-    Phase("request_network_raw", f"{_REQUEST_GAP.value} - {_DISPATCH_VALUE}", _REQUEST_GAP.defined),
-    _between(
-        "response_network_raw", "client_received_response_ns", "server_outbound_message_sent_ns"
+    # Raw: the two clocks' timestamps as they are (the waits still taken out).
+    Phase(
+        "request_network_raw",
+        f"{_REQUEST_GAP.value} - {_CONNECT_VALUE} - {_DISPATCH_VALUE}",
+        _REQUEST_GAP.defined,
+    ),
+    Phase(
+        "response_network_raw",
+        f"{_RESPONSE_GAP.value} - {_CLIENT_DISPATCH_VALUE}",
+        _RESPONSE_GAP.defined,
     ),
     # Aliases of the best estimates, kept for readers of the older names.
     _derived("request_network_corrected", "request_network_value", "request_network"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 #: The design's phase table, in its order (a contract: names never change).
 DESIGN_PHASES: tuple[str, ...] = (
     "client_serialize",
+    "client_connect",
     "request_network",
     "server_dispatch",
     "server_queue",
@@ -18,6 +19,7 @@ DESIGN_PHASES: tuple[str, ...] = (
     "post_processing",
     "response_serialize",
     "response_network",
+    "client_dispatch",
     "client_deserialize",
     "total",
     "server_residence",
@@ -26,9 +28,16 @@ DESIGN_PHASES: tuple[str, ...] = (
 )
 #: The phases that follow each other through a call (everything before ``total``).
 CONSECUTIVE_PHASES: tuple[str, ...] = DESIGN_PHASES[: DESIGN_PHASES.index("total")]
-#: Consecutive phases not every call measures (no deadline, no innermost handler timing,
-#: no mark, other instrumentations): NULL where not measured, counted 0 in unattributed.
-OPTIONAL_PHASES: tuple[str, ...] = ("server_dispatch", "server_interceptors", "post_processing")
+#: Consecutive phases not every call measures (no watched channel, no deadline, no
+#: innermost handler timing, no mark, no lag probe, other instrumentations): NULL where
+#: not measured, counted 0 in unattributed.
+OPTIONAL_PHASES: tuple[str, ...] = (
+    "client_connect",
+    "server_dispatch",
+    "server_interceptors",
+    "post_processing",
+    "client_dispatch",
+)
 #: A stream's own phases (per-call medians of the per-message phases, then two spans).
 STREAM_PHASES: tuple[str, ...] = (
     "request_message_serialize",

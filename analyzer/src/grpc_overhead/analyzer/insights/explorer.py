@@ -16,6 +16,7 @@ event, every message of a stream); the phase bars from the merged
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
@@ -23,7 +24,6 @@ import pandas as pd
 from grpc_overhead.analyzer import call_rollup
 from grpc_overhead.analyzer.call_columns import CALL_STATUS
 from grpc_overhead.analyzer.calls import (
-    COLUMNS,
     HALF_MARGIN_NS,
     INT64_MAX,
     CallFilters,
@@ -37,13 +37,14 @@ from grpc_overhead.analyzer.insights.call_tables import COARSE_PHASES as COARSE_
 from grpc_overhead.analyzer.insights.call_tables import ONE_WAY as ONE_WAY
 from grpc_overhead.analyzer.insights.call_tables import event_table as event_table
 from grpc_overhead.analyzer.insights.call_tables import phase_table as phase_table
-from grpc_overhead.analyzer.insights.chain_pieces import CHAIN_BOUNDS, drawn
+from grpc_overhead.analyzer.insights.chain_pieces import drawn
 from grpc_overhead.analyzer.insights.rows import rows_for
+from grpc_overhead.analyzer.insights.waterfall_waits import LANES as LANES
+from grpc_overhead.analyzer.insights.waterfall_waits import SEGMENTS, SIDES, Waits, bar
+from grpc_overhead.analyzer.insights.waterfall_waits import phase_bounds as phase_bounds
 from grpc_overhead.analyzer.phases import (
     ALL_PHASES,
     CALL_IDENTITY,
-    CONSECUTIVE_PHASES,
-    PHASES,
     per_call_sql,
 )
 from grpc_overhead.analyzer.rollup import settled_until
@@ -289,41 +290,6 @@ def _summary_sql(source: str) -> str:
 
 # -- the waterfall -------------------------------------------------------------------------------
 
-LANES = ("client", "network", "server")
-_SIDES = {column.name: ("client" if column.client else "server") for column in COLUMNS}
-
-
-#: Phases that are not a plain difference of two columns: the one-way network
-#: phases are corrected for the clock and, for the request, for the server's
-#: dispatch wait, which is drawn ending at serverCallStarted.
-_SPECIAL_BOUNDS = {
-    "request_network": ("client_outbound_message_sent_ns", "server_call_started_ns"),
-    "server_dispatch": ("server_call_started_ns", "server_call_started_ns"),
-    **CHAIN_BOUNDS,
-    "response_network": ("server_outbound_message_sent_ns", "client_received_response_ns"),
-}
-
-
-def phase_bounds(name: str) -> tuple[str, str]:
-    """(earlier, later) ``grpc_calls`` columns between which the phase is drawn."""
-    if name in _SPECIAL_BOUNDS:
-        return _SPECIAL_BOUNDS[name]
-    phase = next(phase for phase in PHASES if phase.name == name)
-    later, _, earlier = phase.value.partition(" - ")
-    if later not in _SIDES or earlier not in _SIDES:
-        raise ValueError(f"phase {name} is not a difference of two event columns")
-    return earlier, later
-
-
-def _segment_lane(earlier: str, later: str) -> str:
-    sides = {_SIDES[earlier], _SIDES[later]}
-    return sides.pop() if len(sides) == 1 else "network"
-
-
-SEGMENTS = tuple(
-    (name, *phase_bounds(name), _segment_lane(*phase_bounds(name))) for name in CONSECUTIVE_PHASES
-)
-
 WATERFALL_COLUMNS = ("view", "kind", "lane", "name", "start_us", "end_us", "detail")
 
 
@@ -369,27 +335,35 @@ def call_waterfall(
         if server_dispatch_us is None or pd.isna(server_dispatch_us)
         else round(server_dispatch_us * 1000)
     )
+    waits = Waits(
+        max(int(row.get("client_connect_ns", -1)), 0) / 1000,  # as recorded; -1: none
+        dispatch_ns / 1000,
+        max(int(row.get("client_dispatch_ns", -1)), 0) / 1000,
+    )
     records = []
     for view, shift in (("raw", 0), ("corrected", offset_ns)):
 
         def at(column: str, shift: int = shift) -> float:
             value = int(row[column]) - origin
-            return (value - (shift if _SIDES[column] == "server" else 0)) / 1000
+            return (value - (shift if SIDES[column] == "server" else 0)) / 1000
 
         for side in ("client", "server"):
             if int(row[f"{side}_start_ns"]):
                 span_bar = (f"{side} span", at(f"{side}_start_ns"), at(f"{side}_end_ns"))
                 records.append((view, "span", side, *span_bar, ""))
+
+        def gap(earlier: str, later: str) -> float:
+            return at(later) - at(earlier) if int(row[earlier]) and int(row[later]) else math.inf
+
+        view_waits = waits.within(
+            gap("client_outbound_message_sent_ns", "server_call_started_ns"),
+            gap("server_outbound_message_sent_ns", "client_received_response_ns"),
+        )
         for name, earlier, later, lane in () if is_stream_row(row) else drawn(SEGMENTS, row):
             if int(row[earlier]) and int(row[later]):
-                start, end = at(earlier), at(later)
-                if name == "request_network":
-                    end -= dispatch_ns / 1000
-                elif name == "server_dispatch":
-                    if not dispatch_ns:
-                        continue
-                    start -= dispatch_ns / 1000
-                records.append((view, "phase", lane, name, start, end, ""))
+                shown = bar(name, at(earlier), at(later), view_waits)
+                if shown is not None:
+                    records.append((view, "phase", lane, name, *shown, ""))
         for event in events.itertuples(index=False):
             moved = shift if event.lane == "server" else 0
             time_us = (int(event.time_ns) - origin - moved) / 1000

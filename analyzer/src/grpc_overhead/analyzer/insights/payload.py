@@ -46,6 +46,7 @@ RESPONSE_BYTES = "response_uncompressed_bytes"
 #: handler reads one and writes the other; total and overhead span both).
 SIZE_BASIS: dict[str, str] = {
     "client_serialize": "request",
+    "client_connect": "request",
     "request_network": "request",
     "server_dispatch": "request",
     "server_queue": "request",
@@ -55,6 +56,7 @@ SIZE_BASIS: dict[str, str] = {
     "post_processing": "both",
     "response_serialize": "response",
     "response_network": "response",
+    "client_dispatch": "response",
     "client_deserialize": "response",
     "total": "both",
     "network_overhead": "both",

@@ -61,6 +61,7 @@ _NEEDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     ),
     "client_pre_send": ({s: f"{_ATTEMPT[s]} -> {_SEND[s]}" for s in _SEND}, {}),
     "client_serialize": ({OURS: "outboundMessage -> outboundMessageSent"}, {}),
+    "client_connect": ({OURS: "channel connectivity (READY)"}, {}),
     "request_network": (_SEND, _START),
     "server_dispatch": ({OURS: "deadline budget"}, {OURS: "deadline budget"}),
     "server_queue": (
@@ -87,6 +88,7 @@ _NEEDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "server_residence": ({}, {s: f"{_START[s]} -> {_SEND[s]}" for s in _SEND}),
     "response_network": ({OURS: "clientReceivedResponse", A72_JAVA: _JAVA_READ}, _SEND),
     "response_receive": (_READ, _SEND),
+    "client_dispatch": ({OURS: "lag probe (GIL / event loop)"}, {}),
     "client_deserialize": ({OURS: "clientReceivedResponse -> inboundMessageRead"}, {}),
     "network_round_trip": (
         {s: f"{_SEND[s]}, {_READ[s]}" for s in _SEND},

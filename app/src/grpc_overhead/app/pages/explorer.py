@@ -172,25 +172,23 @@ waterfall = shared.load(
     explorer.call_waterfall, trace, str(call["client_span_id"]), offset, call["server_dispatch_us"]
 )
 
-PHASE_COLORS = dict(
-    zip(
-        [segment[0] for segment in explorer.SEGMENTS],
-        [
-            "#4c78a8",
-            "#f58518",
-            "#9d755d",
-            "#e45756",
-            "#72b7b2",
-            "#bab0ac",  # server_interceptors
-            "#54a24b",
-            "#88d27a",  # post_processing
-            "#eeca3b",
-            "#b279a2",
-            "#ff9da6",
-        ],
-        strict=True,
-    )
-)
+#: By name, so a phase added to the consecutive phases needs only its own line here
+#: (one without a colour is drawn in plotly's default).
+PHASE_COLORS = {
+    "client_serialize": "#4c78a8",
+    "client_connect": "#bab0ac",
+    "request_network": "#f58518",
+    "server_dispatch": "#9d755d",
+    "server_queue": "#e45756",
+    "request_deserialize": "#72b7b2",
+    "server_interceptors": "#8c6d31",
+    "processing": "#54a24b",
+    "post_processing": "#88d27a",
+    "response_serialize": "#eeca3b",
+    "response_network": "#b279a2",
+    "client_dispatch": "#d37295",
+    "client_deserialize": "#ff9da6",
+}
 
 
 MESSAGE_COLORS = {"serialize": "#4c78a8", "transfer": "#f58518", "deserialize": "#54a24b"}

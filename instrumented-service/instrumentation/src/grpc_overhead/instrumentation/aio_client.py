@@ -25,6 +25,7 @@ from grpc_overhead.instrumentation.coexistence import (
     fold_enclosing,
     leave_client_call,
 )
+from grpc_overhead.instrumentation.connect import ChannelReadiness
 from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
@@ -150,7 +151,7 @@ class _AioMultiCallable:
             timeout = channel._recorder.timing_deadline_s
         record, outgoing = start_client_call(
             channel._recorder, channel._target, self._method, self._call_type, metadata,
-            compression, timeout,
+            compression, timeout, channel._readiness, aio=True,
         )  # fmt: skip
         if record is None:
             if self._plain is None:
@@ -184,6 +185,7 @@ class InstrumentedAioChannel(grpc.aio.Channel):
         self._channel = channel
         self._recorder = recorder
         self._target = target
+        self._readiness = ChannelReadiness(channel)
 
     @property
     def wrapped_channel(self) -> grpc.aio.Channel:

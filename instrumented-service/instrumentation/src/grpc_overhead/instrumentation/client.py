@@ -25,6 +25,7 @@ from grpc_overhead.instrumentation.coexistence import (
     fold_enclosing,
     leave_client_call,
 )
+from grpc_overhead.instrumentation.connect import ChannelReadiness
 from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
@@ -43,6 +44,7 @@ class InstrumentedChannel(grpc.Channel):
         self._channel = channel
         self._recorder = recorder
         self._target = target
+        self._readiness = ChannelReadiness(channel)
 
     @property
     def wrapped_channel(self) -> grpc.Channel:
@@ -181,7 +183,7 @@ class _MultiCallable:
         channel = self._channel
         record, outgoing = start_client_call(
             channel._recorder, channel._target, self._method, self._call_type, metadata,
-            compression, timeout,
+            compression, timeout, channel._readiness,
         )  # fmt: skip
         if record is None:
             return None, outgoing, self._plain
@@ -241,7 +243,7 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
         channel = self._channel
         record, outgoing = start_client_call(
             channel._recorder, channel._target, self._method, "unary_unary", metadata,
-            compression, timeout,
+            compression, timeout, channel._readiness,
         )  # fmt: skip
         if record is None:  # not sampled: grpcio's own call, with the traceparent added
             if with_call:

@@ -22,6 +22,8 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 
 from grpc_overhead.instrumentation.annotations import CALL_ATTRIBUTES
 from grpc_overhead.instrumentation.clock import now, wall_offset_ns
+from grpc_overhead.instrumentation.connect import ChannelReadiness
+from grpc_overhead.instrumentation.lag_probe import loop_probe, thread_probe
 from grpc_overhead.instrumentation.propagation import format_traceparent
 from grpc_overhead.instrumentation.recorder import Recorder, compression_name, new_span_id
 from grpc_overhead.instrumentation.records import STATUS_UNKNOWN, CallRecord
@@ -61,11 +63,16 @@ def start_client_call(
     metadata: Any,
     compression: grpc.Compression | None,
     timeout: float | None = None,
+    readiness: ChannelReadiness | None = None,
+    aio: bool = False,
 ) -> tuple[CallRecord | None, Metadata]:
     """The call's record (None when not sampled) and its metadata with trace context added.
 
     ``timeout`` (seconds, as given to grpcio) becomes the record's deadline: with the
     server's, it times the server's dispatch wait (spans.deadline_budget).
+    ``readiness`` (the channel's) says whether the call will wait for a connection
+    (client_connect); the process's lag probe (the event loop's with ``aio``) samples
+    the wait for the caller to run again once the response is in (client_dispatch).
     """
     started = now()
     current = _get_current()  # one context lookup for both keys
@@ -106,6 +113,12 @@ def start_client_call(
         record.run_id = str(run_id)
     if compression is not None:
         record.compression = compression_name(compression)
+    if readiness is not None:
+        record.connect_watch = readiness.at_call(record.deadline, aio)
+    try:
+        record.lag_probe = loop_probe() if aio else thread_probe()
+    except RuntimeError:  # an aio call object made outside its event loop
+        pass
     return record, outgoing
 
 

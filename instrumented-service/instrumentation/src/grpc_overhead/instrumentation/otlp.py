@@ -31,11 +31,14 @@ from grpc_overhead.instrumentation.spans import (
     SCOPE,
     SpanDescription,
     call_attributes,
+    client_waits,
     deadline_budget,
     message_attributes,
 )
 from grpc_overhead.instrumentation.vocabulary import (
     CALL_TYPE,
+    CLIENT_CONNECT_NS,
+    CLIENT_DISPATCH_NS,
     COMPRESSION,
     DEADLINE_BUDGET_NS,
     PEER_ADDRESS,
@@ -192,7 +195,8 @@ def _encode_described(record: CallRecord) -> bytes:
 # the same span as the general path (tests/instrumentation/test_otlp.py).
 _RESERVED = frozenset((RPC_SYSTEM, RPC_SERVICE, RPC_METHOD, RPC_GRPC_STATUS_CODE, CALL_TYPE,
                        COMPRESSION, SERVER_ADDRESS, SERVER_PORT, PEER_ADDRESS, PEER_PORT,
-                       SERVER_RESIDENCE_NS, RUN_ID, DEADLINE_BUDGET_NS))  # fmt: skip
+                       SERVER_RESIDENCE_NS, RUN_ID, DEADLINE_BUDGET_NS, CLIENT_CONNECT_NS,
+                       CLIENT_DISPATCH_NS))  # fmt: skip
 _CACHE_LIMIT = 4096
 _heads: dict[tuple, bytes] = {}
 _events: dict[tuple, tuple[bytes, bytes]] = {}
@@ -201,6 +205,8 @@ _TAIL_REMOTE = _UNSET_STATUS + b"\x85\x01" + _FLAGS_REMOTE_PARENT
 _TAIL_LOCAL = _UNSET_STATUS + b"\x85\x01" + _FLAGS_LOCAL_PARENT
 _RESIDENCE_KEY = _length_delimited(b"\x0a", SERVER_RESIDENCE_NS.encode())
 _BUDGET_KEY = _length_delimited(b"\x0a", DEADLINE_BUDGET_NS.encode())
+_CONNECT_KEY = _length_delimited(b"\x0a", CLIENT_CONNECT_NS.encode())
+_DISPATCH_KEY = _length_delimited(b"\x0a", CLIENT_DISPATCH_NS.encode())
 
 
 def _head(record: CallRecord) -> bytes:
@@ -265,6 +271,11 @@ def _encode_fast(record: CallRecord) -> bytes:
     budget = deadline_budget(record)
     if budget is not None:
         parts.append(_int_attribute(_BUDGET_KEY, budget))
+    connect, dispatch = client_waits(record)
+    if connect is not None:
+        parts.append(_int_attribute(_CONNECT_KEY, connect))
+    if dispatch is not None:
+        parts.append(_int_attribute(_DISPATCH_KEY, dispatch))
     if record.attributes:
         parts.append(_attributes(b"\x4a", record.attributes))
     # Per event: its cached bytes before and after the timestamp; one join at the end.

@@ -74,14 +74,17 @@ class CallRecord:
         "call_type",
         "client",
         "compression",
+        "connect_watch",
         "context",
         "deadline",
+        "dispatch_ns",
         "end",
         "events",
         "exception",
         "finished",
         "handler_started",
         "inbound_count",
+        "lag_probe",
         "method",
         "outbound_count",
         "parent_is_remote",
@@ -139,6 +142,12 @@ class CallRecord:
         # servicers.py) and when predictionsMade was recorded (its mark, or its return).
         self.handler_started = 0
         self.predictions_made = 0
+        # Client only: the channel's readiness when the call started (connect.py) and the
+        # process's lag probe with the sample taken when the response arrived
+        # (lag_probe.py); None / -1 where not measured.
+        self.connect_watch: Any = None
+        self.lag_probe: Any = None
+        self.dispatch_ns = -1
 
     def event(self, name: str, timestamp: int) -> None:
         self.events.append((name, timestamp, 0, -1, None))
@@ -158,6 +167,13 @@ class CallRecord:
         """Client side of inbound: the response deserializer's entry is the first moment
         grpcio lets Python see that response bytes arrived."""
         self.inbound_count = message_id = self.inbound_count + 1
+        if message_id == 1 and self.lag_probe is not None:
+            probe = self.lag_probe
+            self.dispatch_ns = probe.lag
+            for event in self.events:  # the request's first message went to gRPC core
+                if event[0] == OUTBOUND_MESSAGE_SENT:
+                    probe.in_core = started - event[1] - self.dispatch_ns
+                    break
         self.events.append((CLIENT_RECEIVED_RESPONSE, started, message_id, size, None))
         self.events.append((INBOUND_MESSAGE_READ, read, message_id, size, None))
 

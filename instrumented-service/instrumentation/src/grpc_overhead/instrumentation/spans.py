@@ -20,6 +20,8 @@ from grpc_overhead.instrumentation.records import CallRecord
 from grpc_overhead.instrumentation.version import __version__
 from grpc_overhead.instrumentation.vocabulary import (
     CALL_TYPE,
+    CLIENT_CONNECT_NS,
+    CLIENT_DISPATCH_NS,
     CLIENT_RECEIVED_RESPONSE,
     COMPRESSION,
     DEADLINE_BUDGET_NS,
@@ -130,6 +132,11 @@ class SpanDescription:
         budget = deadline_budget(record)
         if budget is not None:
             attributes[DEADLINE_BUDGET_NS] = budget
+        connect, dispatch = client_waits(record)
+        if connect is not None:
+            attributes[CLIENT_CONNECT_NS] = connect
+        if dispatch is not None:
+            attributes[CLIENT_DISPATCH_NS] = dispatch
         if record.attributes:
             attributes.update(record.attributes)
         self.attributes = attributes
@@ -212,10 +219,37 @@ def deadline_budget(record: CallRecord) -> int | None:
         return None
     if not record.client:
         return record.deadline - record.start
+    sent = _first(record, OUTBOUND_MESSAGE_SENT)
+    if not sent:
+        return None
+    # gRPC core encodes grpc-timeout when it sends the headers: after any wait for a
+    # connection, which is the client's (client_connect), never the server's dispatch.
+    return record.deadline - sent - (client_connect(record) or 0)
+
+
+def _first(record: CallRecord, name: str) -> int:
     for event in record.events:
-        if event[0] == OUTBOUND_MESSAGE_SENT:
-            return record.deadline - event[1]
-    return None
+        if event[0] == name:
+            return event[1]
+    return 0
+
+
+def client_connect(record: CallRecord) -> int | None:
+    """How long the call waited for a ready channel after its request was handed to
+    gRPC (connect.ReadyWatch), or None where not measured."""
+    watch = record.connect_watch
+    if watch is None:
+        return None
+    sent = _first(record, OUTBOUND_MESSAGE_SENT) or record.start
+    return watch.wait_ns(sent, record.end, _first(record, CLIENT_RECEIVED_RESPONSE))
+
+
+def client_waits(record: CallRecord) -> tuple[int | None, int | None]:
+    """(client_connect, client_dispatch) in ns, None where not measured (servers)."""
+    if not record.client:
+        return None, None
+    dispatch = record.dispatch_ns if record.dispatch_ns >= 0 else None
+    return client_connect(record), dispatch
 
 
 def message_attributes(event: tuple, record: CallRecord) -> dict[str, Any] | None:

@@ -56,6 +56,14 @@ ABANDONED = "grpc_overhead.abandoned"
 # deadline is set by gRPC core when it parses the grpc-timeout header, outside the GIL,
 # so the pair times the server's dispatch wait per call (analyzer: server_dispatch).
 DEADLINE_BUDGET_NS = "grpc_overhead.deadline_budget_ns"
+# Client: how long the call waited, after its request was handed to gRPC, for the channel
+# to become READY (name resolution, TCP/TLS connect, wait_for_ready); 0 when the channel
+# was READY at the call's start (analyzer: client_connect; see connect.py).
+CLIENT_CONNECT_NS = "grpc_overhead.client_connect_ns"
+# Client: the process's wake-up lag (GIL; the event loop's for aio) sampled when the
+# response arrived: an estimate of the wait between the response reaching the process
+# and the caller running again (analyzer: client_dispatch; see lag_probe.py).
+CLIENT_DISPATCH_NS = "grpc_overhead.client_dispatch_ns"
 
 # Metadata keys (lowercase; the grpc- prefix is reserved by gRPC itself)
 TRACEPARENT_HEADER = "traceparent"

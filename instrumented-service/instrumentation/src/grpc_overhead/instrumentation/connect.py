@@ -1,0 +1,199 @@
+"""client_connect: how long a call waited for its channel to become READY.
+
+A call made on a channel that is not READY (new, idle, reconnecting, or waiting
+with ``wait_for_ready`` for a server that is not up yet) is held by gRPC core
+until a transport exists: name resolution, TCP and TLS handshakes, HTTP/2
+settings. Nothing of that is the server's or the network's per-call time, yet
+without this module it landed in request_network and, through the deadline
+budget, in server_dispatch.
+
+The signal is gRPC core's connectivity state. On the hot path a call reads it
+once (``check_connectivity_state``, about 0.4 us, a C call): READY, the usual
+case, means no wait. Otherwise a ``ReadyWatch`` (one per channel and cold
+spell, shared by the calls that find it cold) watches the state on its own
+thread (sync) or task (aio) and writes the monotonic time it saw READY; the
+span builder, off the hot path, turns that into the call's wait. The watch
+sees READY when its thread gets the GIL back after core's notification, so
+it reads late by that wake-up (tens of microseconds on an idle client); the
+analyzer bounds client_connect by the request gap.
+"""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import queue
+import threading
+import time
+from typing import Any
+
+from grpc_overhead.instrumentation.clock import now
+
+# gRPC core's grpc_connectivity_state values (cygrpc.ConnectivityState).
+_READY = 2
+_SHUTDOWN = 4
+#: How often a watch wakes to check whether anyone still waits (seconds).
+_POLL_S = 0.2
+#: A watch with no call deadline to bound it gives up after this long (ns).
+_LONGEST_WATCH_NS = 600 * 1_000_000_000
+
+
+class ReadyWatch:
+    """When one channel was seen READY after a call found it cold.
+
+    ``ready_at`` is monotonic ns (0 = not seen yet, or never: the watch gave
+    up or the channel shut down). ``until`` is the latest deadline of the calls
+    waiting on it: past that, nobody needs the answer.
+    """
+
+    __slots__ = ("done", "ready_at", "until")
+
+    def __init__(self, ready_at: int = 0) -> None:
+        self.ready_at = ready_at
+        self.done = ready_at != 0
+        self.until = 0
+
+    def wait_ns(self, sent: int, end: int, responded: int) -> int | None:
+        """The call's wait from ``sent`` (request handed to gRPC): to READY, or, for a
+        call that ended with no READY seen and no response, to its end. None when
+        unknown (a response arrived but the watch has not reported READY)."""
+        if self.ready_at:
+            wait = self.ready_at - sent
+            if responded:  # the transport was ready before the response came back
+                wait = min(wait, responded - sent)
+            return max(0, wait)
+        if responded:
+            return None
+        return max(0, end - sent)
+
+
+#: Shared by every call that found its channel READY: no wait.
+ALREADY_READY = ReadyWatch(ready_at=1)
+
+
+def core_channel(channel: Any) -> Any | None:
+    """gRPC core's channel object under a ``grpc.Channel`` / ``grpc.aio.Channel`` (and any
+    interceptor wrappers, which keep the wrapped channel as ``_channel``), or None."""
+    for _ in range(8):
+        if channel is None:
+            return None
+        if hasattr(channel, "check_connectivity_state"):
+            return channel
+        channel = getattr(channel, "_channel", None)
+    return None
+
+
+class ChannelReadiness:
+    """One instrumented channel's view of its connectivity, for the calls made on it."""
+
+    __slots__ = ("_core", "_lock", "_watch")
+
+    def __init__(self, channel: Any) -> None:
+        self._core = core_channel(channel)
+        self._lock = threading.Lock()
+        self._watch: ReadyWatch | None = None
+
+    def at_call(self, deadline: int, aio: bool = False) -> ReadyWatch | None:
+        """The watch that will say when this call's channel was ready (ALREADY_READY when
+        it is now), or None when the state cannot be read (not a grpcio channel)."""
+        core = self._core
+        if core is None:
+            return None
+        try:
+            state = core.check_connectivity_state(False)
+        except Exception:  # a closed channel: the call will fail on its own
+            return None
+        if state == _READY:
+            return ALREADY_READY
+        # (Not check_connectivity_state(True) to start connecting sooner: that runs gRPC
+        # core's connection setup, e.g. a TLS context, here, before the request.)
+        until = deadline or now() + _LONGEST_WATCH_NS
+        with self._lock:
+            watch = self._watch
+            if watch is None or watch.done:
+                watch = self._watch = ReadyWatch()
+                watch.until = until
+                self._start(watch, aio)
+            elif until > watch.until:
+                watch.until = until
+        return watch
+
+    def _start(self, watch: ReadyWatch, aio: bool) -> None:
+        if aio:
+            try:
+                asyncio.get_running_loop().create_task(_watch_aio(self._core, watch))
+                return
+            except RuntimeError:  # no running loop: watch from a thread instead
+                pass
+        _WATCHERS.submit(self._core, watch)
+
+
+class _Watchers:
+    """Threads that watch cold channels, kept for a while and reused.
+
+    ``threading.Thread.start`` waits until the new thread runs, which on a loaded
+    machine took tens of milliseconds, on the calling thread, before its request was
+    even serialized. A job is instead queued (no wait) for an idle watcher, and a
+    thread is started, without waiting for it, only when none is idle.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Any, ReadyWatch]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, core: Any, watch: ReadyWatch) -> None:
+        self._jobs.put((core, watch))
+        if self._idle <= 0:  # racy read on purpose: at worst one thread too many
+            with self._lock:
+                self._idle += 1
+            _thread.start_new_thread(self._run, ())
+
+    def _run(self) -> None:
+        while True:
+            try:
+                core, watch = self._jobs.get(timeout=_WATCHER_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    self._idle -= 1
+                return
+            with self._lock:
+                self._idle -= 1
+            _watch_sync(core, watch)
+            with self._lock:
+                self._idle += 1
+
+
+#: Watcher threads exit after this long without a cold channel to watch (s).
+_WATCHER_IDLE_S = 10.0
+_WATCHERS = _Watchers()
+
+
+def _seen(watch: ReadyWatch, state: int) -> bool:
+    """Record READY (or give up); True when the watch is over."""
+    if state == _READY:
+        watch.ready_at = now()
+        watch.done = True
+    elif state == _SHUTDOWN or now() > watch.until:
+        watch.done = True
+    return watch.done
+
+
+def _watch_sync(core: Any, watch: ReadyWatch) -> None:
+    try:
+        state = core.check_connectivity_state(False)
+        while not _seen(watch, state):
+            core.watch_connectivity_state(state, time.time() + _POLL_S)
+            state = core.check_connectivity_state(False)
+    except Exception:  # the channel was closed under us: nothing to report
+        watch.done = True
+
+
+async def _watch_aio(core: Any, watch: ReadyWatch) -> None:
+    try:
+        state = core.check_connectivity_state(False)
+        while not _seen(watch, state):
+            await core.watch_connectivity_state(state, time.time() + _POLL_S)
+            state = core.check_connectivity_state(False)
+    except Exception:
+        watch.done = True
