@@ -43,6 +43,7 @@ from grpc_overhead.analyzer import span_sources as src
 #: first response. (Derived ones follow: network_overhead, unattributed, the aliases.)
 UNARY_ONLY: tuple[str, ...] = (
     "client_serialize",
+    "client_connect",
     "request_network",
     "server_dispatch",
     "server_queue",
@@ -52,6 +53,7 @@ UNARY_ONLY: tuple[str, ...] = (
     "post_processing",
     "response_serialize",
     "response_network",
+    "client_dispatch",
     "client_deserialize",
     "request_network_raw",
     "response_network_raw",
