@@ -36,25 +36,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpc_overhead.analyzer import span_sources as src
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
 
 #: The phases whose definition assumes one message each way: NULL for streams, where
 #: "first request sent -> serverCallStarted" is no network time (the server sees the call
 #: when its headers arrive, before the first message) and a handler's return is not its
 #: first response. (Derived ones follow: network_overhead, unattributed, the aliases.)
 UNARY_ONLY: tuple[str, ...] = (
-    "client_serialize",
-    "client_connect",
-    "request_network",
-    "server_dispatch",
-    "server_queue",
-    "request_deserialize",
-    "server_interceptors",
-    "processing",
-    "post_processing",
-    "response_serialize",
-    "response_network",
-    "client_dispatch",
-    "client_deserialize",
+    *CONSECUTIVE_PHASES,
     "request_network_raw",
     "response_network_raw",
     "client_pre_send",
