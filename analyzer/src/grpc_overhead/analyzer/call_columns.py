@@ -157,57 +157,26 @@ LC = "LowCardinality(String)"
 
 _TIMES = "Array(Int64)"
 _EMPTY = "CAST([], 'Array(Int64)')"
+
+
 #: A stream's message times, one array per event and side (a ``max`` of arrays keeps the
 #: filled half's: any array is greater than the empty one the other half writes).
+def _message_column(name: str, side: str, *events: str) -> Column:
+    """``name``: one half's ``src.message_times(*events)`` array, empty for the other."""
+    return Column(name, _TIMES, absent=_EMPTY, **{side: src.message_times(*events)})
+
+
 MESSAGE_COLUMNS: tuple[Column, ...] = (
-    Column(
-        "client_request_serialize_ns",
-        _TIMES,
-        client=src.message_times("outboundMessage"),
-        absent=_EMPTY,
+    _message_column("client_request_serialize_ns", "client", "outboundMessage"),
+    _message_column("client_request_sent_ns", "client", "outboundMessageSent", "outbound"),
+    _message_column(
+        "client_response_received_ns", "client", "clientReceivedResponse", "inbound_received"
     ),
-    Column(
-        "client_request_sent_ns",
-        _TIMES,
-        client=src.message_times("outboundMessageSent", "outbound"),
-        absent=_EMPTY,
-    ),
-    Column(
-        "client_response_received_ns",
-        _TIMES,
-        client=src.message_times("clientReceivedResponse", "inbound_received"),
-        absent=_EMPTY,
-    ),
-    Column(
-        "client_response_read_ns",
-        _TIMES,
-        client=src.message_times("inboundMessageRead", "inbound_read"),
-        absent=_EMPTY,
-    ),
-    Column(
-        "server_request_received_ns",
-        _TIMES,
-        server=src.message_times("inboundMessage", "inbound_received"),
-        absent=_EMPTY,
-    ),
-    Column(
-        "server_request_read_ns",
-        _TIMES,
-        server=src.message_times("inboundMessageRead", "inbound_read"),
-        absent=_EMPTY,
-    ),
-    Column(
-        "server_response_serialize_ns",
-        _TIMES,
-        server=src.message_times("outboundMessage"),
-        absent=_EMPTY,
-    ),
-    Column(
-        "server_response_sent_ns",
-        _TIMES,
-        server=src.message_times("outboundMessageSent", "outbound"),
-        absent=_EMPTY,
-    ),
+    _message_column("client_response_read_ns", "client", "inboundMessageRead", "inbound_read"),
+    _message_column("server_request_received_ns", "server", "inboundMessage", "inbound_received"),
+    _message_column("server_request_read_ns", "server", "inboundMessageRead", "inbound_read"),
+    _message_column("server_response_serialize_ns", "server", "outboundMessage"),
+    _message_column("server_response_sent_ns", "server", "outboundMessageSent", "outbound"),
 )
 
 #: Every column after the key, in table order. Both halves fill the columns
