@@ -73,17 +73,24 @@ DISPATCH_CANDIDATE_COLUMNS: tuple[str, ...] = (
 )
 
 
-def dispatch_estimate_sql(request_gap: str) -> str:
+def dispatch_estimate_sql(request_gap: str, low_slack: str = "0") -> str:
     """The wait (ns, Float64 or NULL) from the two candidates and ``request_gap``
     (clock-corrected serverCallStarted - client outboundMessageSent).
 
     A candidate fits when it lies in [0, request gap] give or take 1.5 ms; of
     two distinct candidates the one that fits alone is taken, and a call where
     both or neither fit gets none (then the wait stays inside request_network).
+    ``low_slack`` (ns, SQL) widens the lower bound further: the client's budget is
+    taken after its connection wait, which its watch sees up to that wait late, so a
+    call that waited may read a candidate that much below 0 (the value is then
+    clamped to 0 by the phase).
     """
 
     def fits(candidate: str) -> str:
-        return f"({candidate} >= -{_SLACK_NS} AND {candidate} <= {request_gap} + {_SLACK_NS})"
+        return (
+            f"({candidate} >= -{_SLACK_NS} - {low_slack}"
+            f" AND {candidate} <= {request_gap} + {_SLACK_NS})"
+        )
 
     low, high = "dispatch_low_ns", "dispatch_high_ns"
     return (

@@ -76,12 +76,12 @@ _RESIDENCE_EVENTS = _between(
 
 _REQUEST_GAP = _between("request_gap", "server_call_started_ns", "client_outbound_message_sent_ns")
 _OFFSET = "if(clock_defined, clock_offset_ns, 0)"
-#: Computed one level below the phases (``with_dispatch``): ClickHouse expands
-#: aliases, and every phase after request_network refers to it.
-#: The request gap it must fit in is the one after the client's connection wait.
+#: Computed one level below the phases (``with_dispatch``): every phase after
+#: request_network refers to it. It must fit in the gap after the connection wait.
 DISPATCH_ESTIMATE = (
     dispatch_estimate_sql(
-        f"({_REQUEST_GAP.value} - {_OFFSET} - greatest(client_connect_ns, toInt64(0)))"
+        f"({_REQUEST_GAP.value} - {_OFFSET} - greatest(client_connect_ns, toInt64(0)))",
+        "greatest(client_connect_ns, toInt64(0))",
     )
     + " AS server_dispatch_estimate_ns"
 )
