@@ -40,6 +40,18 @@ from harness.ground_truth.profile import Profile
 DELAY_S = 1.0
 #: Phases a connection wait must not grow: the request's way to the server.
 OTHERS = ("request_network", "server_dispatch")
+#: Measured, not yet recovered (issue 21 stays open on it): the READY watch sees the
+#: channel turn READY a thread wake-up late, and that lateness moves from request_network
+#: into client_connect; a late server's first call reads its request side high.
+WATCH_LATENESS = (
+    "the READY watch sees the channel turn READY a thread wake-up late, so a cold "
+    "call's request_network reads low by that lateness and client_connect high "
+    "(request_network 0 vs 256-407 us for warm calls at load 1.5-3 on 2 cores)"
+)
+LATE_SERVER_SIDE = (
+    "a late server's first call reads its request side (request_network + "
+    "server_dispatch) 0.7-1.6 ms above a fresh server's first call at load 1.5-3"
+)
 
 
 def _client(pipeline: Pipeline, spec: dict) -> dict:
@@ -101,13 +113,14 @@ def connection_setup(workdir: Path, profile: Profile) -> ScenarioResult:
             result.checks.append(check(
                 result.name, case, "request side of a new server's first call (p50s)",
                 " + ".join(OTHERS), sum(p50(warm, p) for p in OTHERS),
-                sum(p50(body, p) for p in OTHERS),
+                sum(p50(body, p) for p in OTHERS), limit=LATE_SERVER_SIDE,
             ))  # fmt: skip
             continue
         for phase in OTHERS:
             result.checks.append(check(
                 result.name, case, f"{phase} of the warm calls, same path (p50)", phase,
                 p50(warm, phase), p50(body, phase),
+                limit=WATCH_LATENESS if phase == "request_network" else "",
             ))  # fmt: skip
     result.phases["warm_plain"] = p50s(bodies["connect-warm-plain"])
     result.observations = {

@@ -81,9 +81,10 @@ def dispatch_estimate_sql(request_gap: str, low_slack: str = "0") -> str:
     two distinct candidates the one that fits alone is taken, and a call where
     both or neither fit gets none (then the wait stays inside request_network).
     ``low_slack`` (ns, SQL) widens the lower bound further: the client's budget is
-    taken after its connection wait, which its watch sees up to that wait late, so a
-    call that waited may read a candidate that much below 0 (the value is then
-    clamped to 0 by the phase).
+    taken after its connection wait, which its watch sees a thread wake-up late, so a
+    call that waited may read a candidate that much below 0 (phases passes the wait,
+    at most 5 ms: wider would let both of a >= 1 s budget's candidates fit; the value
+    is then clamped to 0 by the phase).
     """
 
     def fits(candidate: str) -> str:

@@ -81,7 +81,7 @@ _OFFSET = "if(clock_defined, clock_offset_ns, 0)"
 DISPATCH_ESTIMATE = (
     dispatch_estimate_sql(
         f"({_REQUEST_GAP.value} - {_OFFSET} - greatest(client_connect_ns, toInt64(0)))",
-        "greatest(client_connect_ns, toInt64(0))",
+        "least(greatest(client_connect_ns, toInt64(0)), toInt64(5000000))",
     )
     + " AS server_dispatch_estimate_ns"
 )
