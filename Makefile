@@ -68,7 +68,7 @@ demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
 test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=25
 
 test-fast: setup
 	$(VENV)/bin/pytest -m unit

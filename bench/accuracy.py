@@ -44,6 +44,12 @@ def markdown(results: list[ScenarioResult], info: dict[str, Any]) -> str:
         "|---|---|---|---|---:|---:|---:|---:|---|",
     ]
     lines += [_row(c) for r in results for c in r.checks]
+    runs = [f"{r.name} {r.run['date'][:16].replace('T', ' ')} UTC, load "
+            f"{r.run['load_average_1m_at_start']:.1f}" for r in results if r.run]  # fmt: skip
+    earlier = [r.name for r in results if not r.run]
+    if runs and earlier:  # a merged partial run: say when each scenario ran
+        lines += ["", f"When each ran: {'; '.join(runs)}; {', '.join(earlier)}: an earlier run "
+                      "(its date and load were not kept per scenario)."]  # fmt: skip
     limits = [c for r in results for c in r.limits]
     if limits:
         lines += ["", "Not recoverable (the harness's explanation):", ""]
@@ -87,6 +93,7 @@ def _from_json(data: dict[str, Any]) -> ScenarioResult:
         data["name"], data["profile"],
         checks=[Check(**{k: c[k] for k in fields}) for c in data["checks"]],
         observations=data["observations"], notes=data["notes"], seconds=data["seconds"],
+        run=data.get("run", {}),
     )  # fmt: skip
 
 
@@ -110,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
         log(result.describe())
         results.append(result)
-    scenarios = [r.to_json() for r in results]
+    run = {key: info[key] for key in ("date", "load_average_1m_at_start")}
+    scenarios = [{**r.to_json(), "run": run} for r in results]
     if args.only:  # a partial run replaces its scenarios in the last full results
         scenarios = _merged(scenarios, profile.name)
     data = {

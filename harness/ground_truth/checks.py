@@ -92,6 +92,9 @@ class ScenarioResult:
     observations: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: When it ran and the load then (``date``, ``load_average_1m_at_start``): a merged
+    #: partial run's table says so per scenario.
+    run: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[Check]:
