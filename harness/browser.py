@@ -114,8 +114,18 @@ def open_page(page: Any, url: str, timeout_s: float = 60.0) -> float:
     """Navigate to ``url`` and wait until loaded; returns the seconds it took."""
     started = time.perf_counter()
     page.goto(url, wait_until="domcontentloaded", timeout=timeout_s * 1000)
+    if _path(url) == "":
+        # ``/`` is a hidden page that switches to the first one in a second script run,
+        # which a loaded machine may start after the first run looked settled.
+        page.wait_for_url(lambda now: _path(now) != "", timeout=timeout_s * 1000)
     wait_loaded(page, timeout_s)
     return time.perf_counter() - started
+
+
+def _path(url: str) -> str:
+    from urllib.parse import urlparse
+
+    return urlparse(url).path.strip("/")
 
 
 def calls_metric(page: Any) -> int | None:
