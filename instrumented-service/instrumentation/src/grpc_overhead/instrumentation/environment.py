@@ -26,6 +26,8 @@ EXPORT_BATCH_SIZE = "GRPC_OVERHEAD_EXPORT_BATCH_SIZE"
 EXPORT_INTERVAL_MS = "GRPC_OVERHEAD_EXPORT_INTERVAL_MS"
 RUN_ID = "GRPC_OVERHEAD_RUN_ID"
 COMPRESSED_SIZE_EVERY = "GRPC_OVERHEAD_COMPRESSED_SIZE_EVERY"
+COMPRESSIBILITY_INTERVAL_S = "GRPC_OVERHEAD_COMPRESSIBILITY_INTERVAL_S"
+COMPRESSIBILITY_MAX_BYTES = "GRPC_OVERHEAD_COMPRESSIBILITY_MAX_BYTES"
 RESIDENCE_TRAILER = "GRPC_OVERHEAD_RESIDENCE_TRAILER"
 JAEGER_URL = "GRPC_OVERHEAD_JAEGER_URL"
 TIMING_DEADLINE_S = "GRPC_OVERHEAD_TIMING_DEADLINE_S"
@@ -69,6 +71,18 @@ DOCUMENTED: tuple[Variable, ...] = (
         "16",
         "with gRPC gzip/deflate, every Nth message is re-compressed off the hot path "
         "to record its exact compressed size (0 = never)",
+    ),
+    Variable(
+        COMPRESSIBILITY_INTERVAL_S,
+        "5",
+        "seconds: per method, at most one sent message per interval (client: requests, "
+        "server: responses) is measured off the hot path for its gzip/deflate ratio and CPU "
+        "cost per MB, as span attributes grpc_overhead.compressibility.* (0 = never)",
+    ),
+    Variable(
+        COMPRESSIBILITY_MAX_BYTES,
+        "1048576",
+        "bytes of a sampled message that are measured (a prefix of larger ones; 0 = never)",
     ),
     Variable(
         RESIDENCE_TRAILER,
