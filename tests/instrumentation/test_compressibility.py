@@ -116,8 +116,11 @@ def test_large_messages_are_measured_by_a_bounded_prefix():
 
 def test_both_encoders_carry_the_sample_once_measured(pipeline, monkeypatch):
     rec, server = recorder(pipeline, monkeypatch), recorder(pipeline, monkeypatch)
-    records = [call(rec, S, COMPRESSIBLE), call(rec, S + 1, COMPRESSIBLE),
-               call(server, S, INCOMPRESSIBLE, client=False)]  # one recorder per channel/server
+    records = [
+        call(rec, S, COMPRESSIBLE),
+        call(rec, S + 1, COMPRESSIBLE),
+        call(server, S, INCOMPRESSIBLE, client=False),
+    ]  # one recorder per channel/server
     wire = encode_request(records, encode_resource(RESOURCE))
     spans = ExportTraceServiceRequest.FromString(wire).resource_spans[0].scope_spans[0].spans
     found = [{a.key: a.value for a in span.attributes} for span in spans]
