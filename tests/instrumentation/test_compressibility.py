@@ -89,7 +89,7 @@ def test_zero_turns_sampling_off(pipeline, monkeypatch, interval_s, max_bytes):
 def test_bad_settings_fall_back_to_the_defaults(pipeline, monkeypatch):
     rec = recorder(pipeline, monkeypatch, "often", "lots")
     assert rec.compressibility.interval_ns == 5 * S
-    assert rec.compressibility.max_bytes == 1 << 20
+    assert rec.compressibility.max_bytes == 256 * 1024
 
 
 @pytest.mark.parametrize("payload", [COMPRESSIBLE, INCOMPRESSIBLE], ids=["text", "random"])

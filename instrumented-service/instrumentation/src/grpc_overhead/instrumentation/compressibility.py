@@ -41,7 +41,10 @@ from grpc_overhead.instrumentation.vocabulary import (
 _LOGGER = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
-DEFAULT_MAX_BYTES = 1 << 20
+#: A prefix this long estimates ratio and cost per MB well, and bounds a sample of a
+#: large, incompressible message to about 11 ms of CPU (1 MiB: 45 ms; see
+#: docs/notes/issue-22-compress.md).
+DEFAULT_MAX_BYTES = 256 * 1024
 #: Distinct methods a sampler remembers: a client calling unbounded method names
 #: stops sampling new ones rather than growing without bound.
 MAX_METHODS = 1024
@@ -63,7 +66,7 @@ ATTRIBUTE_KEYS: tuple[str, ...] = (
 )
 #: Timing a small message once measures the timer; repeat it until this many bytes
 #: (or ``_MAX_REPEATS`` rounds) went through, so ns per MB is the steady cost.
-_MIN_TIMED_BYTES = 256 * 1024
+_MIN_TIMED_BYTES = 64 * 1024
 _MAX_REPEATS = 64
 _NS_PER_MB = 1_000_000  # bytes per MB: cost per MB = ns * 1e6 / bytes
 

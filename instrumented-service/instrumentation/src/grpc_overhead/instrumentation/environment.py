@@ -81,7 +81,7 @@ DOCUMENTED: tuple[Variable, ...] = (
     ),
     Variable(
         COMPRESSIBILITY_MAX_BYTES,
-        "1048576",
+        "262144",
         "bytes of a sampled message that are measured (a prefix of larger ones; 0 = never)",
     ),
     Variable(
