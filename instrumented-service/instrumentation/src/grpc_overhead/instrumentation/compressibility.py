@@ -19,7 +19,6 @@ Failures are counted (``Sampler.failed``), never raised.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import zlib
 from typing import Any
@@ -29,6 +28,7 @@ import grpc
 from grpc_overhead.instrumentation.environment import (
     COMPRESSIBILITY_INTERVAL_S,
     COMPRESSIBILITY_MAX_BYTES,
+    environment_number,
 )
 from grpc_overhead.instrumentation.vocabulary import (
     COMPRESSIBILITY_DIRECTION,
@@ -71,18 +71,6 @@ _MAX_REPEATS = 64
 _NS_PER_MB = 1_000_000  # bytes per MB: cost per MB = ns * 1e6 / bytes
 
 
-def _environment_number(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        _LOGGER.warning("%s=%r is not a number; using %g", name, raw, default)
-        return default
-    return max(0.0, value)
-
-
 class Sampler:
     """Which sent messages are measured: one per method per interval, per process side.
 
@@ -95,9 +83,9 @@ class Sampler:
 
     def __init__(self, interval_s: float | None = None, max_bytes: int | None = None) -> None:
         if interval_s is None:
-            interval_s = _environment_number(COMPRESSIBILITY_INTERVAL_S, DEFAULT_INTERVAL_S)
+            interval_s = environment_number(COMPRESSIBILITY_INTERVAL_S, DEFAULT_INTERVAL_S)
         if max_bytes is None:
-            max_bytes = int(_environment_number(COMPRESSIBILITY_MAX_BYTES, DEFAULT_MAX_BYTES))
+            max_bytes = int(environment_number(COMPRESSIBILITY_MAX_BYTES, DEFAULT_MAX_BYTES))
         #: 0 = never sample (the hot path's check then fails first).
         self.interval_ns = int(interval_s * 1_000_000_000) if max_bytes > 0 else 0
         self.max_bytes = max_bytes

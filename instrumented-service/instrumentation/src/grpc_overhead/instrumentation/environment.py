@@ -9,8 +9,11 @@ there fails the suite.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
+
+_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -188,3 +191,17 @@ def instrumentation_disabled() -> bool:
     """``GRPC_OVERHEAD_DISABLED`` set: the instrumentor and the explicit factories
     (instrumented servers, channel wrappers) leave gRPC untouched."""
     return os.environ.get(INSTRUMENTATION_DISABLED, "").strip().lower() in ("1", "true", "yes")
+
+
+def environment_number(name: str, default: float, minimum: float = 0.0) -> float:
+    """A numeric variable: ``default`` when unset or empty, and (with a warning) when it
+    is not a number; never below ``minimum``. Telemetry settings never stop a service."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        _LOGGER.warning("%s=%r is not a number; using %g", name, raw, default)
+        return default
+    return max(minimum, value)
