@@ -10,11 +10,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from grpc_overhead.instrumentation import SpanPipeline
+from grpc_overhead.instrumentation import SpanPipeline, compressibility
 from grpc_overhead.instrumentation.compressibility import (
     ALGORITHMS,
     ATTRIBUTE_KEYS,
     MAX_METHODS,
+    MAX_SAMPLES_PER_INTERVAL,
     Sampler,
     measure,
     sample_attributes,
@@ -73,10 +74,24 @@ def test_at_most_one_message_per_method_per_interval(pipeline, monkeypatch):
 def test_the_sampler_remembers_a_bounded_number_of_methods():
     sampler = Sampler(interval_s=1, max_bytes=100)
     for index in range(MAX_METHODS):
-        assert sampler.keep(f"/m/{index}", S)
+        sampler.keep(f"/m/{index}", S)  # remembered, kept or not (the process's budget)
     assert not sampler.keep("/m/one-too-many", S)
     assert sampler.keep("/m/0", 3 * S)  # known methods keep their slot
     assert len(sampler.next_at) == MAX_METHODS
+
+
+@pytest.fixture(autouse=True)
+def _fresh_budget(monkeypatch):
+    """Each test starts with the process-wide budget unspent (tests use made-up clocks)."""
+    monkeypatch.setattr(compressibility, "_budget", [0, 0])
+
+
+def test_the_process_keeps_a_bounded_number_of_samples_per_interval():
+    samplers = [Sampler(interval_s=1, max_bytes=100) for _ in range(2)]  # two channels
+    kept = [samplers[i % 2].keep(f"/m/{i}", S + i) for i in range(3 * MAX_SAMPLES_PER_INTERVAL)]
+    assert sum(kept) == MAX_SAMPLES_PER_INTERVAL == sum(kept[:MAX_SAMPLES_PER_INTERVAL])
+    assert sum(s.skipped for s in samplers) == 2 * MAX_SAMPLES_PER_INTERVAL
+    assert samplers[0].keep("/m/0", 2 * S + 1)  # a new interval, a new budget
 
 
 @pytest.mark.parametrize(("interval_s", "max_bytes"), [("0", ""), ("5", "0")])

@@ -23,6 +23,7 @@ from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.cli.processes import ServiceProcess, offline_env
 from grpc_overhead.instrumentation import SpanPipeline, instrument_channel
+from grpc_overhead.instrumentation import compressibility as sampling
 from grpc_overhead.instrumentation.environment import COMPRESSIBILITY_INTERVAL_S, RUN_ID
 from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
 from grpc_overhead.prediction.payload import make_image_request, make_request
@@ -64,6 +65,8 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
             export_interval_ms=100,
         )
         patch.setenv(COMPRESSIBILITY_INTERVAL_S, "3600")
+        # This process's budget, unspent by the tests that ran in it before.
+        patch.setattr(sampling, "_budget", [0, 0])
         try:
             with ServiceProcess(["--workers", "2"], env=service_env) as service:
                 for run in RUNS:
