@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpc_overhead.analyzer import sample_columns
 from grpc_overhead.analyzer import span_sources as src
 
 CLIENT_KINDS = ("Client", "SPAN_KIND_CLIENT")
@@ -406,6 +407,11 @@ COLUMNS: tuple[Column, ...] = (
     # Streams, per message (index k = message k, by message id; empty for unary calls,
     # whose one message per direction is in the first-message columns above).
     *MESSAGE_COLUMNS,
+    # A sampled message's measured compressibility (-1 = no sample: sample_columns).
+    *(
+        Column(name, kind, absent=absent, **{side: expression})
+        for name, kind, side, expression, absent in sample_columns.specs()
+    ),
 )
 
 KEY = ("TraceId", "ClientSpanId")

@@ -29,6 +29,7 @@ from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.messages import MESSAGES_VIEW, messages_sql
 from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
 from grpc_overhead.analyzer.runs import create_runs
+from grpc_overhead.analyzer.sample_columns import sample_view_columns
 from grpc_overhead.analyzer.store.base import Store, table_exists
 
 PHASES_VIEW = "grpc_call_phases"
@@ -103,6 +104,7 @@ IDENTITY: tuple[tuple[str, str, str], ...] = (
         "toUInt32(response_messages)",
         "response messages (a stream's count; 1 for unary)",
     ),
+    *sample_view_columns(),
     (
         "clock_offset_us",
         "if(clock_defined, clock_offset_ns / 1000, NULL)",

@@ -6,6 +6,8 @@ the insights.
 
 from __future__ import annotations
 
+from grpc_overhead.analyzer.sample_columns import specs as _sample_specs
+
 #: The design's phase table, in its order (a contract: names never change).
 DESIGN_PHASES: tuple[str, ...] = (
     "client_serialize",
@@ -118,6 +120,8 @@ CALL_COLUMNS: tuple[str, ...] = (
     "client_scope",
     "server_scope",
     "client_attempts",
+    # A sampled message's measured compressibility (-1: none; sample_columns).
+    *(name for name, *_ in _sample_specs()),
 )
 
 #: ``quantilesTDigest``, chosen for accuracy per cost: against exact quantiles

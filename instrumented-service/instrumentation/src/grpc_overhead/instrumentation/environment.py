@@ -9,8 +9,11 @@ there fails the suite.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
+
+_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ EXPORT_BATCH_SIZE = "GRPC_OVERHEAD_EXPORT_BATCH_SIZE"
 EXPORT_INTERVAL_MS = "GRPC_OVERHEAD_EXPORT_INTERVAL_MS"
 RUN_ID = "GRPC_OVERHEAD_RUN_ID"
 COMPRESSED_SIZE_EVERY = "GRPC_OVERHEAD_COMPRESSED_SIZE_EVERY"
+COMPRESSIBILITY_INTERVAL_S = "GRPC_OVERHEAD_COMPRESSIBILITY_INTERVAL_S"
+COMPRESSIBILITY_MAX_BYTES = "GRPC_OVERHEAD_COMPRESSIBILITY_MAX_BYTES"
 RESIDENCE_TRAILER = "GRPC_OVERHEAD_RESIDENCE_TRAILER"
 JAEGER_URL = "GRPC_OVERHEAD_JAEGER_URL"
 TIMING_DEADLINE_S = "GRPC_OVERHEAD_TIMING_DEADLINE_S"
@@ -69,6 +74,18 @@ DOCUMENTED: tuple[Variable, ...] = (
         "16",
         "with gRPC gzip/deflate, every Nth message is re-compressed off the hot path "
         "to record its exact compressed size (0 = never)",
+    ),
+    Variable(
+        COMPRESSIBILITY_INTERVAL_S,
+        "5",
+        "seconds: per method, at most one sent message per interval (client: requests, "
+        "server: responses) is measured off the hot path for its gzip/deflate ratio and CPU "
+        "cost per MB, as span attributes grpc_overhead.compressibility.* (0 = never)",
+    ),
+    Variable(
+        COMPRESSIBILITY_MAX_BYTES,
+        "262144",
+        "bytes of a sampled message that are measured (a prefix of larger ones; 0 = never)",
     ),
     Variable(
         RESIDENCE_TRAILER,
@@ -174,3 +191,17 @@ def instrumentation_disabled() -> bool:
     """``GRPC_OVERHEAD_DISABLED`` set: the instrumentor and the explicit factories
     (instrumented servers, channel wrappers) leave gRPC untouched."""
     return os.environ.get(INSTRUMENTATION_DISABLED, "").strip().lower() in ("1", "true", "yes")
+
+
+def environment_number(name: str, default: float, minimum: float = 0.0) -> float:
+    """A numeric variable: ``default`` when unset or empty, and (with a warning) when it
+    is not a number; never below ``minimum``. Telemetry settings never stop a service."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        _LOGGER.warning("%s=%r is not a number; using %g", name, raw, default)
+        return default
+    return max(minimum, value)

@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.resources import Resource
 
 from grpc_overhead.instrumentation import clock
+from grpc_overhead.instrumentation.compressibility import ATTRIBUTE_KEYS, sample_attributes
 from grpc_overhead.instrumentation.records import CallRecord
 from grpc_overhead.instrumentation.spans import (
     SCOPE,
@@ -196,7 +197,7 @@ def _encode_described(record: CallRecord) -> bytes:
 _RESERVED = frozenset((RPC_SYSTEM, RPC_SERVICE, RPC_METHOD, RPC_GRPC_STATUS_CODE, CALL_TYPE,
                        COMPRESSION, SERVER_ADDRESS, SERVER_PORT, PEER_ADDRESS, PEER_PORT,
                        SERVER_RESIDENCE_NS, RUN_ID, DEADLINE_BUDGET_NS, CLIENT_CONNECT_NS,
-                       CLIENT_DISPATCH_NS))  # fmt: skip
+                       CLIENT_DISPATCH_NS, *ATTRIBUTE_KEYS))  # fmt: skip
 _CACHE_LIMIT = 4096
 _heads: dict[tuple, bytes] = {}
 _events: dict[tuple, tuple[bytes, bytes]] = {}
@@ -276,6 +277,11 @@ def _encode_fast(record: CallRecord) -> bytes:
         parts.append(_int_attribute(_CONNECT_KEY, connect))
     if dispatch is not None:
         parts.append(_int_attribute(_DISPATCH_KEY, dispatch))
+    if record.compress_sample is not None:
+        sample = sample_attributes(record)
+        if sample:
+            # Values differ every sample: not through _attributes' pair cache.
+            parts += [_length_delimited(b"\x4a", _key_value(k, v)) for k, v in sample.items()]
     if record.attributes:
         parts.append(_attributes(b"\x4a", record.attributes))
     # Per event: its cached bytes before and after the timestamp; one join at the end.

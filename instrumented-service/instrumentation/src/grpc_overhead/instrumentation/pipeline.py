@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import collections
 import logging
-import os
 import threading
 import time
 import weakref
@@ -32,6 +31,7 @@ from grpc_overhead.instrumentation.environment import (
     EXPORT_BATCH_SIZE,
     EXPORT_INTERVAL_MS,
     MAX_QUEUE_SIZE,
+    environment_number,
 )
 from grpc_overhead.instrumentation.resource import process_resource
 from grpc_overhead.instrumentation.sampling import Sampling
@@ -48,15 +48,7 @@ _live_pipelines: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
 
 
 def _environment_int(name: str, default: int, minimum: int = 1) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        _LOGGER.warning("%s=%r is not an integer; using %d", name, raw, default)
-        return default
-    return max(minimum, value)
+    return int(environment_number(name, default, minimum))
 
 
 class SpanPipeline:

@@ -13,6 +13,7 @@ import sys
 import grpc
 
 from grpc_overhead.instrumentation import coexistence
+from grpc_overhead.instrumentation.compressibility import Sampler as CompressibilitySampler
 from grpc_overhead.instrumentation.environment import (
     COMPRESSED_SIZE_EVERY,
     RESIDENCE_TRAILER,
@@ -74,6 +75,7 @@ class Recorder:
     __slots__ = (
         "_compressed_size_counter",
         "compressed_size_every",
+        "compressibility",
         "compression",
         "folding",
         "pipeline",
@@ -95,6 +97,9 @@ class Recorder:
         self.residence_trailer = _environment_flag(RESIDENCE_TRAILER, True)
         self.compressed_size_every = max(0, _environment_int(COMPRESSED_SIZE_EVERY, 16))
         self._compressed_size_counter = 0
+        # None when sampling is off, so the hot path's check is one comparison with None.
+        compressibility = CompressibilitySampler()
+        self.compressibility = compressibility if compressibility.interval_ns else None
         self.timing_deadline_s = _timing_deadline()
         # Every span of this process carries it, unless a call brings its own (a client's).
         self.run_id = os.environ.get(RUN_ID, "").strip() or None

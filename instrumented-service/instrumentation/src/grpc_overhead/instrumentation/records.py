@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grpc_overhead.instrumentation.clock import now
 from grpc_overhead.instrumentation.vocabulary import (
@@ -22,6 +22,9 @@ from grpc_overhead.instrumentation.vocabulary import (
     OUTBOUND_MESSAGE,
     OUTBOUND_MESSAGE_SENT,
 )
+
+if TYPE_CHECKING:
+    from grpc_overhead.instrumentation.compressibility import Sampler
 
 
 class _Pipeline(Protocol):
@@ -36,6 +39,7 @@ class Recorder(Protocol):
     """
 
     compression: str | None
+    compressibility: Sampler | None
     folding: bool
     run_id: str | None
 
@@ -73,6 +77,7 @@ class CallRecord:
         "attributes",
         "call_type",
         "client",
+        "compress_sample",
         "compression",
         "connect_watch",
         "context",
@@ -148,6 +153,9 @@ class CallRecord:
         self.connect_watch: Any = None
         self.lag_probe: Any = None
         self.dispatch_ns = -1
+        # A sent message kept for its compressibility, then its measured attributes
+        # (compressibility.py); None when not sampled.
+        self.compress_sample: Any = None
 
     def event(self, name: str, timestamp: int) -> None:
         self.events.append((name, timestamp, 0, -1, None))
@@ -155,6 +163,14 @@ class CallRecord:
     def outbound(self, started: int, sent: int, payload: bytes) -> None:
         self.outbound_count = message_id = self.outbound_count + 1
         keep = payload if self.compression and self.recorder.keep_for_compressed_size() else None
+        sampler = self.recorder.compressibility
+        if (
+            sampler is not None
+            and sent >= sampler.next_at.get(self.method, 0)  # one lookup, one comparison
+            and self.compress_sample is None
+            and sampler.keep(self.method, sent)
+        ):
+            self.compress_sample = payload  # a reference: measured off the hot path
         self.events.append((OUTBOUND_MESSAGE, started, message_id, -1, None))
         self.events.append((OUTBOUND_MESSAGE_SENT, sent, message_id, len(payload), keep))
 

@@ -2,7 +2,8 @@
 
 This is where the cost the hot path avoided is paid: strings, dictionaries,
 SpanContext objects, wall-clock conversion and the exact compressed size of
-sampled messages (re-compressed here with the parameters gRPC core uses).
+sampled messages (re-compressed here with the parameters gRPC core uses), and the
+compressibility of the few messages kept for it (compressibility.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from grpc_overhead.instrumentation import clock
+from grpc_overhead.instrumentation.compressibility import WINDOW_BITS, sample_attributes
 from grpc_overhead.instrumentation.records import CallRecord
 from grpc_overhead.instrumentation.version import __version__
 from grpc_overhead.instrumentation.vocabulary import (
@@ -47,9 +49,6 @@ from grpc_overhead.instrumentation.vocabulary import (
 
 SCOPE = InstrumentationScope("grpc_overhead.instrumentation", __version__)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-# gRPC core compresses with zlib defaults: level Z_DEFAULT_COMPRESSION, 15 window bits,
-# +16 for the gzip wrapper.
-_WINDOW_BITS = {"gzip": 31, "deflate": 15}
 
 _STATUS_NAMES = {
     0: "OK",
@@ -109,7 +108,7 @@ def parse_target(target: str) -> tuple[str | None, int | None]:
 
 def compressed_size(payload: bytes, compression: str) -> int:
     """Exact on-the-wire size of a message gRPC core compressed (it sends the smaller)."""
-    bits = _WINDOW_BITS.get(compression)
+    bits = WINDOW_BITS.get(compression)
     if bits is None:
         return len(payload)
     compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, bits)
@@ -137,6 +136,9 @@ class SpanDescription:
             attributes[CLIENT_CONNECT_NS] = connect
         if dispatch is not None:
             attributes[CLIENT_DISPATCH_NS] = dispatch
+        sample = sample_attributes(record)
+        if sample:
+            attributes.update(sample)
         if record.attributes:
             attributes.update(record.attributes)
         self.attributes = attributes

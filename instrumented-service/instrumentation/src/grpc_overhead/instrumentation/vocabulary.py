@@ -64,6 +64,23 @@ CLIENT_CONNECT_NS = "grpc_overhead.client_connect_ns"
 # response arrived: an estimate of the wait between the response reaching the process
 # and the caller running again (analyzer: client_dispatch; see lag_probe.py).
 CLIENT_DISPATCH_NS = "grpc_overhead.client_dispatch_ns"
+# A sent message sampled for its compressibility (compressibility.py; at most one per
+# method per interval and process side: a client span's sample is a request, a server
+# span's a response). Its size, the bytes measured (a prefix of larger messages), and per
+# algorithm gRPC offers (gzip, deflate) at gRPC core's zlib level: the compressed /
+# measured ratio and the CPU ns per MB (1e6 bytes) to compress and to decompress, e.g.
+# grpc_overhead.compressibility.gzip.ratio. Calls without a sample carry none of them.
+COMPRESSIBILITY_PREFIX = "grpc_overhead.compressibility."
+COMPRESSIBILITY_DIRECTION = COMPRESSIBILITY_PREFIX + "direction"
+COMPRESSIBILITY_MESSAGE_BYTES = COMPRESSIBILITY_PREFIX + "message_bytes"
+COMPRESSIBILITY_MEASURED_BYTES = COMPRESSIBILITY_PREFIX + "measured_bytes"
+COMPRESSIBILITY_MEASURES = ("ratio", "compress_ns_per_mb", "decompress_ns_per_mb")
+
+
+def compressibility_key(algorithm: str, measure: str) -> str:
+    """The attribute of one algorithm's measure (``COMPRESSIBILITY_MEASURES``)."""
+    return f"{COMPRESSIBILITY_PREFIX}{algorithm}.{measure}"
+
 
 # Metadata keys (lowercase; the grpc- prefix is reserved by gRPC itself)
 TRACEPARENT_HEADER = "traceparent"
