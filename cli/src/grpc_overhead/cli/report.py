@@ -109,47 +109,94 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="grpc-overhead report",
-        description="Phase breakdown per method (p50/p90/p99/mean, µs) and clock offsets.",
-    )
-    add_store_arguments(p)
-    p.add_argument("--since", help="calls started at or after: ISO 8601 or 15m, 2h, 1d ago")
-    p.add_argument("--until", help="calls started before: ISO 8601 or a duration ago")
-    p.add_argument(
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """The calls a reading command covers (report, findings): time range, service, method,
+    run, OpenTelemetry service, and the clock options of one-way phases."""
+    parser.add_argument("--since", help="calls started at or after: ISO 8601 or 15m, 2h, 1d ago")
+    parser.add_argument("--until", help="calls started before: ISO 8601 or a duration ago")
+    parser.add_argument(
         "--service", help="only this gRPC service (rpc.service: predict.Predictor or Predictor)"
     )
-    p.add_argument(
+    parser.add_argument(
         "--method",
         help="only this method, as the report prints it (predict.Predictor/Predict), "
         "or Predictor/Predict, or Predict (that method of every service)",
     )
-    p.add_argument("--run", help="only this run (grpc_overhead.run_id)")
-    p.add_argument(
+    parser.add_argument("--run", help="only this run (grpc_overhead.run_id)")
+    parser.add_argument(
         "--otel-service",
         metavar="NAME",
         help="only calls from or to this OpenTelemetry service (OTEL_SERVICE_NAME of the "
         "client or the server; --service is the gRPC service)",
     )
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    p.add_argument(
+    parser.add_argument(
         "--window",
         type=float,
         default=60.0,
         metavar="SECONDS",
         help="clock offset estimation window (default 60)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--clock-domain",
         choices=(DOMAIN_HOST, DOMAIN_PROCESS),
         default=DOMAIN_HOST,
         help="processes sharing a clock: same host.name (default) or only the same process",
     )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="grpc-overhead report",
+        description="Phase breakdown per method (p50/p90/p99/mean, µs) and clock offsets.",
+    )
+    add_store_arguments(p)
+    add_filter_arguments(p)
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     return p
 
 
-def _open(args: argparse.Namespace) -> Store:
+def check_filters(args: argparse.Namespace) -> tuple[datetime | None, datetime | None]:
+    """(since, until) from the command line, ``ReportInputError`` for anything unusable;
+    checked before any store is opened."""
+    since = parse_moment(args.since, option="--since") if args.since else None
+    until = parse_moment(args.until, option="--until") if args.until else None
+    check_range(args, since, until)
+    check_window(args.window)
+    return since, until
+
+
+def call_filters(
+    args: argparse.Namespace,
+    store: Store,
+    options: CallsOptions,
+    moments: tuple[datetime | None, datetime | None],
+) -> tuple[CallFilters, ClockOptions]:
+    """The filters and clock options the command line names, names resolved against the
+    store (``--service Predictor`` -> ``predict.Predictor``; an unknown run or name is
+    ``BadInput`` naming what the store has)."""
+    service, method = args.service, args.method
+    if args.run:
+        check_run(store, args.run, options=options)
+    if service or method or args.otel_service:
+        names = known_names(store, options=options)
+        service, method = resolve_names(names, service, method, args.otel_service)
+    filters = CallFilters(
+        since=moments[0],
+        until=moments[1],
+        service=service,
+        method=method,
+        run_id=args.run,
+        otel_service=args.otel_service,
+    )
+    if store.backend.owns_data:  # no serve holds it: no intake writes, nothing in flight
+        filters = filters.at_rest()
+    clock = ClockOptions(window=timedelta(seconds=args.window), domain=args.clock_domain)
+    return filters, clock
+
+
+def open_for_reading(args: argparse.Namespace) -> Store:
+    """The store ``--store``/``--clickhouse`` names; ``ReportInputError`` for a missing
+    directory."""
     if args.clickhouse:
         return open_store(None, args.clickhouse, **through_serve())
     directory = args.store or DEFAULT_STORE_DIR
@@ -189,32 +236,13 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    since = parse_moment(args.since, option="--since") if args.since else None
-    until = parse_moment(args.until, option="--until") if args.until else None
-    check_range(args, since, until)
-    check_window(args.window)
-    clock = ClockOptions(window=timedelta(seconds=args.window), domain=args.clock_domain)
-    with _open(args) as store:
+    moments = check_filters(args)
+    with open_for_reading(args) as store:
         options, missing = prepare(store)
         if missing:
             print(missing, file=sys.stderr)
             return EXIT_USAGE
-        service, method = args.service, args.method
-        if args.run:
-            check_run(store, args.run, options=options)
-        if service or method or args.otel_service:
-            names = known_names(store, options=options)
-            service, method = resolve_names(names, service, method, args.otel_service)
-        filters = CallFilters(
-            since=since,
-            until=until,
-            service=service,
-            method=method,
-            run_id=args.run,
-            otel_service=args.otel_service,
-        )
-        if store.backend.owns_data:  # no serve holds it: no intake writes, nothing in flight
-            filters = filters.at_rest()
+        filters, clock = call_filters(args, store, options, moments)
         report = build_report(store, filters, clock, options=options)
     if args.format == "json":
         print(json.dumps(to_json(report), indent=2))
