@@ -76,7 +76,8 @@ def findings(
     if len(rows) and int(rows["cross_host_calls"].sum()):
         results.append(clock_kind.find(reader, Source.with_uncertainty(filters, clock, options)))
     else:
-        results.append(([], [Checked(clock_kind.KIND, clock_kind.ONE_HOST)]))
+        calls = int(rows["calls"].sum()) if len(rows) else 0
+        results.append(([], [Checked(clock_kind.KIND, clock_kind.one_host(calls))]))
     found: list[Finding] = []
     checked: list[Checked] = []
     for kind_findings, kind_checked in results:

@@ -178,3 +178,9 @@ class Columns:
     def __getattr__(self, name: str) -> Any:
         own = self._prefix + name
         return getattr(self._row, own) if hasattr(self._row, own) else getattr(self._row, name)
+
+
+def tuple_items(value: Any) -> list[Any]:
+    """The items of a ClickHouse tuple as the store returns it: a tuple, or a dict (chDB
+    returns a tuple's elements keyed by name or position)."""
+    return list(value.values()) if isinstance(value, dict) else list(value)

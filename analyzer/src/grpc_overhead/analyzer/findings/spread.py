@@ -37,7 +37,7 @@ from grpc_overhead.analyzer.findings.model import (
     fmt_us,
     method_name,
 )
-from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method
+from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method, tuple_items
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
 
 KIND_NAMES = ("load_imbalance", "tail")
@@ -147,7 +147,7 @@ def find_imbalance(reader: Reader) -> tuple[list[Finding], list[Checked]]:
         )
     if findings:
         return findings, []
-    why = best[1] if best else "no method is served by more than one instance"
+    why = best[1] if best else f"{len(rows)} method-instance pairs, no method on 2 instances"
     return [], [Checked("load_imbalance", f"load: {why}")]
 
 
@@ -241,8 +241,8 @@ def _correlates(row: Any) -> tuple[dict[str, Any], str | None]:
         "instance": (row.slow_by_instance, row.by_instance),
         "time": (row.slow_by_time, row.by_time),
     }.items():
-        totals = dict(zip(*all_map, strict=True))
-        for key, count in zip(*slow_map, strict=True):
+        totals = dict(zip(*tuple_items(all_map), strict=True))
+        for key, count in zip(*tuple_items(slow_map), strict=True):
             share, base = count / slow, totals.get(key, 0) / all_calls
             if share >= CORRELATED_SHARE and share >= OVER_REPRESENTED * base:
                 found[dimension] = {"value": _key(key), "share_of_slow": share,

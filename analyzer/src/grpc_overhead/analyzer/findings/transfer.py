@@ -35,7 +35,7 @@ from grpc_overhead.analyzer.findings.model import (
     confidence,
     method_name,
 )
-from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method
+from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method, tuple_items
 
 #: A path slower than this (µs per MB; 1 Gbit/s is 8,000) is narrow.
 SLOW_US_PER_MB = 8_000.0
@@ -119,7 +119,7 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
         path = (float(row.path_q[0]), float(row.path_q[1]))
         fitted = p10 > 0 and p90 >= MIN_SIZE_RATIO * p10
         r2 = float(row.r) ** 2 if fitted and row.r == row.r else None
-        rate = float(row.fit[0]) if fitted else (path[0] / p50 if p50 > 0 else 0.0)
+        rate = _fit(row.fit)[0] if fitted else (path[0] / p50 if p50 > 0 else 0.0)
         excess = max(0.0, rate - REFERENCE_US_PER_MB)
         saving = (excess * p50, excess * p99)
         name = method_name(row.rpc_service, row.rpc_method)
@@ -133,13 +133,13 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
             continue
         spread = None
         if fitted:
-            slopes = [float(fit[0]) for fit in row.fit_by_subset]
+            slopes = [_fit(fit)[0] for fit in row.fit_by_subset]
             spread = Spread(saving[0], [max(0.0, s - REFERENCE_US_PER_MB) * p50 for s in slopes])
         level = confidence(int(row.calls), spread) if fitted else LOW
         evidence: dict[str, Any] = {
             "us_per_mb": rate,
             "mb_per_s": 1e6 / rate if rate else None,
-            "latency_us": float(row.fit[1]) if fitted else None,
+            "latency_us": _fit(row.fit)[1] if fitted else None,
             "r2": r2,
             "fitted": fitted,
             "bytes_p10": p10 * 1e6,
@@ -190,3 +190,10 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
         f"{best[1]}: below {SLOW_US_PER_MB:,.0f} µs/MB (1 Gbit/s) or a saving under "
         f"{MIN_SHARE:.0%} of total"
     )
+
+
+def _fit(fit: Any) -> tuple[float, float]:
+    """(slope, intercept) of a ``simpleLinearRegression`` result: a tuple, or a dict
+    ``{k, b}`` as chDB returns named tuples."""
+    values = tuple_items(fit)
+    return float(values[0]), float(values[1])

@@ -168,6 +168,7 @@ def find(
     build = per_method(aggregates(kind))
     findings: list[Finding] = []
     best: tuple[float, str] | None = None  # (share at p50, method) of the largest non-finding
+    calls = int(rows["calls"].sum()) if len(rows) else 0
     for method_row in rows.itertuples(index=False):
         row = Columns(method_row, kind.kind)
         if not row.calls:
@@ -222,13 +223,13 @@ def find(
                            f"{fmt_us(total[0])}, {name}, {int(row.calls):,} calls)")  # fmt: skip
     checked = []
     if not findings:
-        checked.append(Checked(kind.kind, _why_not(kind, best)))
+        checked.append(Checked(kind.kind, _why_not(kind, best, calls)))
     return findings, checked
 
 
-def _why_not(kind: PhaseKind, best: tuple[float, str] | None) -> str:
+def _why_not(kind: PhaseKind, best: tuple[float, str] | None, calls: int) -> str:
     if best is None:
-        return f"{kind.label}: not measured (no call records {' + '.join(kind.phases)})"
+        return f"{kind.label}: not measured: 0 of {calls:,} calls record {' + '.join(kind.phases)}"
     threshold = f"below the {kind.min_share:.0%} threshold"
     if kind.small_calls_only:
         threshold += " for calls under 64 KiB"
