@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -20,7 +19,7 @@ from grpc_overhead.analyzer.findings import KIND_NAMES, Findings, findings
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.store.base import Store
 from tests.analyzer import seed
-from tests.analyzer.seed import BASE_NS, MS, US, Truth
+from tests.analyzer.seed import BASE_NS, MS, US, Truth, module_store_fixture  # noqa: F401
 
 pytestmark = pytest.mark.unit
 
@@ -33,26 +32,21 @@ def jitter(index: int, spread: int) -> int:
     return (index * 7919) % (spread + 1)
 
 
-def _calls(
-    run: int,
-    truth: Callable[[int], Truth],
-    *,
-    instance: Callable[[int], str] = lambda i: "s-1",
-    sizes: Callable[[int], tuple[int, int]] = lambda i: (1024, 512),
-) -> list[seed.Span]:
+def _calls(run: int, name: str, scenario: Scenario) -> list[seed.Span]:
     spans = []
     for index in range(CALLS):
         start = BASE_NS + run * 60 * SECOND + index * 10 * MS
-        request_bytes, response_bytes = sizes(index)
+        request_bytes, response_bytes = scenario.sizes(index)
+        host = f"host-{scenario.instance(index)}"
         client, server = seed.synthetic_call(
-            replace(truth(index), start=start),
-            run_id=SCENARIO_NAMES[run],
+            replace(scenario.truth(index), start=start),
+            run_id=name,
             request_bytes=request_bytes,
             response_bytes=response_bytes,
-            server_host=f"host-{instance(index)}",
-            client_host=f"host-{instance(index)}",
+            server_host=host,
+            client_host=host,
         )
-        server.resource["service.instance.id"] = instance(index)
+        server.resource["service.instance.id"] = scenario.instance(index)
         spans += [client, server]
     return spans
 
@@ -63,109 +57,112 @@ def healthy(i: int) -> Truth:
     )
 
 
-def _upload_sizes(i: int) -> tuple[int, int]:
+def one_instance(i: int) -> str:
+    return "s-1"
+
+
+def small(i: int) -> tuple[int, int]:
+    return 1024, 512
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Per call: its timeline, its server instance, its (request, response) bytes."""
+
+    truth: Callable[[int], Truth]
+    instance: Callable[[int], str] = one_instance
+    sizes: Callable[[int], tuple[int, int]] = small
+
+
+def with_healthy(**changes: Callable[[int], int]) -> Callable[[int], Truth]:
+    """``healthy`` with some phases replaced, each a function of the call's index."""
+    return lambda i: replace(healthy(i), **{name: f(i) for name, f in changes.items()})
+
+
+def upload_sizes(i: int) -> tuple[int, int]:
     return 100_000 + jitter(i, 1_900_000), 512
 
 
-def _upload(i: int) -> Truth:
-    body = _upload_sizes(i)[0] * 20 * US // 1000  # 20 µs per KB: 20,000 µs/MB (50 MB/s)
-    return replace(healthy(i), server_queue=60 * US + body)
-
-
-def _download_sizes(i: int) -> tuple[int, int]:
+def download_sizes(i: int) -> tuple[int, int]:
     return 1024, 100_000 + jitter(i, 1_900_000)
 
 
-def _download(i: int) -> Truth:
-    return replace(healthy(i), response_network=250 * US + _download_sizes(i)[1] * 20 * US // 1000)
+def per_kb(size: int) -> int:
+    """20 µs per KB: 20,000 µs/MB (50 MB/s), a narrow path."""
+    return size * 20 * US // 1000
 
 
-def _hot(i: int) -> str:
+def hot(i: int) -> str:
     return "s-1" if i % 10 < 7 else f"s-{2 + i % 2}"
 
 
-#: run name -> (truth per call, instance per call, sizes per call)
-SCENARIOS: dict[str, tuple[Callable[[int], Truth], Callable[[int], str], Any]] = {
-    "healthy": (healthy, lambda i: f"s-{1 + i % 2}", lambda i: (1024 + jitter(i, 3000), 512)),
-    "healthy_large": (healthy, lambda i: "s-1", lambda i: (50_000 + jitter(i, 20_000), 800)),
-    "pool": (
-        lambda i: replace(
-            healthy(i),
-            pool_wait=3 * MS + jitter(i, 400 * US),
-            server_queue=3 * MS + 60 * US + jitter(i, 400 * US),
-        ),
-        lambda i: "s-1",
-        lambda i: (1024, 512),
-    ),  # fmt: skip
-    "post": (
-        lambda i: replace(healthy(i), post_processing=1500 * US + jitter(i, 200 * US)),
-        lambda i: "s-1",
-        lambda i: (1024, 512),
-    ),  # fmt: skip
-    "connect": (
-        lambda i: replace(healthy(i), client_connect=2 * MS + jitter(i, 300 * US)),
-        lambda i: "s-1",
-        lambda i: (1024, 512),
-    ),  # fmt: skip
-    "client_busy": (
-        lambda i: replace(healthy(i), client_dispatch=1500 * US + jitter(i, 300 * US)),
-        lambda i: "s-1",
-        lambda i: (1024, 512),
-    ),  # fmt: skip
-    "serialization": (
-        lambda i: replace(
-            healthy(i),
-            client_serialize=400 * US,
-            request_deserialize=500 * US,
-            response_serialize=300 * US + jitter(i, 100 * US),
-            client_deserialize=300 * US,
-        ),
-        lambda i: "s-1",
-        lambda i: (1024, 512),
-    ),  # fmt: skip
-    "network": (
-        lambda i: replace(
-            healthy(i),
-            processing=500 * US,
-            request_network=3 * MS + jitter(i, 300 * US),
-            response_network=3 * MS,
-        ),
-        lambda i: "s-1",
-        lambda i: (1024, 512),
-    ),  # fmt: skip
-    "upload": (_upload, lambda i: "s-1", _upload_sizes),
-    "download": (_download, lambda i: "s-1", _download_sizes),
-    "imbalance": (
-        lambda i: replace(
-            healthy(i), processing=(4 * MS if _hot(i) == "s-1" else 2 * MS) + jitter(i, 300 * US)
-        ),
-        _hot,
-        lambda i: (1024, 512),
-    ),  # fmt: skip
-    "tail": (
-        lambda i: replace(
-            healthy(i), processing=(22 if i % 10 == 0 else 2) * MS + jitter(i, 200 * US)
-        ),
+SCENARIOS: dict[str, Scenario] = {
+    "healthy": Scenario(
+        healthy, lambda i: f"s-{1 + i % 2}", lambda i: (1024 + jitter(i, 3000), 512)
+    ),
+    "healthy_large": Scenario(healthy, sizes=lambda i: (50_000 + jitter(i, 20_000), 800)),
+    "pool": Scenario(
+        with_healthy(
+            pool_wait=lambda i: 3 * MS + jitter(i, 400 * US),
+            server_queue=lambda i: 3 * MS + 60 * US + jitter(i, 400 * US),
+        )
+    ),
+    "post": Scenario(with_healthy(post_processing=lambda i: 1500 * US + jitter(i, 200 * US))),
+    "connect": Scenario(with_healthy(client_connect=lambda i: 2 * MS + jitter(i, 300 * US))),
+    "client_busy": Scenario(
+        with_healthy(client_dispatch=lambda i: 1500 * US + jitter(i, 300 * US))
+    ),
+    "serialization": Scenario(
+        with_healthy(
+            client_serialize=lambda i: 400 * US,
+            request_deserialize=lambda i: 500 * US,
+            response_serialize=lambda i: 300 * US + jitter(i, 100 * US),
+            client_deserialize=lambda i: 300 * US,
+        )
+    ),
+    "network": Scenario(
+        with_healthy(
+            processing=lambda i: 500 * US,
+            request_network=lambda i: 3 * MS + jitter(i, 300 * US),
+            response_network=lambda i: 3 * MS,
+        )
+    ),
+    # The body's arrival lands in server_queue after the pool's short wait.
+    "upload": Scenario(
+        with_healthy(server_queue=lambda i: 60 * US + per_kb(upload_sizes(i)[0])),
+        sizes=upload_sizes,
+    ),
+    "download": Scenario(
+        with_healthy(response_network=lambda i: 250 * US + per_kb(download_sizes(i)[1])),
+        sizes=download_sizes,
+    ),
+    "imbalance": Scenario(
+        with_healthy(processing=lambda i: (4 if hot(i) == "s-1" else 2) * MS + jitter(i, 300 * US)),
+        hot,
+    ),
+    "tail": Scenario(
+        with_healthy(processing=lambda i: (22 if i % 10 == 0 else 2) * MS + jitter(i, 200 * US)),
         lambda i: "s-2" if i % 10 == 0 else "s-1",
-        lambda i: (1024, 512),
-    ),  # fmt: skip
+    ),
 }
-SCENARIO_NAMES = list(SCENARIOS)
 
 
 @pytest.fixture(scope="module")
 def seeded(module_store: Store) -> Iterator[Store]:
     spans = []
-    for run, (truth, instance, sizes) in enumerate(SCENARIOS.values()):
-        spans += _calls(run, truth, instance=instance, sizes=sizes)
-    clock_run = BASE_NS + len(SCENARIOS) * 60 * SECOND
-    for client, server in seed.calls_across_hosts(
-        CALLS, server_offset=5 * MS, request_network=100 * US, response_network=900 * US,
-        jitter=300 * US, start=clock_run,
-    ):  # fmt: skip
-        client.attributes["grpc_overhead.run_id"] = server.attributes["grpc_overhead.run_id"] = (
-            "clock"
-        )
+    for run, (name, scenario) in enumerate(SCENARIOS.items()):
+        spans += _calls(run, name, scenario)
+    across = seed.calls_across_hosts(
+        CALLS,
+        server_offset=5 * MS,
+        request_network=100 * US,
+        response_network=900 * US,
+        jitter=300 * US,
+        start=BASE_NS + len(SCENARIOS) * 60 * SECOND,
+    )
+    for client, server in across:
+        for span in (client, server):
+            span.attributes["grpc_overhead.run_id"] = "clock"
         spans += [client, server]
     seed.insert_spans(module_store, spans)
     settle(module_store, CallsOptions())  # as the command does: pages and findings read it
@@ -180,9 +177,6 @@ def answer(store: Store, run: str) -> Findings:
     if run not in _answers:
         _answers[run] = findings(store, CallFilters(run_id=run).at_rest())
     return _answers[run]
-
-
-from tests.analyzer.seed import module_store_fixture  # noqa: E402, F401
 
 
 @pytest.mark.parametrize(
