@@ -18,16 +18,13 @@ import json
 import sys
 import textwrap
 
-from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
 from grpc_overhead.analyzer.findings import Findings, findings
 from grpc_overhead.cli.report import (
     EXIT_USAGE,
     add_filter_arguments,
     add_store_arguments,
-    call_filters,
-    check_filters,
-    open_for_reading,
-    prepare,
+    guarded,
+    read_store,
 )
 
 
@@ -44,14 +41,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    moments = check_filters(args)
-    with open_for_reading(args) as store:
-        options, missing = prepare(store)
-        if missing:
-            print(missing, file=sys.stderr)
-            return EXIT_USAGE
-        filters, clock = call_filters(args, store, options, moments)
-        answer = findings(store, filters, clock, options=options)
+    answer = read_store(args, findings)
+    if answer is None:
+        return EXIT_USAGE
     if args.format == "json":
         print(json.dumps(answer.to_json(), indent=2, ensure_ascii=False))
     else:
@@ -90,16 +82,7 @@ def _wrapped(label: str, text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except QueryError as error:
-        print(
-            f"grpc-overhead findings: the store refused a query: {error.message}", file=sys.stderr
-        )
-        return EXIT_USAGE
-    except AnalyzerError as error:
-        print(f"grpc-overhead findings: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    return guarded("findings", lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
@@ -32,6 +34,7 @@ from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store, t
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
+T = TypeVar("T")
 INTAKE_HINT = (
     "no calls yet: send OTLP to the intake (`grpc-overhead serve --store DIR`, then point "
     "OTEL_EXPORTER_OTLP_ENDPOINT or the collector's otlp exporter at it) and run some load "
@@ -235,15 +238,25 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
     return options, ""
 
 
-def run(args: argparse.Namespace) -> int:
+def read_store(args: argparse.Namespace, compute: Callable[..., T]) -> T | None:
+    """``compute(store, filters, clock, options=...)`` (an analyzer answer: ``build_report``,
+    ``findings``) over the store and filters the command line names; None (the reason on
+    stderr) when the store has no calls yet. Bad input raises ``ReportInputError``
+    before any store is opened."""
     moments = check_filters(args)
     with open_for_reading(args) as store:
         options, missing = prepare(store)
         if missing:
             print(missing, file=sys.stderr)
-            return EXIT_USAGE
+            return None
         filters, clock = call_filters(args, store, options, moments)
-        report = build_report(store, filters, clock, options=options)
+        return compute(store, filters, clock, options=options)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = read_store(args, build_report)
+    if report is None:
+        return EXIT_USAGE
     if args.format == "json":
         print(json.dumps(to_json(report), indent=2))
     elif args.format == "csv":
@@ -262,16 +275,23 @@ def _terminal_width() -> int:
         return 100
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+def guarded(command: str, run: Callable[[], int]) -> int:
+    """``run()``, every analyzer failure one line on stderr and exit status 2."""
     try:
-        return run(args)
+        return run()
     except QueryError as error:
-        print(f"grpc-overhead report: the store refused a query: {error.message}", file=sys.stderr)
+        print(
+            f"grpc-overhead {command}: the store refused a query: {error.message}", file=sys.stderr
+        )
         return EXIT_USAGE
     except AnalyzerError as error:
-        print(f"grpc-overhead report: {error}", file=sys.stderr)
+        print(f"grpc-overhead {command}: {error}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return guarded("report", lambda: run(args))
 
 
 if __name__ == "__main__":
