@@ -47,6 +47,10 @@ def _calls(run: int, name: str, scenario: Scenario) -> list[seed.Span]:
             client_host=host,
         )
         server.resource["service.instance.id"] = scenario.instance(index)
+        if scenario.dispatch is not None:  # below 1 s: wait = client - server budget + 0.5 ms
+            budget = "grpc_overhead.deadline_budget_ns"
+            client.attributes[budget] = str(500 * MS)
+            server.attributes[budget] = str(500 * MS - scenario.dispatch(index) + MS // 2)
         spans += [client, server]
     return spans
 
@@ -72,6 +76,8 @@ class Scenario:
     truth: Callable[[int], Truth]
     instance: Callable[[int], str] = one_instance
     sizes: Callable[[int], tuple[int, int]] = small
+    #: The server's dispatch wait (GIL, serving thread), told by the deadline budgets.
+    dispatch: Callable[[int], int] | None = None
 
 
 def with_healthy(**changes: Callable[[int], int]) -> Callable[[int], Truth]:
@@ -111,6 +117,11 @@ SCENARIOS: dict[str, Scenario] = {
     "connect": Scenario(with_healthy(client_connect=lambda i: 2 * MS + jitter(i, 300 * US))),
     "client_busy": Scenario(
         with_healthy(client_dispatch=lambda i: 1500 * US + jitter(i, 300 * US))
+    ),
+    # The wait is inside the request gap: the truth's request_network holds it.
+    "dispatch": Scenario(
+        with_healthy(request_network=lambda i: 300 * US + 2 * MS + jitter(i, 300 * US)),
+        dispatch=lambda i: 2 * MS + jitter(i, 300 * US),
     ),
     "serialization": Scenario(
         with_healthy(
@@ -186,6 +197,7 @@ def answer(store: Store, run: str) -> Findings:
         ("post", "post_processing", 1600, None),
         ("connect", "connection_setup", 2150, None),
         ("client_busy", "client_busy", 1650, None),
+        ("dispatch", "server_cpu_saturated", 2150, None),
         ("serialization", "serialization_cost", 1550, None),
         ("network", "network_latency", 6150 - 200, None),
         ("upload", "slow_upload", 19_000 * 1.05, None),
