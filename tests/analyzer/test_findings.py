@@ -266,11 +266,31 @@ def test_json_is_the_contract_and_ranked(seeded: Store) -> None:
     assert ranks == sorted(ranks, reverse=True)
 
 
-def test_a_findings_query_reproduces_its_numbers_from_the_view(seeded: Store) -> None:
+@pytest.mark.parametrize(
+    ("run", "column", "evidence"),
+    [
+        ("pool", lambda row: row["server_pool_saturated__value_q"][1], lambda f: f["p50_us"]),
+        ("download", lambda row: _fit(row["slow_download__fit"])[0], lambda f: f["us_per_mb"]),
+        (
+            "imbalance",
+            lambda row: row["total_q"][0],
+            lambda f: f["instances"]["s-1"]["total_p50_us"],
+        ),
+    ],
+)
+def test_a_findings_query_reproduces_its_numbers_from_the_view(
+    seeded: Store, run: str, column: Callable[..., float], evidence: Callable[..., float]
+) -> None:
     """The "show the query" SQL over grpc_call_phases gives the finding's own numbers."""
-    top = answer(seeded, "pool").findings[0]
-    row = seeded.query(top.sql, top.parameters, readonly=True).iloc[0]
-    column = f"{top.kind}__value_q"
-    assert int(row[f"{top.kind}__calls"]) == top.calls
-    assert float(row[column][1]) == pytest.approx(top.evidence["p50_us"], rel=0.01)
-    assert float(row[column][2]) == pytest.approx(top.evidence["p99_us"], rel=0.01)
+    top = answer(seeded, run).findings[0]
+    rows = seeded.query(top.sql, top.parameters, readonly=True)
+    calls = rows.iloc[0].get(f"{top.kind}__calls", rows["calls"].sum())  # instances: all rows
+    assert int(calls) == top.calls
+    if "instance" in rows.columns:
+        rows = rows[rows["instance"] == top.instance]
+    assert float(column(rows.iloc[0])) == pytest.approx(evidence(top.evidence), rel=0.01)
+
+
+def _fit(value: object) -> tuple[float, ...]:
+    items = value.values() if isinstance(value, dict) else value
+    return tuple(float(item) for item in items)  # type: ignore[union-attr]
