@@ -149,7 +149,7 @@ def _round(value: float) -> float:
 
 
 def _plain(value: Any) -> Any:
-    """JSON-ready: numpy scalars as Python numbers, floats rounded to 0.1 (µs), NaN as None."""
+    """JSON-ready: numpy scalars as Python numbers, floats to 3 decimals, NaN as None."""
     if isinstance(value, dict):
         return {str(key): _plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -219,8 +219,15 @@ def find(
             continue
         share = p50 / total[0] if total[0] else 0.0
         if best is None or share > best[0]:
-            best = (share, f"{fmt_share(p50, total[0])} of total at p50 ({fmt_us(p50)} of "
-                           f"{fmt_us(total[0])}, {name}, {int(row.calls):,} calls)")  # fmt: skip
+            line = (f"{fmt_share(p50, total[0])} of total at p50 ({fmt_us(p50)} of "
+                    f"{fmt_us(total[0])}, {name}, {int(row.calls):,} calls), ")  # fmt: skip
+            if at_p50 or at_p99:  # material, but the calls are large: bytes, not latency
+                line += (f"but the calls carry {float(row.bytes_p50):,.0f} bytes at p50: "
+                         "slow_upload / slow_download judge them")  # fmt: skip
+            else:
+                line += f"below the {kind.min_share:.0%} threshold"
+                line += " for calls under 64 KiB" if kind.small_calls_only else ""
+            best = (share, line)
     checked = []
     if not findings:
         checked.append(Checked(kind.kind, _why_not(kind, best, calls)))
@@ -230,10 +237,7 @@ def find(
 def _why_not(kind: PhaseKind, best: tuple[float, str] | None, calls: int) -> str:
     if best is None:
         return f"{kind.label}: not measured: 0 of {calls:,} calls record {' + '.join(kind.phases)}"
-    threshold = f"below the {kind.min_share:.0%} threshold"
-    if kind.small_calls_only:
-        threshold += " for calls under 64 KiB"
-    return f"{kind.label}: {best[1]}, {threshold}"
+    return f"{kind.label}: {best[1]}"
 
 
 def _interval(spread: Spread) -> list[float] | None:
