@@ -227,8 +227,9 @@ def find_tail(reader: Reader, rows: pd.DataFrame) -> tuple[list[Finding], list[C
         )
     if findings:
         return findings, []
-    why = best[1] if best else "no calls"
-    return [], [Checked("tail", f"tail: {why}, under {TAIL_RATIO:g} x or one phase's")]
+    if best is None:
+        return [], [Checked("tail", "tail: 0 unary calls with a total")]
+    return [], [Checked("tail", f"tail: {best[1]}, under {TAIL_RATIO:g} x or no one phase's")]
 
 
 def _correlates(row: Any) -> tuple[dict[str, Any], str | None]:
