@@ -60,7 +60,7 @@ def test_table_names_the_finding_and_what_was_checked() -> None:
         "1. server_pool_saturated  predict.Predictor/Predict on s-1  saves 3,100 µs at p50, "
         "3,400 µs at p99 (high confidence, 240 calls)\n"
     )
-    assert "   verify: experiment; workers: [4, 32]" in table
+    assert "   verify: experiment\n           workers: [4, 32]\n" in table
     assert table.endswith("Checked, not found:\n  tail: tail: p99 1.0 x p50\n")
     assert "No findings" in command.render_table(Findings([], []))
 
