@@ -6,10 +6,13 @@ import json
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from grpc_overhead.analyzer.findings import Checked, Finding, Findings
+from grpc_overhead.analyzer.findings.advice import EXPERIMENTS, VERIFY
 from grpc_overhead.cli import findings as command
 from grpc_overhead.cli import usage
+from grpc_overhead.cli.experiment_spec import parse
 from tests.analyzer import seed
 from tests.analyzer.seed import BASE_NS, MS, US, Truth, analysis_store
 
@@ -88,3 +91,12 @@ def test_bad_input_is_one_line_and_exit_2(
 
 def test_the_command_is_listed() -> None:
     assert "  findings " in usage()
+
+
+@pytest.mark.parametrize("kind", sorted(EXPERIMENTS))
+def test_every_verify_experiment_is_a_valid_file_with_two_cells(kind: str) -> None:
+    """What a finding tells the user to run must run: our own experiment parser takes it."""
+    name, text = EXPERIMENTS[kind]
+    experiment = parse(yaml.safe_load(text))
+    assert experiment.name == name and len(experiment.cells) == 2
+    assert text in VERIFY[kind]
