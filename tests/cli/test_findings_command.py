@@ -72,6 +72,7 @@ def test_table_names_the_finding_and_what_was_checked() -> None:
     ("argv", "message"),
     [
         (["--store", "/nonexistent/store"], "no store at /nonexistent/store"),
+        (["--clickhouse", "clickhouse://127.0.0.1:1/default"], "cannot reach ClickHouse"),
         (["--since", "yesterday"], "bad --since 'yesterday'"),
         (["--since", "1h", "--until", "2h"], "is not before --until"),
         (["--window", "0"], "bad --window 0"),
@@ -81,7 +82,7 @@ def test_table_names_the_finding_and_what_was_checked() -> None:
 def test_bad_input_is_one_line_and_exit_2(
     store_dir: str, capsys: pytest.CaptureFixture, argv: list[str], message: str
 ) -> None:
-    if "--store" not in argv:
+    if "--store" not in argv and "--clickhouse" not in argv:
         argv = ["--store", store_dir, *argv]
     code, out, err = run(capsys, *argv)
     assert code == command.EXIT_USAGE
