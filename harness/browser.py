@@ -39,6 +39,7 @@ CHROMIUM_ARGS = [
 ]
 #: (url path, title) of every page, as app/main.py names them; "/" leads to the first.
 PAGES: tuple[tuple[str, str], ...] = (
+    ("findings", "Findings"),
     ("overview", "Overview"),
     ("phases", "Phases"),
     ("payload", "Payload & compression"),

@@ -303,3 +303,25 @@ def test_no_calls_is_an_answer_not_an_error(seeded: Store) -> None:
     assert set(checked) == set(KIND_NAMES)
     assert checked["tail"] == "tail: 0 unary calls with a total"
     assert "0 of 0 calls" in checked["server_pool_saturated"]
+
+
+def test_the_findings_page_reads_the_same_answer_as_a_frame(seeded: Store):
+    from grpc_overhead.analyzer.insights import findings_cards
+
+    frame = findings_cards.cards(seeded, CallFilters(run_id="imbalance").at_rest())
+    assert tuple(frame.columns) == findings_cards.CARD_COLUMNS
+    contract = answer(seeded, "imbalance").to_json()
+    shown = frame[frame["found"]]
+    assert list(shown["kind"]) == [f["kind"] for f in contract["findings"]]
+    top = shown.iloc[0]
+    assert top["kind"] == "load_imbalance" and top["instance"] == "s-1"
+    assert json.loads(top["evidence"]) == contract["findings"][0]["evidence"]
+    assert top["saving_p50_us"] == contract["findings"][0]["saving_us"]["p50"]
+    assert findings_cards.evidence_view(top["kind"]) == ("instances", "instances")
+    assert top["sql"].strip() and json.loads(top["parameters"])
+    checked = frame[~frame["found"]]
+    assert sorted(checked["kind"]) == sorted(c["kind"] for c in contract["checked"])
+    assert checked["why_not"].str.len().min() > 0
+    healthy_frame = findings_cards.cards(seeded, CallFilters(run_id="healthy").at_rest())
+    assert not healthy_frame["found"].any()
+    assert set(healthy_frame["kind"]) == set(KIND_NAMES)

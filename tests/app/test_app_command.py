@@ -52,7 +52,7 @@ def test_a_store_owned_by_serve_is_read_through_it(tmp_path: Path):
             assert f"through serve (process {serve.process.pid})" in app.text()
             with chromium() as browser:
                 page = browser.new_page()
-                open_page(page, app.url)
+                open_page(page, f"{app.url}/overview")
                 assert page.locator(EXCEPTION).count() == 0
                 assert calls_metric(page) == 20
         finally:

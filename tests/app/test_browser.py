@@ -120,7 +120,7 @@ def test_every_page_loads_without_errors_and_draws_its_charts(app, page, path, t
 
 
 def test_sidebar_filters_change_the_numbers_and_the_url(app, page):
-    open_page(page, f"{app.url}/")
+    open_page(page, f"{app.url}/overview")
     assert calls_shown(page) == DEFAULT_CALLS
     assert "method" not in query_params(page.url)
 
@@ -134,7 +134,7 @@ def test_sidebar_filters_change_the_numbers_and_the_url(app, page):
 
 
 def test_a_shared_url_opens_the_same_view(app, page):
-    open_page(page, f"{app.url}/?method=Predict&run=run-b")
+    open_page(page, f"{app.url}/overview?method=Predict&run=run-b")
     assert calls_shown(page) == PREDICT_RUN_B_CALLS
     sidebar = page.locator('[data-testid="stSidebar"]')
     assert sidebar.get_by_role("combobox", name="Method").input_value() == "Predict"
@@ -170,12 +170,18 @@ def test_the_sql_console_runs_a_query_and_downloads_its_csv(app, page):
                    f"PredictBatch,{other}"]  # fmt: skip
 
 
-def test_the_root_url_leads_to_the_overview_with_its_filters(app, page):
+def test_the_root_url_leads_to_the_findings_with_its_filters(app, page):
     open_page(page, f"{app.url}/?method=Predict")  # waits for the switch away from /
+    assert page.url.split("?")[0].rstrip("/").endswith("/findings")
     assert query_params(page.url) == {"method": "Predict"}
-    assert page.locator("h1").first.inner_text().strip() == "Overview"
-    assert calls_shown(page) == PREDICT_CALLS
+    assert page.locator("h1").first.inner_text().strip() == "Findings"
     assert page.get_by_text("Page not found").count() == 0
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    assert sidebar.get_by_role("combobox", name="Method").input_value() == "Predict"
+    # The filter goes with the user to the next page.
+    page.get_by_role("link", name="Overview", exact=True).click()
+    wait_loaded(page)
+    assert calls_shown(page) == PREDICT_CALLS
 
 
 #: Per plotly chart: its legend entries that are not fully inside the legend's visible box

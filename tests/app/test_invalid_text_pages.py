@@ -9,7 +9,16 @@ from tests.app.conftest import run_page
 
 pytestmark = pytest.mark.e2e
 
-PAGES = ["overview", "phases", "explorer", "instances", "payload", "clock_offsets", "sql_console"]
+PAGES = [
+    "findings",
+    "overview",
+    "phases",
+    "explorer",
+    "instances",
+    "payload",
+    "clock_offsets",
+    "sql_console",
+]
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -48,7 +48,7 @@ def test_serve_shows_calls_that_arrived_through_its_intake(tmp_path: Path):
             deadline = time.monotonic() + 60
             # Spans are exported within about a second; the page is reloaded until they show.
             while time.monotonic() < deadline:
-                open_page(page, f"{serve.url}/?run={RUN}")
+                open_page(page, f"{serve.url}/overview?run={RUN}")
                 assert page.locator(EXCEPTION).count() == 0
                 shown = calls_metric(page)
                 if shown == CALLS:

@@ -49,7 +49,7 @@ def streamlit_run(args: list[str], env: dict[str, str]) -> tuple[subprocess.Pope
 def shows_calls(url: str, expected: int) -> None:
     with chromium() as browser:
         page = browser.new_page()
-        open_page(page, url)
+        open_page(page, f"{url}/overview")
         assert page.locator(EXCEPTION).count() == 0
         assert calls_metric(page) == expected
 

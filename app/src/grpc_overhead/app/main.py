@@ -4,11 +4,12 @@ Run inside a process that registered its store (``grpc-overhead serve``,
 ``app`` or ``demo``), never with a bare ``streamlit run``: a chDB data
 directory belongs to one process, so the app reads the owner's store.
 
-Every page has its own URL (``/overview``, ``/phases``, ...), so a link to
+Every page has its own URL (``/findings``, ``/overview``, ...), so a link to
 any of them loads it. Streamlit serves its default page at ``/`` only (its
 ``url_path`` is not reachable), so the default page is a hidden one that
-sends ``/`` on to ``/overview``, keeping the query parameters (a shared
-``/?run=...`` link keeps its filters).
+sends ``/`` on to the first page, Findings (what to change, the question users
+open the app with), keeping the query parameters (a shared ``/?run=...`` link
+keeps its filters).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ PAGES_DIR = Path(__file__).parent / "pages"
 
 #: (script, title, icon, url path); the first is where ``/`` leads.
 PAGES: tuple[tuple[str, str, str, str], ...] = (
+    ("findings.py", "Findings", ":material/lightbulb:", "findings"),
     ("overview.py", "Overview", ":material/dashboard:", "overview"),
     ("phases.py", "Phases", ":material/stacked_bar_chart:", "phases"),
     ("payload.py", "Payload & compression", ":material/compress:", "payload"),

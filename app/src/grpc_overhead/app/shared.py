@@ -186,6 +186,11 @@ def filters() -> CallFilters:
     so reruns within that time share cached answers.
     """
     params = st.query_params
+    if not any(key in params for key in FILTER_PARAMS):
+        # Streamlit's navigation drops the URL's parameters and the widgets' state when
+        # the user picks another page in the sidebar: the filters go with the user.
+        for key, value in st.session_state.get(_REMEMBERED, {}).items():
+            params[key] = value
     sidebar = st.sidebar
     sidebar.header("Filters")
     range_keys = [time_range.key for time_range in TIME_RANGES]
@@ -348,6 +353,13 @@ def _write_query_params(
                 del params[key]
         elif params.get(key) != value:
             params[key] = value
+    st.session_state[_REMEMBERED] = {key: value for key, value in wanted.items() if value}
+
+
+#: The URL parameters the sidebar filters own (``_write_query_params``).
+FILTER_PARAMS = ("range", "since", "until", "service", "method", "run", "otel", "refresh")
+#: Session state key: the filters of the last page run, for the next page (``filters``).
+_REMEMBERED = "_remembered_filters"
 
 
 _RUN_STARTED = "_page_run_started"
