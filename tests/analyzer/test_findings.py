@@ -325,3 +325,24 @@ def test_the_findings_page_reads_the_same_answer_as_a_frame(seeded: Store):
     healthy_frame = findings_cards.cards(seeded, CallFilters(run_id="healthy").at_rest())
     assert not healthy_frame["found"].any()
     assert set(healthy_frame["kind"]) == set(KIND_NAMES)
+
+
+@pytest.mark.parametrize("run", ["pool", "network", "serialization", "healthy"])
+def test_the_grafana_panel_finds_what_the_command_finds(seeded: Store, run: str):
+    """The findings dashboard's SQL (Grafana's macros expanded as its datasource does) finds
+    the same wait kinds, with the same savings, as ``findings`` for the run."""
+    from grpc_overhead.analyzer.findings import waits
+    from grpc_overhead.analyzer.grafana.findings import findings as dashboard
+    from tests.dashboards import seeded as dashboards_seeded
+    from tests.dashboards.datasource import expand
+
+    raw = dashboard()["panels"][0]["targets"][0]["rawSql"]
+    sql = expand(raw, dashboards_seeded.variables(run=run), dashboards_seeded.CONTEXT)
+    rows = seeded.query(sql, readonly=True)
+    assert set(rows["kind"]) == {kind.kind for kind in waits.KINDS}  # every kind, checked
+    panel = {r.kind: r for r in rows.itertuples(index=False) if r.found}
+    wait_kinds = {kind.kind for kind in waits.KINDS}
+    ours = {f.kind: f for f in answer(seeded, run).findings if f.kind in wait_kinds}
+    assert set(panel) == set(ours), (run, set(panel), set(ours))
+    for kind, finding in ours.items():
+        assert panel[kind].saving_p50_us == pytest.approx(finding.saving_p50_us, rel=0.05)

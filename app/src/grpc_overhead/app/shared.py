@@ -24,7 +24,7 @@ from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.insights import catalog, sources
 from grpc_overhead.analyzer.store.base import Store
-from grpc_overhead.app import runtime
+from grpc_overhead.app import runtime, url_filters
 
 #: Seconds an analyzer answer is reused. Under the 5 s freshness target.
 TTL_S = 2.0
@@ -186,11 +186,7 @@ def filters() -> CallFilters:
     so reruns within that time share cached answers.
     """
     params = st.query_params
-    if not any(key in params for key in FILTER_PARAMS):
-        # Streamlit's navigation drops the URL's parameters and the widgets' state when
-        # the user picks another page in the sidebar: the filters go with the user.
-        for key, value in st.session_state.get(_REMEMBERED, {}).items():
-            params[key] = value
+    url_filters.restore(params)
     sidebar = st.sidebar
     sidebar.header("Filters")
     range_keys = [time_range.key for time_range in TIME_RANGES]
@@ -241,7 +237,7 @@ def filters() -> CallFilters:
     )
     # Only a choice that differs from the default goes into the URL.
     refresh_param = None if refresh == served.live else ("1" if refresh else "0")
-    _write_query_params(range_key, since, until, service, method, run, otel, refresh_param)
+    url_filters.write(range_key, since, until, service, method, run, otel, refresh_param)
     if refresh:
         _auto_refresh()
     chosen = CallFilters(
@@ -323,43 +319,6 @@ def _choice(
     index = values.index(wanted) if wanted in values else 0
     selected = st.sidebar.selectbox(label, values, index=index, key=key, help=help)
     return None if selected == ANY else selected
-
-
-def _write_query_params(
-    range_key: str,
-    since: datetime | None,
-    until: datetime | None,
-    service: str | None,
-    method: str | None,
-    run: str | None,
-    otel: str | None,
-    refresh: str | None,
-) -> None:
-    """Mirror the sidebar into the URL, leaving every other page's parameters alone."""
-    wanted = {
-        "range": None if range_key == "all" else range_key,
-        "since": since.isoformat() if since and range_key == "custom" else None,
-        "until": until.isoformat() if until and range_key == "custom" else None,
-        "service": service,
-        "method": method,
-        "run": run,
-        "otel": otel,
-        "refresh": refresh,
-    }
-    params = st.query_params
-    for key, value in wanted.items():
-        if value is None:
-            if key in params:
-                del params[key]
-        elif params.get(key) != value:
-            params[key] = value
-    st.session_state[_REMEMBERED] = {key: value for key, value in wanted.items() if value}
-
-
-#: The URL parameters the sidebar filters own (``_write_query_params``).
-FILTER_PARAMS = ("range", "since", "until", "service", "method", "run", "otel", "refresh")
-#: Session state key: the filters of the last page run, for the next page (``filters``).
-_REMEMBERED = "_remembered_filters"
 
 
 _RUN_STARTED = "_page_run_started"

@@ -161,6 +161,21 @@ def material(
     return at_p50, at_p99
 
 
+def material_sql(
+    kind: PhaseKind, saving: tuple[str, str], total: tuple[str, str], size: str
+) -> str:
+    """``material`` (and the small-calls rule ``find`` adds) as a SQL condition over
+    columns: the Grafana findings panel's rule, so that it finds what ``find`` does."""
+    at_p50 = f"({saving[0]} >= {kind.min_share} * {total[0]} AND {saving[0]} >= {MIN_SAVING_US})"
+    at_p99 = (
+        f"({saving[1]} >= {TAIL_SHARE} * {total[1]} AND {saving[1]} >= {MIN_TAIL_SAVING_US})"
+        if kind.tail_too
+        else "0"
+    )
+    small = f" AND {size} <= {SMALL_CALL_BYTES}" if kind.small_calls_only else ""
+    return f"(({at_p50} OR {at_p99}){small})"
+
+
 def find(
     reader: Reader, kind: PhaseKind, rows: pd.DataFrame
 ) -> tuple[list[Finding], list[Checked]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpc_overhead.analyzer.grafana.experiments import experiments
+from grpc_overhead.analyzer.grafana.findings import findings
 from grpc_overhead.analyzer.grafana.panels import (
     WHERE,
     barchart,
@@ -368,6 +369,7 @@ def errors() -> dict[str, Any]:
 
 #: File name (in dashboards/) -> builder.
 DASHBOARDS = {
+    "grpc-overhead-findings.json": findings,
     "grpc-overhead-phases.json": phases,
     "grpc-overhead-tail.json": tail,
     "grpc-overhead-payload.json": payload,
