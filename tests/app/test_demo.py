@@ -88,6 +88,13 @@ def test_demo_runs_the_whole_stack_and_leaves_a_store_with_every_phase(tmp_path:
         assert values["p50_us"] is not None and values["p99_us"] is not None, phase
     # Queuing under the burst: predictor-a's two workers make callers wait.
     assert methods["Predict"]["phases"]["server_queue"]["p99_us"] > 1000
+    # ... and that is what Findings, the page the demo opens on, puts first for the burst:
+    # more workers than calls in flight would save the wait.
+    burst = cli("findings", "--store", str(store), "--run", "demo-burst", "--format", "json")
+    assert burst.returncode == 0, burst.stderr
+    top = json.loads(burst.stdout)["findings"][0]
+    assert (top["kind"], top["method"]) == ("server_pool_saturated", "Predict"), top
+    assert top["saving_us"]["p50"] > 1000 and top["confidence"] != "low", top
 
     # Every scenario ran (one run id each) and both instances served calls.
     sql = cli(
