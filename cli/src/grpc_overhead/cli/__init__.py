@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("grpc_overhead.cli.import_traces", "pull traces from a Jaeger query API"),
     "experiment": ("grpc_overhead.cli.experiment", "run a matrix of configurations, one run each"),
     "compare": ("grpc_overhead.cli.compare", "phase-by-phase difference of runs, with noise"),
+    "findings": ("grpc_overhead.cli.findings", "ranked, quantified advice (table, json)"),
 }
 
 

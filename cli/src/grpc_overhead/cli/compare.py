@@ -26,8 +26,13 @@ from typing import Any
 
 from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.store import Store
-from grpc_overhead.cli.report import EXIT_USAGE, ReportInputError, add_store_arguments, prepare
-from grpc_overhead.cli.report import _open as open_for_reading
+from grpc_overhead.cli.report import (
+    EXIT_USAGE,
+    ReportInputError,
+    add_store_arguments,
+    open_for_reading,
+    prepare,
+)
 
 MAX_RESAMPLES = 100_000
 

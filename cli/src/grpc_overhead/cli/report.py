@@ -18,7 +18,9 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
@@ -32,6 +34,7 @@ from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store, t
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
+T = TypeVar("T")
 INTAKE_HINT = (
     "no calls yet: send OTLP to the intake (`grpc-overhead serve --store DIR`, then point "
     "OTEL_EXPORTER_OTLP_ENDPOINT or the collector's otlp exporter at it) and run some load "
@@ -109,47 +112,94 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="grpc-overhead report",
-        description="Phase breakdown per method (p50/p90/p99/mean, µs) and clock offsets.",
-    )
-    add_store_arguments(p)
-    p.add_argument("--since", help="calls started at or after: ISO 8601 or 15m, 2h, 1d ago")
-    p.add_argument("--until", help="calls started before: ISO 8601 or a duration ago")
-    p.add_argument(
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """The calls a reading command covers (report, findings): time range, service, method,
+    run, OpenTelemetry service, and the clock options of one-way phases."""
+    parser.add_argument("--since", help="calls started at or after: ISO 8601 or 15m, 2h, 1d ago")
+    parser.add_argument("--until", help="calls started before: ISO 8601 or a duration ago")
+    parser.add_argument(
         "--service", help="only this gRPC service (rpc.service: predict.Predictor or Predictor)"
     )
-    p.add_argument(
+    parser.add_argument(
         "--method",
         help="only this method, as the report prints it (predict.Predictor/Predict), "
         "or Predictor/Predict, or Predict (that method of every service)",
     )
-    p.add_argument("--run", help="only this run (grpc_overhead.run_id)")
-    p.add_argument(
+    parser.add_argument("--run", help="only this run (grpc_overhead.run_id)")
+    parser.add_argument(
         "--otel-service",
         metavar="NAME",
         help="only calls from or to this OpenTelemetry service (OTEL_SERVICE_NAME of the "
         "client or the server; --service is the gRPC service)",
     )
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    p.add_argument(
+    parser.add_argument(
         "--window",
         type=float,
         default=60.0,
         metavar="SECONDS",
         help="clock offset estimation window (default 60)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--clock-domain",
         choices=(DOMAIN_HOST, DOMAIN_PROCESS),
         default=DOMAIN_HOST,
         help="processes sharing a clock: same host.name (default) or only the same process",
     )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="grpc-overhead report",
+        description="Phase breakdown per method (p50/p90/p99/mean, µs) and clock offsets.",
+    )
+    add_store_arguments(p)
+    add_filter_arguments(p)
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     return p
 
 
-def _open(args: argparse.Namespace) -> Store:
+def check_filters(args: argparse.Namespace) -> tuple[datetime | None, datetime | None]:
+    """(since, until) from the command line, ``ReportInputError`` for anything unusable;
+    checked before any store is opened."""
+    since = parse_moment(args.since, option="--since") if args.since else None
+    until = parse_moment(args.until, option="--until") if args.until else None
+    check_range(args, since, until)
+    check_window(args.window)
+    return since, until
+
+
+def call_filters(
+    args: argparse.Namespace,
+    store: Store,
+    options: CallsOptions,
+    moments: tuple[datetime | None, datetime | None],
+) -> tuple[CallFilters, ClockOptions]:
+    """The filters and clock options the command line names, names resolved against the
+    store (``--service Predictor`` -> ``predict.Predictor``; an unknown run or name is
+    ``BadInput`` naming what the store has)."""
+    service, method = args.service, args.method
+    if args.run:
+        check_run(store, args.run, options=options)
+    if service or method or args.otel_service:
+        names = known_names(store, options=options)
+        service, method = resolve_names(names, service, method, args.otel_service)
+    filters = CallFilters(
+        since=moments[0],
+        until=moments[1],
+        service=service,
+        method=method,
+        run_id=args.run,
+        otel_service=args.otel_service,
+    )
+    if store.backend.owns_data:  # no serve holds it: no intake writes, nothing in flight
+        filters = filters.at_rest()
+    clock = ClockOptions(window=timedelta(seconds=args.window), domain=args.clock_domain)
+    return filters, clock
+
+
+def open_for_reading(args: argparse.Namespace) -> Store:
+    """The store ``--store``/``--clickhouse`` names; ``ReportInputError`` for a missing
+    directory."""
     if args.clickhouse:
         return open_store(None, args.clickhouse, **through_serve())
     directory = args.store or DEFAULT_STORE_DIR
@@ -188,34 +238,25 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
     return options, ""
 
 
-def run(args: argparse.Namespace) -> int:
-    since = parse_moment(args.since, option="--since") if args.since else None
-    until = parse_moment(args.until, option="--until") if args.until else None
-    check_range(args, since, until)
-    check_window(args.window)
-    clock = ClockOptions(window=timedelta(seconds=args.window), domain=args.clock_domain)
-    with _open(args) as store:
+def read_store(args: argparse.Namespace, compute: Callable[..., T]) -> T | None:
+    """``compute(store, filters, clock, options=...)`` (an analyzer answer: ``build_report``,
+    ``findings``) over the store and filters the command line names; None (the reason on
+    stderr) when the store has no calls yet. Bad input raises ``ReportInputError``
+    before any store is opened."""
+    moments = check_filters(args)
+    with open_for_reading(args) as store:
         options, missing = prepare(store)
         if missing:
             print(missing, file=sys.stderr)
-            return EXIT_USAGE
-        service, method = args.service, args.method
-        if args.run:
-            check_run(store, args.run, options=options)
-        if service or method or args.otel_service:
-            names = known_names(store, options=options)
-            service, method = resolve_names(names, service, method, args.otel_service)
-        filters = CallFilters(
-            since=since,
-            until=until,
-            service=service,
-            method=method,
-            run_id=args.run,
-            otel_service=args.otel_service,
-        )
-        if store.backend.owns_data:  # no serve holds it: no intake writes, nothing in flight
-            filters = filters.at_rest()
-        report = build_report(store, filters, clock, options=options)
+            return None
+        filters, clock = call_filters(args, store, options, moments)
+        return compute(store, filters, clock, options=options)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = read_store(args, build_report)
+    if report is None:
+        return EXIT_USAGE
     if args.format == "json":
         print(json.dumps(to_json(report), indent=2))
     elif args.format == "csv":
@@ -234,16 +275,23 @@ def _terminal_width() -> int:
         return 100
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+def guarded(command: str, run: Callable[[], int]) -> int:
+    """``run()``, every analyzer failure one line on stderr and exit status 2."""
     try:
-        return run(args)
+        return run()
     except QueryError as error:
-        print(f"grpc-overhead report: the store refused a query: {error.message}", file=sys.stderr)
+        print(
+            f"grpc-overhead {command}: the store refused a query: {error.message}", file=sys.stderr
+        )
         return EXIT_USAGE
     except AnalyzerError as error:
-        print(f"grpc-overhead report: {error}", file=sys.stderr)
+        print(f"grpc-overhead {command}: {error}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return guarded("report", lambda: run(args))
 
 
 if __name__ == "__main__":

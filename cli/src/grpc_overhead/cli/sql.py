@@ -37,7 +37,7 @@ from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store
 from grpc_overhead.analyzer.store.base import QueryLimits, output_format
-from grpc_overhead.cli.report import _open as open_for_reading
+from grpc_overhead.cli.report import open_for_reading
 
 #: ClickHouse's UNKNOWN_TABLE: the code a query of a view the store lacks fails with.
 UNKNOWN_TABLE = 60

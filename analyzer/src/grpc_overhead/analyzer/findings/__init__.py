@@ -1,0 +1,87 @@
+"""Findings: what to change to make the calls faster, ranked by the time it would save.
+
+``findings(store, filters, clock, options=...)`` runs one query per kind over
+the calls the filters keep and returns ``Findings``: the kinds found, ranked by
+their saving at p50 (ties by p99), each with its evidence, the basis of its
+estimate, a confidence, the action (grpcio / grpc-java / grpc-go option or
+code) and how to verify it; and one ``Checked`` line per kind looked for and
+not found, with the number that says why. ``Findings.to_json()`` is the JSON
+contract of ``grpc-overhead findings --format json`` (docs/reference.md,
+"Findings").
+
+The kinds live in small modules: ``waits`` (a phase a call could do without),
+``transfer`` (bytes over a narrow path), ``spread`` (instances and the tail),
+``clock`` (one-way phases the clocks cannot split). ``KIND_NAMES`` is the
+vocabulary, a contract.
+"""
+
+from __future__ import annotations
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.clock_offsets import ClockOptions
+from grpc_overhead.analyzer.findings import clock as clock_kind
+from grpc_overhead.analyzer.findings import spread, transfer, waits
+from grpc_overhead.analyzer.findings.model import Checked, Finding, Findings, ranked
+from grpc_overhead.analyzer.findings.source import Reader, Source, per_method
+from grpc_overhead.analyzer.snapshot import snapshot_ns
+from grpc_overhead.analyzer.store.base import Store
+
+__all__ = ["KIND_NAMES", "Checked", "Finding", "Findings", "findings"]
+
+#: Kinds not estimated yet, and why: listed as checked so that the answer says so.
+NOT_ESTIMATED: dict[str, str] = {
+    "compression_would_help": "not estimated yet: needs compressibility samples",
+    "compression_costs_more": "not estimated yet: needs compressibility samples",
+}
+
+#: The vocabulary (a contract: names never change).
+KIND_NAMES: tuple[str, ...] = (
+    *(kind.kind for kind in waits.KINDS),
+    *transfer.KIND_NAMES,
+    *spread.KIND_NAMES,
+    clock_kind.KIND,
+    *NOT_ESTIMATED,
+)
+
+
+#: Calls whose halves ran on two hosts: only they need the clock kind's second query.
+CROSS_HOST = "countIf(client_host != server_host AND client_host != '' AND server_host != '')"
+
+
+def findings(
+    store: Store,
+    filters: CallFilters | None = None,
+    clock: ClockOptions | None = None,
+    *,
+    options: CallsOptions | None = None,
+) -> Findings:
+    """Every kind over the calls ``filters`` keep, ranked; one snapshot for all queries.
+
+    The per-method kinds (waits, transfer, tail) run as one query, the instances' as a
+    second, and the clock's as a third only where calls cross hosts: each query pays
+    for merging and computing every call, which dominates its cost.
+    """
+    filters = filters or CallFilters()
+    options = options or CallsOptions()
+    if filters.as_of_ns is None:  # every kind reads the same calls
+        filters = filters.snapshot(snapshot_ns(store))
+    reader = Reader(store, Source.run(store, filters, clock, options))
+    parts = [aggregate for kind in waits.KINDS for aggregate in waits.aggregates(kind)]
+    parts += [aggregate for kind in transfer.KIND_NAMES for aggregate in transfer.aggregates(kind)]
+    parts += [*spread.tail_aggregates(), f"{CROSS_HOST} AS cross_host_calls"]
+    rows = reader.query(per_method(parts))
+    results = [waits.find(reader, kind, rows) for kind in waits.KINDS]
+    results += [transfer.find(reader, rows), spread.find_imbalance(reader)]
+    results.append(spread.find_tail(reader, rows))
+    if len(rows) and int(rows["cross_host_calls"].sum()):
+        results.append(clock_kind.find(reader, Source.with_uncertainty(filters, clock, options)))
+    else:
+        calls = int(rows["calls"].sum()) if len(rows) else 0
+        results.append(([], [Checked(clock_kind.KIND, clock_kind.one_host(calls))]))
+    found: list[Finding] = []
+    checked: list[Checked] = []
+    for kind_findings, kind_checked in results:
+        found += kind_findings
+        checked += kind_checked
+    checked += [Checked(kind, why) for kind, why in NOT_ESTIMATED.items()]
+    return Findings(ranked(found), checked)

@@ -1,0 +1,259 @@
+"""load_imbalance (instances unevenly loaded behind one method) and tail (what makes p99).
+
+load_imbalance: per server instance (``service.instance.id``, else its host),
+the method's calls and latency. Found when one instance takes at least
+``HOT_FACTOR`` times its fair share of the calls and its total p50 is at least
+``SLOWER`` times the others' (calls-weighted): long-lived HTTP/2 connections
+pin clients to it. The saving is per call on average: the hot instance's share
+of calls x what they lose there (its p50 - the others' p50; the same at p99).
+
+tail: the calls slower than the method's p95 ("slow calls") against all of
+them: per consecutive phase, the slow calls' mean minus the phase's p50 is its
+part of the tail; the phase with the largest part makes the tail when it
+holds at least ``TAIL_PART`` of it and p99 is at least ``TAIL_RATIO`` x p50
+and ``MIN_TAIL_US`` above it. What the slow calls share is reported too: one
+instance, larger payloads, or one tenth of the time range holding half of
+them. The saving is at p99 only (the median call is not slow): that phase's
+part of p99 - p50. Confidence from the number of slow calls (``SLOW_CALLS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from grpc_overhead.analyzer.findings.advice import ACTIONS, VERIFY
+from grpc_overhead.analyzer.findings.model import (
+    HIGH,
+    LOW,
+    MEDIUM,
+    SUBSET,
+    SUBSETS,
+    Checked,
+    Finding,
+    Spread,
+    confidence,
+    fmt_us,
+    method_name,
+)
+from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method, tuple_items
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+
+KIND_NAMES = ("load_imbalance", "tail")
+
+INSTANCE = "if(server_instance != '', server_instance, server_host)"
+#: The hot instance takes at least this many times its fair share (1 / instances) ...
+HOT_FACTOR = 1.5
+#: ... and its total p50 is at least this many times the others'.
+SLOWER = 1.2
+MIN_SHARE = 0.05
+MIN_SAVING_US = 50.0
+
+TAIL_PHASES: tuple[str, ...] = (*CONSECUTIVE_PHASES, "unattributed")
+TAIL_RATIO = 2.0
+MIN_TAIL_US = 1_000.0
+TAIL_PART = 0.4
+#: Slow calls behind a tail finding: (confidence, at least).
+SLOW_CALLS = ((HIGH, 50), (MEDIUM, 10))
+#: What the slow calls share: one instance, or one tenth of the time, holding at least
+#: this share of them and this many times their share of all calls; or a p50 size this
+#: many times all calls'.
+CORRELATED_SHARE = 0.5
+OVER_REPRESENTED = 2.0
+
+
+def imbalance_query(relation: str) -> str:
+    return (
+        "SELECT rpc_service, rpc_method, instance, count() AS calls,\n"
+        "    quantilesTDigest(0.5, 0.99)(total_us) AS total_q,\n"
+        f"    quantileTDigestResample(0.5, 0, {SUBSETS}, 1)(total_us, subset) AS p50_by_subset\n"
+        f"FROM (SELECT rpc_service, rpc_method, {INSTANCE} AS instance, total_us,"
+        f" {SUBSET} AS subset\n"
+        f"    FROM {relation} WHERE total_us IS NOT NULL AND {INSTANCE} != '')\n"
+        "GROUP BY rpc_service, rpc_method, instance\nORDER BY rpc_service, rpc_method, instance"
+    )
+
+
+def find_imbalance(reader: Reader) -> tuple[list[Finding], list[Checked]]:
+    rows = reader.query(imbalance_query)
+    findings = []
+    best: tuple[float, str] | None = None
+    for (service, method), group in rows.groupby(["rpc_service", "rpc_method"], sort=True):
+        if len(group) < 2:
+            continue
+        calls = group["calls"].astype(float)
+        shares = calls / calls.sum()
+        hot = int(shares.to_numpy().argmax())
+        hot_row, others = group.iloc[hot], group.drop(group.index[hot])
+        weights = others["calls"].astype(float)
+        others_p50 = float((others["total_q"].map(lambda q: q[0]) * weights).sum() / weights.sum())
+        others_p99 = float((others["total_q"].map(lambda q: q[1]) * weights).sum() / weights.sum())
+        share, factor = float(shares.iloc[hot]), float(shares.iloc[hot]) * len(group)
+        hot_p50, hot_p99 = float(hot_row.total_q[0]), float(hot_row.total_q[1])
+        saving = (share * max(0.0, hot_p50 - others_p50), share * max(0.0, hot_p99 - others_p99))
+        mean_p50 = float((group["total_q"].map(lambda q: q[0]) * calls).sum() / calls.sum())
+        text = (
+            f"{hot_row.instance} takes {share:.0%} of {len(group)} instances' calls, "
+            f"p50 {fmt_us(hot_p50)} against {fmt_us(others_p50)} ({method_name(service, method)})"
+        )
+        if best is None or factor > best[0]:
+            best = (factor, text)
+        if (
+            factor < HOT_FACTOR
+            or hot_p50 < SLOWER * others_p50
+            or saving[0] < max(MIN_SHARE * mean_p50, MIN_SAVING_US)
+        ):
+            continue
+        by_subset = []
+        for j in range(SUBSETS):
+            others_j = float((others["p50_by_subset"].map(lambda q, j=j: q[j]) * weights).sum())
+            by_subset.append(share * (float(hot_row.p50_by_subset[j]) - others_j / weights.sum()))
+        evidence: dict[str, Any] = {
+            "instances": {
+                str(row.instance): {
+                    "calls": int(row.calls),
+                    "share": float(row.calls) / float(calls.sum()),
+                    "total_p50_us": float(row.total_q[0]),
+                    "total_p99_us": float(row.total_q[1]),
+                }
+                for row in group.itertuples(index=False)
+            },
+            "fair_share": 1 / len(group),
+            "hot_share": share,
+            "others_p50_us": others_p50,
+            "others_p99_us": others_p99,
+        }
+        findings.append(
+            Finding(
+                kind="load_imbalance",
+                service=service,
+                method=method,
+                instance=str(hot_row.instance),
+                phases=("total",),
+                calls=int(calls.sum()),
+                evidence=evidence,
+                saving_p50_us=saving[0],
+                saving_p99_us=saving[1],
+                saving_basis=(
+                    f"per call on average: the {share:.0%} of calls on {hot_row.instance} would "
+                    "take what the other instances take (its p50/p99 - theirs, x its share)"
+                ),
+                confidence=confidence(int(calls.sum()), Spread(saving[0], by_subset)),
+                action=ACTIONS["load_imbalance"],
+                verify=VERIFY["load_imbalance"],
+                **reader.shown(imbalance_query, service, method),
+            )
+        )
+    if findings:
+        return findings, []
+    why = best[1] if best else f"{len(rows)} method-instance pairs, no method on 2 instances"
+    return [], [Checked("load_imbalance", f"load: {why}")]
+
+
+def tail_aggregates() -> list[str]:
+    """Per method (``source.per_method``: ``slow`` and ``bucket`` per call): total's p50/p99,
+    the slow calls' count and mean, per phase their mean and its p50 over all calls, and
+    the calls per instance and per tenth of the time, slow and all. Columns ``tail__...``."""
+    slow_means = ", ".join(f"avgIf(coalesce({p}_us, 0), slow)" for p in TAIL_PHASES)
+    medians = ", ".join(f"quantileTDigest(0.5)(coalesce({p}_us, 0))" for p in TAIL_PHASES)
+    instance, bytes_ = f"[{INSTANCE}]", "toFloat64(request_bytes + response_bytes)"
+    return [
+        "countIf(slow) AS tail__slow_calls",
+        "quantilesTDigest(0.5, 0.99)(total_us) AS tail__total_q",
+        "avgIf(total_us, slow) AS tail__slow_mean",
+        f"[{slow_means}] AS tail__slow_means",
+        f"[{medians}] AS tail__medians",
+        f"sumMapIf({instance}, [toUInt64(1)], slow) AS tail__slow_by_instance",
+        f"sumMap({instance}, [toUInt64(1)]) AS tail__by_instance",
+        "sumMapIf([bucket], [toUInt64(1)], slow) AS tail__slow_by_time",
+        "sumMap([bucket], [toUInt64(1)]) AS tail__by_time",
+        f"quantileTDigestIf(0.5)({bytes_}, slow) AS tail__slow_bytes_p50",
+        f"quantileTDigest(0.5)({bytes_}) AS tail__bytes_p50",
+    ]
+
+
+def find_tail(reader: Reader, rows: pd.DataFrame) -> tuple[list[Finding], list[Checked]]:
+    """The tail in the rows of ``per_method(tail_aggregates() + ...)``."""
+    build = per_method(tail_aggregates())
+    findings = []
+    best: tuple[float, str] | None = None
+    for method_row in rows.itertuples(index=False):
+        row = Columns(method_row, "tail")
+        p50, p99 = float(row.total_q[0]), float(row.total_q[1])
+        slow_calls = int(row.slow_calls)
+        name = method_name(row.rpc_service, row.rpc_method)
+        if best is None or p99 / max(p50, 1e-9) > best[0]:
+            best = (p99 / max(p50, 1e-9), f"p99 {fmt_us(p99)} is {p99 / max(p50, 1e-9):.1f} x "
+                                          f"p50 {fmt_us(p50)} ({name})")  # fmt: skip
+        excess_total = float(row.slow_mean) - p50
+        means = zip(TAIL_PHASES, row.slow_means, row.medians, strict=True)
+        parts = {p: float(mean) - float(median) for p, mean, median in means}
+        phase = max(parts, key=lambda p: parts[p])
+        part = parts[phase] / excess_total if excess_total > 0 else 0.0
+        if p99 < TAIL_RATIO * p50 or p99 - p50 < MIN_TAIL_US or part < TAIL_PART or not slow_calls:
+            continue
+        correlates, instance = _correlates(row)
+        level = next((lvl for lvl, least in SLOW_CALLS if slow_calls >= least), LOW)
+        evidence: dict[str, Any] = {
+            "total_p50_us": p50,
+            "total_p99_us": p99,
+            "slow_calls": slow_calls,
+            "slow_mean_us": float(row.slow_mean),
+            "phase_parts_us": {p: v for p, v in parts.items() if v > 0},
+            "phase_share_of_tail": part,
+            "correlates_with": correlates,
+        }
+        findings.append(
+            Finding(
+                kind="tail",
+                service=row.rpc_service,
+                method=row.rpc_method,
+                instance=instance,
+                phases=(phase,),
+                calls=int(row.calls),
+                evidence=evidence,
+                saving_p50_us=0.0,
+                saving_p99_us=part * (p99 - p50),
+                saving_basis=(
+                    f"p99 only: {phase}'s part ({part:.0%}) of the slow calls' excess over the "
+                    "median, times p99 - p50; the median call is not slow"
+                ),
+                confidence=level,
+                action=ACTIONS["tail"],
+                verify=VERIFY["tail"],
+                **reader.shown(build, row.rpc_service, row.rpc_method),
+            )
+        )
+    if findings:
+        return findings, []
+    why = best[1] if best else "no calls"
+    return [], [Checked("tail", f"tail: {why}, under {TAIL_RATIO:g} x or one phase's")]
+
+
+def _correlates(row: Any) -> tuple[dict[str, Any], str | None]:
+    """What the slow calls share with each other more than with all calls."""
+    found: dict[str, Any] = {}
+    instance = None
+    slow = int(row.slow_calls)
+    all_calls = int(row.calls)
+    for dimension, (slow_map, all_map) in {
+        "instance": (row.slow_by_instance, row.by_instance),
+        "time": (row.slow_by_time, row.by_time),
+    }.items():
+        totals = dict(zip(*tuple_items(all_map), strict=True))
+        for key, count in zip(*tuple_items(slow_map), strict=True):
+            share, base = count / slow, totals.get(key, 0) / all_calls
+            if share >= CORRELATED_SHARE and share >= OVER_REPRESENTED * base:
+                found[dimension] = {"value": _key(key), "share_of_slow": share,
+                                    "share_of_all": base}  # fmt: skip
+                if dimension == "instance":
+                    instance = str(key)
+    if float(row.slow_bytes_p50) >= OVER_REPRESENTED * max(float(row.bytes_p50), 1.0):
+        found["size"] = {"slow_bytes_p50": float(row.slow_bytes_p50),
+                         "bytes_p50": float(row.bytes_p50)}  # fmt: skip
+    return found, instance
+
+
+def _key(key: Any) -> Any:
+    return str(key) if isinstance(key, str) else f"tenth {int(key) + 1} of the time range"
