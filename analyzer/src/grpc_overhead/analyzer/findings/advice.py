@@ -100,6 +100,26 @@ ACTIONS: dict[str, str] = {
         "grpc-go `grpc.UseCompressor` on the client), return only the fields the caller "
         "reads, or move the client onto a faster path"
     ),
+    "compression_would_help": (
+        "compress these messages: grpcio `grpc.insecure_channel(target, "
+        "compression=grpc.Compression.Gzip)` for every call of a channel, or per call "
+        "`stub.Method(request, compression=grpc.Compression.Gzip)`; for responses the server "
+        "`grpc.server(executor, compression=grpc.Compression.Gzip)` (the "
+        "`grpc.default_compression_algorithm` option) or `context.set_compression(...)`; "
+        'grpc-java `stub.withCompression("gzip")` (server: `ServerCallStreamObserver'
+        '.setCompression("gzip")`); grpc-go `grpc.UseCompressor(gzip.Name)` with '
+        '`import _ "google.golang.org/grpc/encoding/gzip"` (a server answers in the '
+        "compressor it was called with)"
+    ),
+    "compression_costs_more": (
+        "stop compressing these messages: grpcio drop `compression=` from the channel, call "
+        "or server (and the `grpc.default_compression_algorithm` option), or per call "
+        "`compression=grpc.Compression.NoCompression`, `context.set_compression("
+        "grpc.Compression.NoCompression)` or `context.disable_next_message_compression()` "
+        'on the server; grpc-java: no `withCompression(...)`, `setCompression("identity")`; '
+        "grpc-go: no `grpc.UseCompressor(gzip.Name)`; or keep it only for the large, "
+        "compressible messages"
+    ),
     "tail": (
         "the slowest calls are slow in one phase: fix what that phase's slow calls share "
         "(the instance, the payload size or the moments named in the evidence); for a slow "
@@ -140,6 +160,20 @@ VERIFY: dict[str, str] = {
         "upload", _TOP + "entities: 2000\nbandwidth_kb_s: 5000\n", "  compression: [none, gzip]\n"
     ),
     "slow_download": _experiment("download", _TOP, "  bandwidth_kb_s: [null, 5000]\n"),
+    # compression.py fills in {entities} (a payload of the messages' size), {path} (a
+    # narrow path's bandwidth_kb_s, else nothing) and {phase}.
+    "compression_would_help": _experiment(
+        "compression",
+        _TOP + "payload: structured\nentities: {entities}\n{path}",
+        "  compression: [none, gzip]\n",
+    )
+    + ": the gzip cell's {phase} must drop by about the saving",
+    "compression_costs_more": _experiment(
+        "compression",
+        _TOP + "payload: structured\nentities: {entities}\n{path}",
+        "  compression: [none, gzip]\n",
+    )
+    + ": the none cell's {phase} must drop by about the saving",
     "tail": COMPARE.format(phase="total (p99)"),
     "clock_uncertain": (
         "after synchronising the clocks, `grpc-overhead report --format json`: the offsets' "

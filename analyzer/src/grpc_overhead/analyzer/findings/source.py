@@ -48,6 +48,7 @@ _IDENTITY: tuple[tuple[str, str], ...] = (
     ("request_bytes", "toUInt64(request_uncompressed_bytes)"),
     ("response_bytes", "toUInt64(response_uncompressed_bytes)"),
     ("call_shape", CALL_SHAPE),
+    ("compression", "toString(compression)"),
 )
 _UNCERTAINTY = ("clock_uncertainty_us", "if(clock_defined, clock_uncertainty_ns / 1000, NULL)")
 
