@@ -243,14 +243,19 @@ def _one(
         return None
     threshold = max(MIN_SHARE * total[0], MIN_SAVING_US)
     if saving[0] < threshold:
+        change = algorithm if kind == HELP else f"turning {algorithm} off"
         line = (
-            f"{name}: {algorithm} would {'save' if kind == HELP else 'cost'} "
+            f"{name}: {change} would {'save' if per_mb >= 0 else 'add'} "
             f"{fmt_us(abs(per_mb) * p50)} per call at p50 ({p50 * 1e6:,.0f} bytes, ratio "
             f"{sample.ratio:.2f}, CPU {sample.cpu_us_per_mb:,.0f} µs/MB against a path of "
-            f"{rate:,.0f} µs/MB), under {fmt_us(threshold)} ({MIN_SHARE:.0%} of total or "
-            f"{MIN_SAVING_US:,.0f} µs)"
+            f"{rate:,.0f} µs/MB), "
+            + (
+                f"under {fmt_us(threshold)} ({MIN_SHARE:.0%} of total or {MIN_SAVING_US:,.0f} µs)"
+                if per_mb >= 0
+                else "a loss, not a saving"
+            )
         )
-        _note(why, saving[0], line)
+        _note(why, per_mb * p50, line)
         return None
     level = LOW
     spread = None

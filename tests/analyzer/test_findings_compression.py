@@ -1,0 +1,235 @@
+"""compression_would_help / compression_costs_more on a real chDB store, one run per scenario.
+
+Each scenario's truth is known per MB of message: the path's price (seeded into the
+path phases), the sampled ratio and CPU (span attributes, as our instrumentation
+writes them), so the saving each kind should report follows from the module's
+formula and the calls' sizes. One store for the module, settled once, as the
+``findings`` command reads it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.findings import Finding, Findings, findings
+from grpc_overhead.analyzer.findings.compression import COSTS, HELP, MIN_SAMPLES
+from grpc_overhead.analyzer.rollup import settle
+from grpc_overhead.analyzer.store.base import Store
+from tests.analyzer import seed
+from tests.analyzer.seed import BASE_NS, MS, US, Truth, module_store_fixture  # noqa: F401
+
+pytestmark = pytest.mark.unit
+
+CALLS = 200
+#: One call in this many carries a sampled message (25 samples per run).
+SAMPLE_EVERY = 8
+PREFIX = "grpc_overhead.compressibility."
+
+
+def jitter(index: int, spread: int) -> int:
+    """A deterministic spread of 0..spread across calls (a prime stride)."""
+    return (index * 7919) % (spread + 1)
+
+
+def large(i: int) -> int:
+    return 100_000 + jitter(i, 1_900_000)
+
+
+def medium(i: int) -> int:
+    return 100_000 + jitter(i, 400_000)
+
+
+def tiny(i: int) -> int:
+    return 1024 + jitter(i, 3000)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One method's calls: which direction carries the bytes, their size, the path's µs
+    per MB of message, gRPC's compression, and the sampled gzip ratio and CPU (None: no
+    sample)."""
+
+    direction: str
+    size: Callable[[int], int]
+    path_us_per_mb: float
+    compression: str = ""
+    ratio: float | None = 0.2
+    compress_ns_per_mb: int = 5_000_000
+    decompress_ns_per_mb: int = 1_000_000
+
+
+SCENARIOS: dict[str, Scenario] = {
+    # 20,000 µs/MB on the wire; gzip keeps 20 % at 6,000 µs/MB of CPU: saves 10,000 µs/MB.
+    "would_help": Scenario("request", large, 20_000.0),
+    # The same calls, nobody sampling: no guess.
+    "unsampled": Scenario("request", large, 20_000.0, ratio=None),
+    # Gzip on noise (it grows: sent as is, no decompression) over a 1,000 µs/MB path: the
+    # path pays 1,000 + 25,000 µs/MB of CPU; turning it off saves 25,000 µs/MB.
+    "costs_more": Scenario(
+        "response", medium, 1_000.0 + 25_000.0, "gzip", 1.0004, 25_000_000, 1_500_000
+    ),
+    # Compressible but on a fast path: 800 µs/MB saved on the wire < 6,000 µs/MB of CPU.
+    "fast_path": Scenario("request", large, 1_000.0),
+    "healthy": Scenario("request", tiny, 1_000.0),
+}
+
+
+def _sample(span: seed.Span, scenario: Scenario, size: int, index: int) -> None:
+    assert scenario.ratio is not None
+    span.attributes[PREFIX + "direction"] = scenario.direction
+    span.attributes[PREFIX + "message_bytes"] = str(size)
+    span.attributes[PREFIX + "measured_bytes"] = str(min(size, 256 * 1024))
+    ratio = scenario.ratio * (1 + (jitter(index, 20) - 10) / 1000)  # +-1 %, median exact
+    for algorithm in ("gzip", "deflate"):
+        span.attributes[f"{PREFIX}{algorithm}.ratio"] = repr(ratio)
+        span.attributes[f"{PREFIX}{algorithm}.compress_ns_per_mb"] = str(
+            scenario.compress_ns_per_mb
+        )
+        span.attributes[f"{PREFIX}{algorithm}.decompress_ns_per_mb"] = str(
+            scenario.decompress_ns_per_mb
+        )
+
+
+def _calls(run: int, name: str, scenario: Scenario) -> list[seed.Span]:
+    spans = []
+    for index in range(CALLS):
+        size = scenario.size(index)
+        path_ns = int(size * scenario.path_us_per_mb / 1000)  # µs/MB = ns per 1,000 bytes
+        truth = Truth(
+            start=BASE_NS + run * 60 * 1_000 * MS + index * 10 * MS,
+            processing=2 * MS + jitter(index, 500 * US),
+        )
+        if scenario.direction == "request":  # the body lands in server_queue (grpcio)
+            truth = replace(truth, server_queue=60 * US + path_ns)
+            sizes = {"request_bytes": size, "response_bytes": 512}
+        else:
+            truth = replace(truth, response_network=250 * US + path_ns)
+            sizes = {"request_bytes": 1024, "response_bytes": size}
+        client, server = seed.synthetic_call(truth, run_id=name, **sizes)
+        if scenario.compression:
+            for span in (client, server):
+                span.attributes["grpc.compression"] = scenario.compression
+        if scenario.ratio is not None and index % SAMPLE_EVERY == 0:
+            _sample(client if scenario.direction == "request" else server, scenario, size, index)
+        spans += [client, server]
+    return spans
+
+
+@pytest.fixture(scope="module")
+def seeded(module_store: Store) -> Iterator[Store]:
+    spans = []
+    for run, (name, scenario) in enumerate(SCENARIOS.items()):
+        spans += _calls(run, name, scenario)
+    seed.insert_spans(module_store, spans)
+    settle(module_store, CallsOptions())
+    yield module_store
+
+
+_answers: dict[str, Findings] = {}
+
+
+def answer(store: Store, run: str) -> Findings:
+    if run not in _answers:
+        _answers[run] = findings(store, CallFilters(run_id=run).at_rest())
+    return _answers[run]
+
+
+def the(result: Findings, kind: str) -> Finding:
+    found = [f for f in result.findings if f.kind == kind]
+    assert len(found) == 1, [(f.kind, f.saving_p50_us) for f in result.findings]
+    return found[0]
+
+
+def why_not(result: Findings, kind: str) -> str:
+    return next(entry.why_not for entry in result.checked if entry.kind == kind)
+
+
+def expected_saving(run: str, us_per_mb: float) -> float:
+    """The injected saving at p50: µs per MB saved x the calls' median MB."""
+    return us_per_mb * statistics.median(SCENARIOS[run].size(i) for i in range(CALLS)) / 1e6
+
+
+def test_large_compressible_calls_on_a_slow_path_would_gain_from_gzip(seeded: Store) -> None:
+    result = answer(seeded, "would_help")
+    found = the(result, HELP)
+    assert found.saving_p50_us == pytest.approx(expected_saving("would_help", 10_000), rel=0.1)
+    assert found.saving_p99_us > found.saving_p50_us
+    assert found.confidence == "high"  # 200 calls, a tight fit, 25 samples
+    assert found.phases == ("request_network", "server_queue")
+    evidence = found.evidence
+    assert evidence["samples"] == CALLS // SAMPLE_EVERY
+    assert evidence["ratio_p50"] == pytest.approx(0.2)
+    assert evidence["path_us_per_mb"] == pytest.approx(20_000, rel=0.05)
+    assert evidence["cpu_us_per_mb"] == pytest.approx(6_000)
+    assert evidence["compress_ns_per_mb"] == 5_000_000
+    median = statistics.median(large(i) for i in range(CALLS))
+    assert evidence["message_bytes_p50"] == pytest.approx(median, rel=0.05)
+    # The narrow path is a finding too, and ranks above: a faster path saves more.
+    assert [f.kind for f in result.findings] == ["slow_upload", HELP]
+    assert COSTS in {entry.kind for entry in result.checked}
+    assert "compression: [none, gzip]" in found.verify and "bandwidth_kb_s: 50000" in found.verify
+    assert "grpc.Compression.Gzip" in found.action and "UseCompressor" in found.action
+
+
+def test_compressing_what_does_not_compress_on_a_fast_path_costs_more(seeded: Store) -> None:
+    result = answer(seeded, "costs_more")
+    top = result.findings[0]
+    assert top.kind == COSTS, [(f.kind, f.saving_p50_us) for f in result.findings]
+    assert top.saving_p50_us == pytest.approx(expected_saving("costs_more", 25_000), rel=0.1)
+    assert top.confidence == "high"
+    assert top.phases == ("response_network",)
+    assert top.evidence["algorithm"] == "gzip"
+    assert top.evidence["path_us_per_mb"] == pytest.approx(1_000, rel=0.3)
+    assert top.evidence["cpu_us_per_mb"] == pytest.approx(25_000)  # grew: no decompression
+    # The CPU inside the path is not a narrow path: slow_download says so, with its number.
+    assert "slow_download" not in {f.kind for f in result.findings}
+    assert "compression CPU" in why_not(result, "slow_download")
+    assert "0 of" in why_not(result, HELP) or "uncompressed" in why_not(result, HELP)
+    assert "compression: [none, gzip]" in top.verify and "bandwidth_kb_s" not in top.verify
+
+
+def test_no_samples_no_guess(seeded: Store) -> None:
+    result = answer(seeded, "unsampled")
+    assert HELP not in {f.kind for f in result.findings}
+    line = why_not(result, HELP)
+    assert line.startswith("0 sampled messages") and f"{MIN_SAMPLES} needed" in line
+    assert "GRPC_OVERHEAD_COMPRESSIBILITY_INTERVAL_S" in line
+
+
+@pytest.mark.parametrize(
+    ("run", "help_says"),
+    [
+        ("fast_path", "a loss, not a saving"),  # CPU above what the bytes cost
+        ("healthy", "bytes at p50, under 16 KiB"),
+    ],
+)
+def test_healthy_calls_find_neither_and_say_why_with_a_number(
+    seeded: Store, run: str, help_says: str
+) -> None:
+    result = answer(seeded, run)
+    kinds = {f.kind for f in result.findings}
+    assert not kinds & {HELP, COSTS}
+    assert help_says in why_not(result, HELP)
+    assert why_not(result, COSTS).startswith(f"0 of {CALLS:,} calls compressed")
+    for kind in (HELP, COSTS):
+        assert any(ch.isdigit() for ch in why_not(result, kind))
+
+
+def test_the_shown_query_reproduces_the_finding_from_the_view(seeded: Store) -> None:
+    """The "show the query" SQL over grpc_call_phases: the calls, fit and samples."""
+    for run, kind in (("would_help", HELP), ("costs_more", COSTS)):
+        found = the(answer(seeded, run), kind)
+        rows = seeded.query(found.sql, found.parameters, readonly=True)
+        prefix = f"{kind}__{found.evidence['direction']}__"
+        row = rows.iloc[0]
+        assert int(row[prefix + "calls"]) == found.calls
+        assert int(row["samples"]) == found.evidence["samples"]
+        assert float(row["ratio_p50"]) == pytest.approx(found.evidence["ratio_p50"])
+        fit = row[prefix + "fit"]
+        slope = float(next(iter(fit.values())) if isinstance(fit, dict) else fit[0])
+        assert slope == pytest.approx(found.evidence["fitted_us_per_mb"], rel=0.01)
