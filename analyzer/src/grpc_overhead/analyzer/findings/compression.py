@@ -29,13 +29,14 @@ calls of at least ``MIN_BYTES`` at p50, sizes that explain the path's time
 (r² >= ``transfer.MIN_R2`` where sizes vary) and a saving at p50 of at least
 ``MIN_SHARE`` of total and ``MIN_SAVING_US`` (transfer's rule). Confidence is
 the model's (calls and the spread of the saving over the subsets' slopes), at
-most ``medium`` below ``HIGH_SAMPLES`` samples and ``low`` where sizes do not
-vary (no slope: latency counts as bytes, as in ``transfer``).
+most ``medium`` below ``HIGH_SAMPLES`` samples or where the least favourable
+ratio sampled would leave the saving under the threshold, and ``low`` where
+sizes do not vary (no slope: latency counts as bytes, as in ``transfer``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -263,8 +264,11 @@ def _one(
         subsets = [_priced(kind, _slope(fit), sample)[1] * p50 for fit in row.fit_by_subset]
         spread = Spread(saving[0], [max(0.0, value) for value in subsets])
         level = confidence(calls, spread)
-        if count < HIGH_SAMPLES and level != LOW:
-            level = MEDIUM
+    # The samples' spread: the saving at the least favourable ratio sampled.
+    worst = replace(sample, ratio=sample.ratio_max if kind == HELP else sample.ratio_min)
+    worst_saving = _priced(kind, slope, worst)[1] * p50
+    if level != LOW and (count < HIGH_SAMPLES or worst_saving < threshold):
+        level = MEDIUM
     phases, _, size, label = transfer.DIRECTIONS[PATHS[direction]]
     evidence: dict[str, Any] = {
         "direction": direction,
@@ -288,6 +292,7 @@ def _one(
         "total_p99_us": total[1],
         "share_of_total_p50": saving[0] / total[0] if total[0] else None,
         "saving_ci95_us": _interval(spread),
+        "saving_p50_us_at_worst_ratio": worst_saving,
     }
     shown = per_method(_fit_aggregates(kind, direction) + _sample_aggregates(direction, algorithm))
     return Finding(
