@@ -9,8 +9,9 @@ formula and the calls' sizes. One store for the module, settled once, as the
 
 from __future__ import annotations
 
+import functools
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pytest
@@ -121,22 +122,19 @@ def _calls(run: int, name: str, scenario: Scenario) -> list[seed.Span]:
 
 
 @pytest.fixture(scope="module")
-def seeded(module_store: Store) -> Iterator[Store]:
-    spans = []
-    for run, (name, scenario) in enumerate(SCENARIOS.items()):
-        spans += _calls(run, name, scenario)
-    seed.insert_spans(module_store, spans)
-    settle(module_store, CallsOptions())
-    yield module_store
+def seeded(module_store: Store) -> Store:
+    seed.insert_spans(
+        module_store,
+        [span for run, name in enumerate(SCENARIOS) for span in _calls(run, name, SCENARIOS[name])],
+    )
+    settle(module_store, CallsOptions())  # the command's store is settled
+    return module_store
 
 
-_answers: dict[str, Findings] = {}
-
-
-def answer(store: Store, run: str) -> Findings:
-    if run not in _answers:
-        _answers[run] = findings(store, CallFilters(run_id=run).at_rest())
-    return _answers[run]
+@pytest.fixture(scope="module")
+def answer(seeded: Store) -> Callable[[str], Findings]:
+    """``findings`` of one run (a scenario), computed once for the module."""
+    return functools.cache(lambda run: findings(seeded, CallFilters(run_id=run).at_rest()))
 
 
 def the(result: Findings, kind: str) -> Finding:
@@ -154,8 +152,10 @@ def expected_saving(run: str, us_per_mb: float) -> float:
     return us_per_mb * statistics.median(SCENARIOS[run].size(i) for i in range(CALLS)) / 1e6
 
 
-def test_large_compressible_calls_on_a_slow_path_would_gain_from_gzip(seeded: Store) -> None:
-    result = answer(seeded, "would_help")
+def test_large_compressible_calls_on_a_slow_path_would_gain_from_gzip(
+    answer: Callable[[str], Findings],
+) -> None:
+    result = answer("would_help")
     found = the(result, HELP)
     assert found.saving_p50_us == pytest.approx(expected_saving("would_help", 10_000), rel=0.1)
     assert found.saving_p99_us > found.saving_p50_us
@@ -176,8 +176,10 @@ def test_large_compressible_calls_on_a_slow_path_would_gain_from_gzip(seeded: St
     assert "grpc.Compression.Gzip" in found.action and "UseCompressor" in found.action
 
 
-def test_compressing_what_does_not_compress_on_a_fast_path_costs_more(seeded: Store) -> None:
-    result = answer(seeded, "costs_more")
+def test_compressing_what_does_not_compress_on_a_fast_path_costs_more(
+    answer: Callable[[str], Findings],
+) -> None:
+    result = answer("costs_more")
     top = result.findings[0]
     assert top.kind == COSTS, [(f.kind, f.saving_p50_us) for f in result.findings]
     assert top.saving_p50_us == pytest.approx(expected_saving("costs_more", 25_000), rel=0.1)
@@ -193,8 +195,8 @@ def test_compressing_what_does_not_compress_on_a_fast_path_costs_more(seeded: St
     assert "compression: [none, gzip]" in top.verify and "bandwidth_kb_s" not in top.verify
 
 
-def test_no_samples_no_guess(seeded: Store) -> None:
-    result = answer(seeded, "unsampled")
+def test_no_samples_no_guess(answer: Callable[[str], Findings]) -> None:
+    result = answer("unsampled")
     assert HELP not in {f.kind for f in result.findings}
     line = why_not(result, HELP)
     assert line.startswith("0 sampled messages") and f"{MIN_SAMPLES} needed" in line
@@ -209,9 +211,9 @@ def test_no_samples_no_guess(seeded: Store) -> None:
     ],
 )
 def test_healthy_calls_find_neither_and_say_why_with_a_number(
-    seeded: Store, run: str, help_says: str
+    answer: Callable[[str], Findings], run: str, help_says: str
 ) -> None:
-    result = answer(seeded, run)
+    result = answer(run)
     kinds = {f.kind for f in result.findings}
     assert not kinds & {HELP, COSTS}
     assert help_says in why_not(result, HELP)
@@ -220,10 +222,12 @@ def test_healthy_calls_find_neither_and_say_why_with_a_number(
         assert any(ch.isdigit() for ch in why_not(result, kind))
 
 
-def test_the_shown_query_reproduces_the_finding_from_the_view(seeded: Store) -> None:
+def test_the_shown_query_reproduces_the_finding_from_the_view(
+    seeded: Store, answer: Callable[[str], Findings]
+) -> None:
     """The "show the query" SQL over grpc_call_phases: the calls, fit and samples."""
     for run, kind in (("would_help", HELP), ("costs_more", COSTS)):
-        found = the(answer(seeded, run), kind)
+        found = the(answer(run), kind)
         rows = seeded.query(found.sql, found.parameters, readonly=True)
         prefix = f"{kind}__{found.evidence['direction']}__"
         row = rows.iloc[0]

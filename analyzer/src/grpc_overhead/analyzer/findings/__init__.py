@@ -52,9 +52,10 @@ def findings(
 ) -> Findings:
     """Every kind over the calls ``filters`` keep, ranked; one snapshot for all queries.
 
-    The per-method kinds (waits, transfer, tail) run as one query, the instances' as a
-    second, and the clock's as a third only where calls cross hosts: each query pays
-    for merging and computing every call, which dominates its cost.
+    The per-method kinds (waits, transfer, tail, compression's fits) run as one query,
+    the instances' as a second, and the clock's as a third only where calls cross hosts:
+    each query pays for merging and computing every call, which dominates its cost. The
+    sampled messages (compression) are a fourth that merges only the sampled calls.
     """
     filters = filters or CallFilters()
     options = options or CallsOptions()
