@@ -10,6 +10,7 @@ formula and the calls' sizes. One store for the module, settled once, as the
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -174,6 +175,8 @@ def test_large_compressible_calls_on_a_slow_path_would_gain_from_gzip(
     assert COSTS in {entry.kind for entry in result.checked}
     assert "compression: [none, gzip]" in found.verify and "bandwidth_kb_s: 50000" in found.verify
     assert "grpc.Compression.Gzip" in found.action and "UseCompressor" in found.action
+    document = json.loads(json.dumps(result.to_json()))  # the contract, evidence plain
+    assert document["findings"][1]["evidence"]["samples"] == CALLS // SAMPLE_EVERY
 
 
 def test_compressing_what_does_not_compress_on_a_fast_path_costs_more(

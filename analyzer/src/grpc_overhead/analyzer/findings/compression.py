@@ -36,6 +36,8 @@ sizes do not vary (no slope: latency counts as bytes, as in ``transfer``).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -138,7 +140,11 @@ class Sample:
         return (self.compress_ns_per_mb + decompress) / 1000
 
 
-def samples_by_key(frame: pd.DataFrame) -> dict[tuple[str, str, str, str], Sample]:
+#: Sampled messages by (service, method, direction, algorithm).
+Samples = dict[tuple[str, str, str, str], "Sample"]
+
+
+def samples_by_key(frame: pd.DataFrame) -> Samples:
     """``compressibility.by_method``'s rows keyed by (service, method, direction, algorithm)."""
     return {
         (row.service, row.method, row.direction, row.algorithm): Sample(
@@ -167,9 +173,12 @@ class _Why:
 
 
 def find(
-    reader: Reader, rows: pd.DataFrame, samples: dict[tuple[str, str, str, str], Sample]
+    reader: Reader, rows: pd.DataFrame, load: Callable[[], Samples]
 ) -> tuple[list[Finding], list[Checked]]:
-    """Both kinds, per method and direction, in the rows of ``per_method(aggregates() + ...)``."""
+    """Both kinds, per method and direction, in the rows of ``per_method(aggregates() + ...)``.
+    ``load`` reads the sampled messages (a query of its own, ~0.4 s here): called once, and
+    only where some method has calls large enough to price."""
+    samples = functools.cache(load)
     found: list[Finding] = []
     checked: list[Checked] = []
     for kind in KIND_NAMES:
@@ -209,7 +218,7 @@ def _one(
     kind: str,
     direction: str,
     method_row: Any,
-    samples: dict[tuple[str, str, str, str], Sample],
+    samples: Callable[[], Samples],
     why: _Why,
 ) -> Finding | None:
     row = Columns(method_row, f"{kind}__{direction}")
@@ -225,7 +234,7 @@ def _one(
     service, method = method_row.rpc_service, method_row.rpc_method
     name = f"{method_name(service, method)} {direction}s"
     algorithm = SUGGESTED if kind == HELP else _algorithm(method_row)
-    sample = samples.get((service, method, direction, algorithm))
+    sample = samples().get((service, method, direction, algorithm))
     count = sample.samples if sample else 0
     if sample is None or count < MIN_SAMPLES:
         if why.unsampled is None or count < why.unsampled[0]:
