@@ -292,3 +292,12 @@ def test_a_findings_query_reproduces_its_numbers_from_the_view(
 def _fit(value: object) -> tuple[float, ...]:
     items = value.values() if isinstance(value, dict) else value
     return tuple(float(item) for item in items)  # type: ignore[union-attr]
+
+
+def test_no_calls_is_an_answer_not_an_error(seeded: Store) -> None:
+    result = findings(seeded, CallFilters(run_id="no-such-run").at_rest())
+    assert result.findings == []
+    checked = {entry.kind: entry.why_not for entry in result.checked}
+    assert set(checked) == set(KIND_NAMES)
+    assert checked["tail"] == "tail: 0 unary calls with a total"
+    assert "0 of 0 calls" in checked["server_pool_saturated"]

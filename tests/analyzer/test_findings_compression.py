@@ -16,12 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pytest
+import yaml
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.findings import Finding, Findings, findings
 from grpc_overhead.analyzer.findings.compression import COSTS, HELP, MIN_SAMPLES
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.cli.experiment_spec import parse
 from tests.analyzer import seed
 from tests.analyzer.seed import BASE_NS, MS, US, Truth, module_store_fixture  # noqa: F401
 
@@ -173,7 +175,10 @@ def test_large_compressible_calls_on_a_slow_path_would_gain_from_gzip(
     # The narrow path is a finding too, and ranks above: a faster path saves more.
     assert [f.kind for f in result.findings] == ["slow_upload", HELP]
     assert COSTS in {entry.kind for entry in result.checked}
-    assert "compression: [none, gzip]" in found.verify and "bandwidth_kb_s: 50000" in found.verify
+    text = found.verify.split("\n", 1)[1].split("then `grpc-overhead compare`")[0]
+    experiment = parse(yaml.safe_load(text))  # what the finding says to run must run
+    assert len(experiment.cells) == 2 and experiment.cells[0].config["bandwidth_kb_s"] == 50_000
+    assert {cell.config["compression"] for cell in experiment.cells} == {"none", "gzip"}
     assert "grpc.Compression.Gzip" in found.action and "UseCompressor" in found.action
     document = json.loads(json.dumps(result.to_json()))  # the contract, evidence plain
     assert document["findings"][1]["evidence"]["samples"] == CALLS // SAMPLE_EVERY
@@ -195,7 +200,7 @@ def test_compressing_what_does_not_compress_on_a_fast_path_costs_more(
     assert "slow_download" not in {f.kind for f in result.findings}
     assert "compression CPU" in why_not(result, "slow_download")
     assert "0 of" in why_not(result, HELP) or "uncompressed" in why_not(result, HELP)
-    assert "compression: [none, gzip]" in top.verify and "bandwidth_kb_s" not in top.verify
+    assert "compare before after" in top.verify  # the service cannot play large responses
 
 
 def test_no_samples_no_guess(answer: Callable[[str], Findings]) -> None:

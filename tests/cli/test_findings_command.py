@@ -6,10 +6,13 @@ import json
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from grpc_overhead.analyzer.findings import Checked, Finding, Findings
+from grpc_overhead.analyzer.findings.advice import EXPERIMENTS, VERIFY
 from grpc_overhead.cli import findings as command
 from grpc_overhead.cli import usage
+from grpc_overhead.cli.experiment_spec import parse
 from tests.analyzer import seed
 from tests.analyzer.seed import BASE_NS, MS, US, Truth, analysis_store
 
@@ -60,7 +63,7 @@ def test_table_names_the_finding_and_what_was_checked() -> None:
         "1. server_pool_saturated  predict.Predictor/Predict on s-1  saves 3,100 µs at p50, "
         "3,400 µs at p99 (high confidence, 240 calls)\n"
     )
-    assert "   verify: experiment; workers: [4, 32]" in table
+    assert "   verify: experiment\n           workers: [4, 32]\n" in table
     assert table.endswith("Checked, not found:\n  tail: tail: p99 1.0 x p50\n")
     assert "No findings" in command.render_table(Findings([], []))
 
@@ -69,6 +72,7 @@ def test_table_names_the_finding_and_what_was_checked() -> None:
     ("argv", "message"),
     [
         (["--store", "/nonexistent/store"], "no store at /nonexistent/store"),
+        (["--clickhouse", "clickhouse://127.0.0.1:1/default"], "cannot reach ClickHouse"),
         (["--since", "yesterday"], "bad --since 'yesterday'"),
         (["--since", "1h", "--until", "2h"], "is not before --until"),
         (["--window", "0"], "bad --window 0"),
@@ -78,7 +82,7 @@ def test_table_names_the_finding_and_what_was_checked() -> None:
 def test_bad_input_is_one_line_and_exit_2(
     store_dir: str, capsys: pytest.CaptureFixture, argv: list[str], message: str
 ) -> None:
-    if "--store" not in argv:
+    if "--store" not in argv and "--clickhouse" not in argv:
         argv = ["--store", store_dir, *argv]
     code, out, err = run(capsys, *argv)
     assert code == command.EXIT_USAGE
@@ -88,3 +92,12 @@ def test_bad_input_is_one_line_and_exit_2(
 
 def test_the_command_is_listed() -> None:
     assert "  findings " in usage()
+
+
+@pytest.mark.parametrize("kind", sorted(EXPERIMENTS))
+def test_every_verify_experiment_is_a_valid_file_with_two_cells(kind: str) -> None:
+    """What a finding tells the user to run must run: our own experiment parser takes it."""
+    name, text = EXPERIMENTS[kind]
+    experiment = parse(yaml.safe_load(text))
+    assert experiment.name == name and len(experiment.cells) == 2
+    assert text in VERIFY[kind]

@@ -66,12 +66,18 @@ def render_table(answer: Findings) -> str:
             f"{finding.calls:,} calls)",
             *_wrapped("basis", finding.saving_basis),
             *_wrapped("action", finding.action),
-            *_wrapped("verify", finding.verify.replace("\n", "; ")),
+            *_verify(finding.verify),
             "",
         ]
     lines += ["", "Checked, not found:"]
     lines += [f"  {entry.kind}: {entry.why_not}" for entry in answer.checked]
     return "\n".join(lines) + "\n"
+
+
+def _verify(text: str) -> list[str]:
+    """The verify step: its sentence wrapped, an experiment file's lines as they are."""
+    first, *rest = text.split("\n")
+    return _wrapped("verify", first) + [f"{' ' * 11}{line}" for line in rest]
 
 
 def _wrapped(label: str, text: str) -> list[str]:

@@ -18,10 +18,17 @@ COMPARE = (
 )
 
 
-def _experiment(name: str, top: str, matrix: str) -> str:
+def experiment_file(name: str, top: str, matrix: str) -> str:
+    """A ``grpc-overhead experiment`` file: ``top`` settings, then the ``matrix`` whose two
+    cells are without and with the change."""
+    return f"name: {name}\nduration: 20\n{top}matrix:\n{matrix}"
+
+
+def run_experiment(name: str, text: str) -> str:
+    """The verify step of an experiment file: run it, then compare its two cells (the
+    compression kinds write their file per finding, with the messages' size and path)."""
     return (
-        f"grpc-overhead experiment {name}.yaml, with:\n"
-        f"name: {name}\nduration: 20\n{top}matrix:\n{matrix}"
+        f"grpc-overhead experiment {name}.yaml, with:\n{text}"
         "then `grpc-overhead compare` the two cells' run ids"
     )
 
@@ -137,46 +144,50 @@ ACTIONS: dict[str, str] = {
 }
 
 _TOP = "concurrency: 16\n"
+#: kind -> (file name, the experiment file) where our prediction service can stand in.
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "server_pool_saturated": (
+        "pool",
+        experiment_file("pool", _TOP + "model_cost_ms: 5\n", "  workers: [4, 32]\n"),
+    ),
+    "server_cpu_saturated": (
+        "processes",
+        experiment_file("processes", _TOP + "model_cost_ms: 2\n", "  instances: [1, 2]\n"),
+    ),
+    "network_latency": ("latency", experiment_file("latency", _TOP, "  latency_ms: [null, 5]\n")),
+    "serialization_cost": (
+        "encoding",
+        experiment_file("encoding", _TOP + "entities: 2000\n", "  encoding: [repeated, packed]\n"),
+    ),
+    "load_imbalance": (
+        "connection-age",
+        experiment_file(
+            "connection-age",
+            _TOP + "instances: 3\nchannels: 2\n",
+            "  max_connection_age_s: [null, 5]\n",
+        ),
+    ),
+    "slow_upload": (
+        "upload",
+        experiment_file(
+            "upload",
+            _TOP + "entities: 2000\nbandwidth_kb_s: 5000\n",
+            "  compression: [none, gzip]\n",
+        ),
+    ),
+    "slow_download": (
+        "download",
+        experiment_file("download", _TOP, "  bandwidth_kb_s: [null, 5000]\n"),
+    ),
+}
 VERIFY: dict[str, str] = {
     "post_processing": COMPARE.format(phase="post_processing"),
-    "server_pool_saturated": _experiment(
-        "pool", _TOP + "model_cost_ms: 5\n", "  workers: [4, 32]\n"
-    ),
-    "server_cpu_saturated": _experiment(
-        "processes", _TOP + "model_cost_ms: 2\n", "  instances: [1, 2]\n"
-    ),
     "client_busy": COMPARE.format(phase="client_dispatch"),
     "connection_setup": COMPARE.format(phase="client_connect"),
-    "network_latency": _experiment("latency", _TOP, "  latency_ms: [null, 5]\n"),
-    "serialization_cost": _experiment(
-        "encoding", _TOP + "entities: 2000\n", "  encoding: [repeated, packed]\n"
-    ),
-    "load_imbalance": _experiment(
-        "connection-age",
-        _TOP + "instances: 3\nchannels: 2\n",
-        "  max_connection_age_s: [null, 5]\n",
-    ),
-    "slow_upload": _experiment(
-        "upload", _TOP + "entities: 2000\nbandwidth_kb_s: 5000\n", "  compression: [none, gzip]\n"
-    ),
-    "slow_download": _experiment("download", _TOP, "  bandwidth_kb_s: [null, 5000]\n"),
-    # compression.py fills in {entities} (a payload of the messages' size), {path} (a
-    # narrow path's bandwidth_kb_s, else nothing) and {phase}.
-    "compression_would_help": _experiment(
-        "compression",
-        _TOP + "payload: structured\nentities: {entities}\n{path}",
-        "  compression: [none, gzip]\n",
-    )
-    + ": the gzip cell's {phase} must drop by about the saving",
-    "compression_costs_more": _experiment(
-        "compression",
-        _TOP + "payload: structured\nentities: {entities}\n{path}",
-        "  compression: [none, gzip]\n",
-    )
-    + ": the none cell's {phase} must drop by about the saving",
     "tail": COMPARE.format(phase="total (p99)"),
     "clock_uncertain": (
         "after synchronising the clocks, `grpc-overhead report --format json`: the offsets' "
         "uncertainty per host pair must fall below the one-way phases' p50"
     ),
+    **{kind: run_experiment(name, text) for kind, (name, text) in EXPERIMENTS.items()},
 }

@@ -44,7 +44,12 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer.findings import transfer, waits
-from grpc_overhead.analyzer.findings.advice import ACTIONS, VERIFY
+from grpc_overhead.analyzer.findings.advice import (
+    ACTIONS,
+    COMPARE,
+    experiment_file,
+    run_experiment,
+)
 from grpc_overhead.analyzer.findings.model import (
     LOW,
     MEDIUM,
@@ -354,15 +359,25 @@ def _basis(
 
 
 def _verify(kind: str, direction: str, message_bytes: float, rate: float) -> str:
-    """The experiment with the prediction service's payload near these messages' size and,
-    for a narrow path, toxiproxy at its rate (``bandwidth_kb_s``)."""
+    """Requests: an experiment with the prediction service's request near these messages'
+    size and, for a narrow path, toxiproxy at its rate (``bandwidth_kb_s``). Responses: the
+    service's are a few bytes per entity and its load compresses requests only, so it
+    cannot stand in: two runs of the user's service, before and after."""
+    if direction == "response":
+        return COMPARE.format(phase="response_network")
     entities = max(1, round(message_bytes / BYTES_PER_ENTITY))
     narrow = rate >= transfer.SLOW_US_PER_MB
-    path = f"bandwidth_kb_s: {max(1, round(1e9 / rate)):,}\n".replace(",", "") if narrow else ""
-    phase = "request_network" if direction == "request" else "response_network"
-    return VERIFY[kind].format(entities=entities, path=path, phase=phase)
+    path = f"bandwidth_kb_s: {max(1, round(1e9 / rate))}\n" if narrow else ""
+    top = f"concurrency: 16\nentities: {entities}\n{path}"
+    cell = "gzip" if kind == HELP else "none"
+    return (
+        f"{run_experiment(EXPERIMENT, experiment_file(EXPERIMENT, top, MATRIX))}: the {cell} "
+        "cell's request_network + server_queue must drop by about the saving"
+    )
 
 
+#: The verify experiment's name and matrix.
+EXPERIMENT, MATRIX = "compression", "  compression: [none, gzip]\n"
 #: The prediction service's request per entity at its default 32 features (repeated
 #: float32 and the entity's framing): how many entities make a similar payload.
 BYTES_PER_ENTITY = 140

@@ -27,7 +27,7 @@ from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, unix_ns
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.findings.model import SUBSET
 from grpc_overhead.analyzer.insights.rows import rows_for
-from grpc_overhead.analyzer.phase_view import PHASES_VIEW
+from grpc_overhead.analyzer.phase_view import IDENTITY, PHASES_VIEW
 from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE
@@ -36,17 +36,25 @@ from grpc_overhead.analyzer.stream_phases import CALL_SHAPE
 #: streams, so the kinds read unary calls (and calls whose shape was not recorded).
 UNARY = "call_shape IN ('unary', '')"
 
-#: The view's identity columns the kinds read, as expressions over ``rows_for``'s rows.
+#: The view's identity columns the kinds read, with the view's own expressions; but the
+#: call's shape, which the view takes from ``per_call_sql``'s status columns and
+#: ``rows_for``'s rows lack: computed from the same columns as there.
+_VIEW_COLUMNS = {name: expression for name, expression, _ in IDENTITY}
 _IDENTITY: tuple[tuple[str, str], ...] = (
-    ("trace_id", "TraceId"),
-    ("rpc_service", "toString(service)"),
-    ("rpc_method", "toString(method)"),
-    ("server_instance", "toString(server_instance)"),
-    ("server_host", "toString(server_host)"),
-    ("client_host", "toString(client_host)"),
-    ("start_time", "fromUnixTimestamp64Nano(call_start_ns, 'UTC')"),
-    ("request_bytes", "toUInt64(request_uncompressed_bytes)"),
-    ("response_bytes", "toUInt64(response_uncompressed_bytes)"),
+    *(
+        (name, _VIEW_COLUMNS[name])
+        for name in (
+            "trace_id",
+            "rpc_service",
+            "rpc_method",
+            "server_instance",
+            "server_host",
+            "client_host",
+            "start_time",
+            "request_bytes",
+            "response_bytes",
+        )
+    ),
     ("call_shape", CALL_SHAPE),
     ("compression", "toString(compression)"),
 )

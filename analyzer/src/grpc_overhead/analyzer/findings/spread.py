@@ -10,7 +10,7 @@ of calls x what they lose there (its p50 - the others' p50; the same at p99).
 tail: the calls slower than the method's p95 ("slow calls") against all of
 them: per consecutive phase, the slow calls' mean minus the phase's p50 is its
 part of the tail; the phase with the largest part makes the tail when it
-holds at least ``TAIL_PART`` of it and p99 is at least ``TAIL_RATIO`` x p50
+holds at least ``TAIL_PART`` of the parts that grew and p99 is at least ``TAIL_RATIO`` x p50
 and ``MIN_TAIL_US`` above it. What the slow calls share is reported too: one
 instance, larger payloads, or one tenth of the time range holding half of
 them. The saving is at p99 only (the median call is not slow): that phase's
@@ -186,11 +186,12 @@ def find_tail(reader: Reader, rows: pd.DataFrame) -> tuple[list[Finding], list[C
         if best is None or p99 / max(p50, 1e-9) > best[0]:
             best = (p99 / max(p50, 1e-9), f"p99 {fmt_us(p99)} is {p99 / max(p50, 1e-9):.1f} x "
                                           f"p50 {fmt_us(p50)} ({name})")  # fmt: skip
-        excess_total = float(row.slow_mean) - p50
         means = zip(TAIL_PHASES, row.slow_means, row.medians, strict=True)
         parts = {p: float(mean) - float(median) for p, mean, median in means}
         phase = max(parts, key=lambda p: parts[p])
-        part = parts[phase] / excess_total if excess_total > 0 else 0.0
+        # Of the phases that grew in the slow calls (others may shrink a little).
+        grown = sum(value for value in parts.values() if value > 0)
+        part = parts[phase] / grown if grown > 0 else 0.0
         if p99 < TAIL_RATIO * p50 or p99 - p50 < MIN_TAIL_US or part < TAIL_PART or not slow_calls:
             continue
         correlates, instance = _correlates(row)
@@ -227,8 +228,9 @@ def find_tail(reader: Reader, rows: pd.DataFrame) -> tuple[list[Finding], list[C
         )
     if findings:
         return findings, []
-    why = best[1] if best else "no calls"
-    return [], [Checked("tail", f"tail: {why}, under {TAIL_RATIO:g} x or one phase's")]
+    if best is None:
+        return [], [Checked("tail", "tail: 0 unary calls with a total")]
+    return [], [Checked("tail", f"tail: {best[1]}, under {TAIL_RATIO:g} x or no one phase's")]
 
 
 def _correlates(row: Any) -> tuple[dict[str, Any], str | None]:
