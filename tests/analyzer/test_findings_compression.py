@@ -65,6 +65,7 @@ class Scenario:
     ratio: float | None = 0.2
     compress_ns_per_mb: int = 5_000_000
     decompress_ns_per_mb: int = 1_000_000
+    samples: int = CALLS // SAMPLE_EVERY
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -72,6 +73,8 @@ SCENARIOS: dict[str, Scenario] = {
     "would_help": Scenario("request", large, 20_000.0),
     # The same calls, nobody sampling: no guess.
     "unsampled": Scenario("request", large, 20_000.0, ratio=None),
+    # ... and with one sample short of the rule.
+    "few_samples": Scenario("request", large, 20_000.0, samples=MIN_SAMPLES - 1),
     # Gzip on noise (it grows: sent as is, no decompression) over a 1,000 µs/MB path: the
     # path pays 1,000 + 25,000 µs/MB of CPU; turning it off saves 25,000 µs/MB.
     "costs_more": Scenario(
@@ -118,7 +121,8 @@ def _calls(run: int, name: str, scenario: Scenario) -> list[seed.Span]:
         if scenario.compression:
             for span in (client, server):
                 span.attributes["grpc.compression"] = scenario.compression
-        if scenario.ratio is not None and index % SAMPLE_EVERY == 0:
+        sampled = index % SAMPLE_EVERY == 0 and index // SAMPLE_EVERY < scenario.samples
+        if scenario.ratio is not None and sampled:
             _sample(client if scenario.direction == "request" else server, scenario, size, index)
         spans += [client, server]
     return spans
@@ -203,11 +207,14 @@ def test_compressing_what_does_not_compress_on_a_fast_path_costs_more(
     assert "compare before after" in top.verify  # the service cannot play large responses
 
 
-def test_no_samples_no_guess(answer: Callable[[str], Findings]) -> None:
-    result = answer("unsampled")
+@pytest.mark.parametrize(("run", "samples"), [("unsampled", 0), ("few_samples", MIN_SAMPLES - 1)])
+def test_too_few_samples_no_guess(
+    answer: Callable[[str], Findings], run: str, samples: int
+) -> None:
+    result = answer(run)
     assert HELP not in {f.kind for f in result.findings}
     line = why_not(result, HELP)
-    assert line.startswith("0 sampled messages") and f"{MIN_SAMPLES} needed" in line
+    assert line.startswith(f"{samples} sampled messages") and f"{MIN_SAMPLES} needed" in line
     assert "GRPC_OVERHEAD_COMPRESSIBILITY_INTERVAL_S" in line
 
 

@@ -170,8 +170,6 @@ def samples_by_key(frame: pd.DataFrame) -> Samples:
 class _Why:
     """What a kind saw where it found nothing, for its ``checked`` line."""
 
-    calls: int = 0
-    sized: int = 0  # calls of methods large enough to price
     small_bytes: float | None = None
     unsampled: tuple[int, str] | None = None  # (fewest samples, method) among priced methods
     best: tuple[float, str] | None = None  # (saving p50, line) of the best non-finding
@@ -230,12 +228,10 @@ def _one(
     calls = int(row.calls)
     if not calls:
         return None
-    why.calls += calls
     p10, p50, p90, p99 = (float(q) for q in row.mb_q)
     if p50 * 1e6 < MIN_BYTES:
         why.small_bytes = max(why.small_bytes or 0.0, p50 * 1e6)
         return None
-    why.sized += calls
     service, method = method_row.rpc_service, method_row.rpc_method
     name = f"{method_name(service, method)} {direction}s"
     algorithm = SUGGESTED if kind == HELP else _algorithm(method_row)
