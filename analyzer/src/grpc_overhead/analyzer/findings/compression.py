@@ -408,7 +408,7 @@ def _why_not(kind: str, why: _Why, rows: pd.DataFrame) -> str:
             f"{MIN_BYTES // 1024} KiB: their time is latency, not bytes"
         )
     calls = int(rows["calls"].sum()) if len(rows) else 0
-    return f"0 of {calls:,} calls {_which(kind)} with their bytes and path phases recorded"
+    return f"0 of {calls:,} calls are {_which(kind)} and record their bytes and path phases"
 
 
 def _which(kind: str) -> str:
