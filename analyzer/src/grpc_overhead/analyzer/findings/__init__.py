@@ -70,14 +70,12 @@ def findings(
     results = [waits.find(reader, kind, rows) for kind in waits.KINDS]
     results += [transfer.find(reader, rows), spread.find_imbalance(reader)]
     results.append(spread.find_tail(reader, rows))
-    samples = compressibility.by_method
-    results.append(
-        compression.find(
-            reader,
-            rows,
-            lambda: compression.samples_by_key(samples(store, filters, clock, options=options)),
-        )
-    )
+
+    def sampled() -> compression.Samples:  # read only where some call is large enough
+        frame = compressibility.by_method(store, filters, clock, options=options)
+        return compression.samples_by_key(frame)
+
+    results.append(compression.find(reader, rows, sampled))
     if len(rows) and int(rows["cross_host_calls"].sum()):
         results.append(clock_kind.find(reader, Source.with_uncertainty(filters, clock, options)))
     else:

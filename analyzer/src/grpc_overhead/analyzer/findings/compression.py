@@ -146,7 +146,7 @@ class Sample:
 
 
 #: Sampled messages by (service, method, direction, algorithm).
-Samples = dict[tuple[str, str, str, str], "Sample"]
+Samples = dict[tuple[str, str, str, str], Sample]
 
 
 def samples_by_key(frame: pd.DataFrame) -> Samples:
