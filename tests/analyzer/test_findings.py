@@ -247,9 +247,7 @@ def test_healthy_calls_have_no_finding_above_low(seeded: Store, run: str) -> Non
     assert [f.kind for f in result.findings if f.confidence != "low"] == []
     checked = {entry.kind: entry.why_not for entry in result.checked}
     assert set(checked) == set(KIND_NAMES)  # every kind looked for, and said so
-    estimated = {kind: why for kind, why in checked.items() if "not estimated yet" not in why}
-    assert all(any(ch.isdigit() for ch in why) for why in estimated.values()), checked
-    assert set(checked) - set(estimated) == {"compression_would_help", "compression_costs_more"}
+    assert all(any(ch.isdigit() for ch in why) for why in checked.values()), checked
 
 
 def test_json_is_the_contract_and_ranked(seeded: Store) -> None:

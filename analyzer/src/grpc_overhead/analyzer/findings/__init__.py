@@ -11,16 +11,17 @@ contract of ``grpc-overhead findings --format json`` (docs/reference.md,
 
 The kinds live in small modules: ``waits`` (a phase a call could do without),
 ``transfer`` (bytes over a narrow path), ``spread`` (instances and the tail),
-``clock`` (one-way phases the clocks cannot split). ``KIND_NAMES`` is the
-vocabulary, a contract.
+``clock`` (one-way phases the clocks cannot split), ``compression`` (bytes against
+CPU, from sampled messages). ``KIND_NAMES`` is the vocabulary, a contract.
 """
 
 from __future__ import annotations
 
+from grpc_overhead.analyzer import compressibility
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.findings import clock as clock_kind
-from grpc_overhead.analyzer.findings import spread, transfer, waits
+from grpc_overhead.analyzer.findings import compression, spread, transfer, waits
 from grpc_overhead.analyzer.findings.model import Checked, Finding, Findings, ranked
 from grpc_overhead.analyzer.findings.source import Reader, Source, per_method
 from grpc_overhead.analyzer.snapshot import snapshot_ns
@@ -28,19 +29,13 @@ from grpc_overhead.analyzer.store.base import Store
 
 __all__ = ["KIND_NAMES", "Checked", "Finding", "Findings", "findings"]
 
-#: Kinds not estimated yet, and why: listed as checked so that the answer says so.
-NOT_ESTIMATED: dict[str, str] = {
-    "compression_would_help": "not estimated yet: needs compressibility samples",
-    "compression_costs_more": "not estimated yet: needs compressibility samples",
-}
-
 #: The vocabulary (a contract: names never change).
 KIND_NAMES: tuple[str, ...] = (
     *(kind.kind for kind in waits.KINDS),
     *transfer.KIND_NAMES,
     *spread.KIND_NAMES,
     clock_kind.KIND,
-    *NOT_ESTIMATED,
+    *compression.KIND_NAMES,
 )
 
 
@@ -57,9 +52,10 @@ def findings(
 ) -> Findings:
     """Every kind over the calls ``filters`` keep, ranked; one snapshot for all queries.
 
-    The per-method kinds (waits, transfer, tail) run as one query, the instances' as a
-    second, and the clock's as a third only where calls cross hosts: each query pays
-    for merging and computing every call, which dominates its cost.
+    The per-method kinds (waits, transfer, tail, compression's fits) run as one query,
+    the instances' as a second, and the clock's as a third only where calls cross hosts:
+    each query pays for merging and computing every call, which dominates its cost. The
+    sampled messages (compression) are a fourth that merges only the sampled calls.
     """
     filters = filters or CallFilters()
     options = options or CallsOptions()
@@ -68,11 +64,18 @@ def findings(
     reader = Reader(store, Source.run(store, filters, clock, options))
     parts = [aggregate for kind in waits.KINDS for aggregate in waits.aggregates(kind)]
     parts += [aggregate for kind in transfer.KIND_NAMES for aggregate in transfer.aggregates(kind)]
+    parts += compression.aggregates()
     parts += [*spread.tail_aggregates(), f"{CROSS_HOST} AS cross_host_calls"]
     rows = reader.query(per_method(parts))
     results = [waits.find(reader, kind, rows) for kind in waits.KINDS]
     results += [transfer.find(reader, rows), spread.find_imbalance(reader)]
     results.append(spread.find_tail(reader, rows))
+
+    def sampled() -> compression.Samples:  # read only where some call is large enough
+        frame = compressibility.by_method(store, filters, clock, options=options)
+        return compression.samples_by_key(frame)
+
+    results.append(compression.find(reader, rows, sampled))
     if len(rows) and int(rows["cross_host_calls"].sum()):
         results.append(clock_kind.find(reader, Source.with_uncertainty(filters, clock, options)))
     else:
@@ -83,5 +86,5 @@ def findings(
     for kind_findings, kind_checked in results:
         found += kind_findings
         checked += kind_checked
-    checked += [Checked(kind, why) for kind, why in NOT_ESTIMATED.items()]
+    found, checked = compression.supersede(found, checked)
     return Findings(ranked(found), checked)

@@ -24,6 +24,15 @@ def experiment_file(name: str, top: str, matrix: str) -> str:
     return f"name: {name}\nduration: 20\n{top}matrix:\n{matrix}"
 
 
+def run_experiment(name: str, text: str) -> str:
+    """The verify step of an experiment file: run it, then compare its two cells (the
+    compression kinds write their file per finding, with the messages' size and path)."""
+    return (
+        f"grpc-overhead experiment {name}.yaml, with:\n{text}"
+        "then `grpc-overhead compare` the two cells' run ids"
+    )
+
+
 ACTIONS: dict[str, str] = {
     "post_processing": (
         "send the response before the work that follows the prediction: move logging, "
@@ -98,6 +107,26 @@ ACTIONS: dict[str, str] = {
         "grpc-go `grpc.UseCompressor` on the client), return only the fields the caller "
         "reads, or move the client onto a faster path"
     ),
+    "compression_would_help": (
+        "compress these messages: grpcio `grpc.insecure_channel(target, "
+        "compression=grpc.Compression.Gzip)` for every call of a channel, or per call "
+        "`stub.Method(request, compression=grpc.Compression.Gzip)`; for responses the server "
+        "`grpc.server(executor, compression=grpc.Compression.Gzip)` (the "
+        "`grpc.default_compression_algorithm` option) or `context.set_compression(...)`; "
+        'grpc-java `stub.withCompression("gzip")` (server: `ServerCallStreamObserver'
+        '.setCompression("gzip")`); grpc-go `grpc.UseCompressor(gzip.Name)` with '
+        '`import _ "google.golang.org/grpc/encoding/gzip"` (a server answers in the '
+        "compressor it was called with)"
+    ),
+    "compression_costs_more": (
+        "stop compressing these messages: grpcio drop `compression=` from the channel, call "
+        "or server (and the `grpc.default_compression_algorithm` option), or per call "
+        "`compression=grpc.Compression.NoCompression`, `context.set_compression("
+        "grpc.Compression.NoCompression)` or `context.disable_next_message_compression()` "
+        'on the server; grpc-java: no `withCompression(...)`, `setCompression("identity")`; '
+        "grpc-go: no `grpc.UseCompressor(gzip.Name)`; or keep it only for the large, "
+        "compressible messages"
+    ),
     "tail": (
         "the slowest calls are slow in one phase: fix what that phase's slow calls share "
         "(the instance, the payload size or the moments named in the evidence); for a slow "
@@ -160,9 +189,5 @@ VERIFY: dict[str, str] = {
         "after synchronising the clocks, `grpc-overhead report --format json`: the offsets' "
         "uncertainty per host pair must fall below the one-way phases' p50"
     ),
-    **{
-        kind: f"grpc-overhead experiment {name}.yaml, with:\n{text}"
-        "then `grpc-overhead compare` the two cells' run ids"
-        for kind, (name, text) in EXPERIMENTS.items()
-    },
+    **{kind: run_experiment(name, text) for kind, (name, text) in EXPERIMENTS.items()},
 }

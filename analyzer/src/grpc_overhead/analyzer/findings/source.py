@@ -56,6 +56,7 @@ _IDENTITY: tuple[tuple[str, str], ...] = (
         )
     ),
     ("call_shape", CALL_SHAPE),
+    ("compression", "toString(compression)"),
 )
 _UNCERTAINTY = ("clock_uncertainty_us", "if(clock_defined, clock_uncertainty_ns / 1000, NULL)")
 

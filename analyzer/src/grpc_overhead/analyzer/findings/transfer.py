@@ -69,13 +69,15 @@ DIRECTIONS: dict[str, tuple[tuple[str, ...], str, str, str]] = {
 KIND_NAMES = tuple(DIRECTIONS)
 
 
-def aggregates(kind: str) -> list[str]:
+def aggregates(kind: str, *, among: str = "1", prefix: str = "") -> list[str]:
     """Per method (``source.per_method``), over calls with the path's phases and bytes: the
     fit of path µs against MB (whole and per subset), r, the MB's and the path's quantiles
-    and total's. Columns ``{kind}__...``."""
+    and total's. Columns ``{kind}__...``. ``among`` (SQL) keeps only some calls, columns
+    then ``{prefix}...``: the compression kinds fit compressed and uncompressed calls apart
+    with this same fit."""
     _, path, size, _ = DIRECTIONS[kind]
-    p = f"{kind}__"
-    known = f"({path}) IS NOT NULL AND {size} > 0"
+    p = prefix or f"{kind}__"
+    known = f"({path}) IS NOT NULL AND {size} > 0 AND ({among})"
     mb, path_us = f"if({known}, {size} / 1e6, NULL)", f"if({known}, {path}, NULL)"
     return [
         f"count({path_us}) AS {p}calls",

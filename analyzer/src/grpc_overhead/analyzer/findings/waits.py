@@ -211,7 +211,7 @@ def find(
                 "share_of_total_p99": p99 / total[1] if total[1] else None,
                 "bytes_p50": float(row.bytes_p50),
                 "found_at": "p50" if at_p50 else "p99",
-                "saving_ci95_us": _interval(spread),
+                "saving_ci95_us": interval(spread),
             }
             findings.append(
                 Finding(
@@ -255,7 +255,7 @@ def _why_not(kind: PhaseKind, best: tuple[float, str] | None, calls: int) -> str
     return f"{kind.label}: {best[1]}"
 
 
-def _interval(spread: Spread) -> list[float] | None:
+def interval(spread: Spread) -> list[float] | None:
     """The 95 % interval of the saving from the subsets' spread (None: too few subsets)."""
     error = spread.standard_error
     if not math.isfinite(error):
