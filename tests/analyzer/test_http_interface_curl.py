@@ -22,7 +22,10 @@ from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F40
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(shutil.which("curl") is None, reason="scripts/system-packages.sh"),
+    pytest.mark.skipif(
+        shutil.which("curl") is None,
+        reason="needs curl on PATH (make test installs it: scripts/system-packages.sh)",
+    ),
 ]
 
 
