@@ -37,7 +37,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-#: (url path, title) of every page, as app/main.py names them; "/" leads to the first.
+#: (url path, title) of every page, as grpc_overhead.app.navigation names them; "/" leads
+#: to the first.
 PAGES: tuple[tuple[str, str], ...] = (
     ("findings", "Findings"),
     ("overview", "Overview"),

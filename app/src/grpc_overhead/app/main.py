@@ -19,21 +19,9 @@ from pathlib import Path
 import streamlit as st
 
 from grpc_overhead.app import shared
+from grpc_overhead.app.navigation import PAGES
 
 PAGES_DIR = Path(__file__).parent / "pages"
-
-#: (script, title, icon, url path); the first is where ``/`` leads.
-PAGES: tuple[tuple[str, str, str, str], ...] = (
-    ("findings.py", "Findings", ":material/lightbulb:", "findings"),
-    ("overview.py", "Overview", ":material/dashboard:", "overview"),
-    ("phases.py", "Phases", ":material/stacked_bar_chart:", "phases"),
-    ("payload.py", "Payload & compression", ":material/compress:", "payload"),
-    ("instances.py", "Instances", ":material/dns:", "instances"),
-    ("explorer.py", "Call explorer", ":material/timeline:", "explorer"),
-    ("clock_offsets.py", "Clock offsets", ":material/schedule:", "clock-offsets"),
-    ("experiments.py", "Experiments", ":material/science:", "experiments"),
-    ("sql_console.py", "SQL", ":material/terminal:", "sql"),
-)
 
 
 def main() -> None:

@@ -1,1 +1,1 @@
-"""One Streamlit script per page; ``grpc_overhead.app.main`` lists them in the navigation."""
+"""One Streamlit script per page; ``grpc_overhead.app.navigation`` lists them."""

@@ -10,16 +10,10 @@ import plotly.express as px
 import streamlit as st
 
 from grpc_overhead.analyzer.insights import distributions, findings_cards, instances, payload
-from grpc_overhead.app import charts, formatting, shared
+from grpc_overhead.app import charts, formatting, navigation, shared
 
 #: Findings drawn as cards with their evidence chart; the rest are a table below them.
 CARDS = 3
-_PAGE_TITLES = {
-    "phases": "Phases",
-    "instances": "Instances",
-    "payload": "Payload & compression",
-    "clock-offsets": "Clock offsets",
-}
 
 st.title("Findings")
 st.caption(
@@ -102,8 +96,8 @@ def _card(rank: int, card: pd.Series) -> None:
             st.code(card["sql"] or "-- no query for this kind", language="sql")
             st.caption(f"Parameters: {card['parameters']}")
         st.page_link(
-            f"pages/{page.replace('-', '_')}.py",
-            label=f"The rest on {_PAGE_TITLES[page]}",
+            f"pages/{navigation.script(page)}",
+            label=f"The rest on {navigation.title(page)}",
             query_params={
                 "method": f"{card['service']}/{card['method']}",
                 **({"run": filters.run_id} if filters.run_id else {}),
