@@ -14,7 +14,9 @@ import asyncio
 import base64
 import binascii
 import json
+import signal
 import socket
+import threading
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
@@ -236,6 +238,12 @@ def serve(config: ServiceConfig, announce: Callable[[int], None]) -> int:
             timeout_graceful_shutdown=int(config.grace_s) or None,
         )
     )
+    # uvicorn re-raises the signal that stopped it once it has shut down (signal.raise_signal
+    # with the handler it found): with the default one the process died there, before the
+    # spans below were flushed, and the last calls' server spans were lost. A handler that
+    # only notes the signal lets the flush run.
+    noted: list[int] = []
+    previous = _note_signals(noted)
     try:
         announce(sock.getsockname()[1])
         server.run(sockets=[sock])
@@ -243,4 +251,16 @@ def serve(config: ServiceConfig, announce: Callable[[int], None]) -> int:
         pool.shutdown(wait=False, cancel_futures=True)
         sock.close()
         provider.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0
+
+
+def _note_signals(noted: list[int]) -> dict[int, Any]:
+    """SIGTERM and SIGINT noted in ``noted`` (main thread only); the handlers replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {
+        sig: signal.signal(sig, lambda signum, _frame: noted.append(signum))
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
