@@ -241,9 +241,9 @@ def serve(config: ServiceConfig, announce: Callable[[int], None]) -> int:
     # uvicorn re-raises the signal that stopped it once it has shut down (signal.raise_signal
     # with the handler it found): with the default one the process died there, before the
     # spans below were flushed, and the last calls' server spans were lost. A handler that
-    # only notes the signal lets the flush run.
-    noted: list[int] = []
-    previous = _note_signals(noted)
+    # only notes the signal lets the flush run; one that arrives before uvicorn took over
+    # (between the announcement and server.run) stops it as soon as it runs.
+    previous = _note_signals(server)
     try:
         announce(sock.getsockname()[1])
         server.run(sockets=[sock])
@@ -256,11 +256,12 @@ def serve(config: ServiceConfig, announce: Callable[[int], None]) -> int:
     return 0
 
 
-def _note_signals(noted: list[int]) -> dict[int, Any]:
-    """SIGTERM and SIGINT noted in ``noted`` (main thread only); the handlers replaced."""
+def _note_signals(server: Any) -> dict[int, Any]:
+    """SIGTERM and SIGINT ask ``server`` to exit (main thread only); the handlers replaced."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {
-        sig: signal.signal(sig, lambda signum, _frame: noted.append(signum))
-        for sig in (signal.SIGTERM, signal.SIGINT)
-    }
+
+    def exit_soon(_signum: int, _frame: Any) -> None:
+        server.should_exit = True
+
+    return {sig: signal.signal(sig, exit_soon) for sig in (signal.SIGTERM, signal.SIGINT)}
