@@ -26,6 +26,11 @@ _FINE_BUDGET_NS = 998 * _MS
 _BUDGETS_DEFINED = "client_deadline_budget_ns > 0 AND server_deadline_budget_ns > 0"
 #: Slack around the plausible range [0, request gap] when choosing a candidate.
 _SLACK_NS = 3 * _MS // 2
+#: A compressed request is compressed by the client's gRPC core after its budget was
+#: taken and before the headers go out (tens of ms for an MB): the budgets' difference
+#: would call the client's CPU the server's wait, so such calls have no estimate (the
+#: wait stays in request_network, as gRPC core's compression does).
+REQUEST_COMPRESSED = "(compression NOT IN ('', 'identity', 'none'))"
 
 
 def grpc_timeout_sql(millis: str) -> str:
@@ -95,7 +100,7 @@ def dispatch_estimate_sql(request_gap: str, low_slack: str = "0") -> str:
 
     low, high = "dispatch_low_ns", "dispatch_high_ns"
     return (
-        f"multiIf({low} IS NULL, NULL,"
+        f"multiIf({low} IS NULL OR {REQUEST_COMPRESSED}, NULL,"
         f" {high} IS NULL OR {high} = {low}, toNullable(toFloat64({low})),"
         f" {fits(low)} AND NOT {fits(high)}, toNullable(toFloat64({low})),"
         f" {fits(high)} AND NOT {fits(low)}, toNullable(toFloat64({high})), NULL)"

@@ -41,6 +41,13 @@ ACTIONS: dict[str, str] = {
         ".submit(...)` and return; grpc-java: call `responseObserver.onNext(...)` and "
         "`onCompleted()` first; grpc-go: return the response and do it in a goroutine)"
     ),
+    "server_interceptors": (
+        "take the slow work out of the server's interceptors: what they do around the handler "
+        "(logging, auditing, metrics, auth look-ups) runs inside every call; hand logging and "
+        "metrics to a background `concurrent.futures.ThreadPoolExecutor` and cache look-ups "
+        "(grpc-java: the `ServerInterceptor`'s `ServerCall.Listener` callbacks; grpc-go: the "
+        "`grpc.UnaryInterceptor` function, a goroutine for the slow part)"
+    ),
     "server_pool_saturated": (
         "give the server more workers than concurrent calls: grpcio "
         "`grpc.server(futures.ThreadPoolExecutor(max_workers=N))` with N above the calls in "
@@ -182,6 +189,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
 }
 VERIFY: dict[str, str] = {
     "post_processing": COMPARE.format(phase="post_processing"),
+    "server_interceptors": COMPARE.format(phase="server_interceptors"),
     "client_busy": COMPARE.format(phase="client_dispatch"),
     "connection_setup": COMPARE.format(phase="client_connect"),
     "tail": COMPARE.format(phase="total (p99)"),

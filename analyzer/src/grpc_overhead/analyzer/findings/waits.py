@@ -37,7 +37,10 @@ from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method
 MIN_SAVING_US = 50.0
 #: ... or at p99 at least this share of total's p99, and this many µs.
 TAIL_SHARE = 0.10
-MIN_TAIL_SAVING_US = 200.0
+MIN_TAIL_SAVING_US = 1000.0
+#: server_dispatch comes from deadlines gRPC core keeps in whole milliseconds: each call's
+#: value is within about +-1.5 ms, unbiased, clamped at 0 (docs/reference.md).
+DEADLINE_RESOLUTION_US = 1000.0
 #: A same-zone round trip: what network_latency leaves when client and server are close.
 NEAR_ROUND_TRIP_US = 200.0
 #: What a call waits for a free worker's thread handoff (grpcio: tens of µs): the pool's
@@ -62,6 +65,9 @@ class PhaseKind:
     floor_from_p5: bool = False  # the floor is the value's p5, at most ``floor_us``
     small_calls_only: bool = False
     tail_too: bool = True  # a material p99 alone makes a finding
+    #: The per-call value's precision (µs): a saving below it at p50, or below twice it at
+    #: p99, is the measurement's noise, not a wait (server_dispatch: whole-ms deadlines).
+    resolution_us: float = 0.0
 
 
 KINDS: tuple[PhaseKind, ...] = (
@@ -72,6 +78,14 @@ KINDS: tuple[PhaseKind, ...] = (
         "post_processing_us",
         "post_processing's own p50/p99: the work after mark_predictions_made() leaves the "
         "response path entirely",
+    ),
+    PhaseKind(
+        "server_interceptors",
+        "server interceptors",
+        ("server_interceptors",),
+        "server_interceptors_us",
+        "server_interceptors' own p50/p99: the user's interceptors' work (logging, auth, "
+        "metrics) leaves the call's path",
     ),
     PhaseKind(
         "server_pool_saturated",
@@ -90,6 +104,7 @@ KINDS: tuple[PhaseKind, ...] = (
         "server_dispatch_us",
         "server_dispatch's own p50/p99: a server process with CPU to spare starts each call "
         "as it arrives",
+        resolution_us=DEADLINE_RESOLUTION_US,
     ),
     PhaseKind(
         "client_busy",
@@ -154,9 +169,13 @@ def material(
     kind: PhaseKind, saving: tuple[float, float], total: tuple[float, float]
 ) -> tuple[bool, bool]:
     """(at p50, at p99): whether the saving is worth a finding at that quantile."""
-    at_p50 = saving[0] >= kind.min_share * total[0] and saving[0] >= MIN_SAVING_US
+    at_p50 = saving[0] >= kind.min_share * total[0] and saving[0] >= max(
+        MIN_SAVING_US, kind.resolution_us
+    )
     at_p99 = (
-        kind.tail_too and saving[1] >= TAIL_SHARE * total[1] and saving[1] >= MIN_TAIL_SAVING_US
+        kind.tail_too
+        and saving[1] >= TAIL_SHARE * total[1]
+        and saving[1] >= max(MIN_TAIL_SAVING_US, 2 * kind.resolution_us)
     )
     return at_p50, at_p99
 
@@ -166,9 +185,11 @@ def material_sql(
 ) -> str:
     """``material`` (and the small-calls rule ``find`` adds) as a SQL condition over
     columns: the Grafana findings panel's rule, so that it finds what ``find`` does."""
-    at_p50 = f"({saving[0]} >= {kind.min_share} * {total[0]} AND {saving[0]} >= {MIN_SAVING_US})"
+    least_p50 = max(MIN_SAVING_US, kind.resolution_us)
+    least_p99 = max(MIN_TAIL_SAVING_US, 2 * kind.resolution_us)
+    at_p50 = f"({saving[0]} >= {kind.min_share} * {total[0]} AND {saving[0]} >= {least_p50})"
     at_p99 = (
-        f"({saving[1]} >= {TAIL_SHARE} * {total[1]} AND {saving[1]} >= {MIN_TAIL_SAVING_US})"
+        f"({saving[1]} >= {TAIL_SHARE} * {total[1]} AND {saving[1]} >= {least_p99})"
         if kind.tail_too
         else "0"
     )
@@ -225,7 +246,9 @@ def find(
                     saving_p50_us=saving[0],
                     saving_p99_us=saving[1],
                     saving_basis=kind.basis,
-                    confidence=confidence(int(row.calls), spread),
+                    # A p99 rests on the slowest 1 % of the calls: a tail-only finding
+                    # needs ten times the calls for the same confidence.
+                    confidence=confidence(int(row.calls) // (1 if at_p50 else 10), spread),
                     action=ACTIONS[kind.kind],
                     verify=VERIFY[kind.kind],
                     **reader.shown(build, row.rpc_service, row.rpc_method),
@@ -239,6 +262,9 @@ def find(
             if at_p50 or at_p99:  # material, but the calls are large: bytes, not latency
                 line += (f"but the calls carry {float(row.bytes_p50):,.0f} bytes at p50: "
                          "slow_upload / slow_download judge them")  # fmt: skip
+            elif kind.resolution_us and share >= kind.min_share:
+                line += (f"within the {fmt_us(kind.resolution_us)} the value is known to per "
+                         "call")  # fmt: skip
             else:
                 line += f"below the {kind.min_share:.0%} threshold"
                 line += " for calls under 64 KiB" if kind.small_calls_only else ""

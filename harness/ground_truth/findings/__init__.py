@@ -1,0 +1,103 @@
+"""Ground truth for findings: inject one cause into a real service, check it is the top finding
+and that its estimated saving is the saving measured by rerunning without the cause.
+
+Every scenario plays its traffic through the real pipeline (``serve`` intake +
+chDB store, the instrumented ``service`` or a real grpcio server, ``load``,
+toxiproxy where the cause is on the path), twice over and interleaved round by
+round: with the cause and with it removed the way the finding's action says.
+All scenarios of a run share one ``serve`` (one store, a run id per scenario
+and arm), read at the end in one engine start; ``result.judge`` holds the
+checks. ``make test`` runs the reduced profile (tests/ground_truth), ``make
+bench`` the full one (bench/findings_accuracy.py -> docs/benchmarks.md).
+
+Scenarios (kind: cause / cure):
+
+======================== ===========================================================
+server_pool_saturated    1 handler thread, 4 closed-loop callers / 8 threads
+post_processing          the handler sleeps after ``mark_predictions_made()`` / not
+connection_setup         a new TLS channel per call / one warm channel
+network_latency          toxiproxy latency both ways on small calls / no toxic
+slow_upload              a 2.5 MB/s request path, ~190 KB requests / no toxic
+slow_download            a 1 MB/s response path, ~80 KB responses / no toxic
+compression_costs_more   gRPC gzip on a fast path / no compression
+tail                     one instance of two, 1 call in 25, is 25 ms slower / is not
+clock_uncertain          the server's clock 40 ms ahead on another "host" (libfaketime);
+                         nothing to save, so the measured saving is 0
+healthy_light            nothing: small calls, idle server (no finding above low)
+healthy_model            nothing: a 3 ms model, enough workers (no finding above low)
+======================== ===========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from grpc_overhead.cli.processes import offline_env
+from harness.ground_truth.findings import paths, spread, waits
+from harness.ground_truth.findings.result import FindingsResult, Plan, judge
+from harness.ground_truth.pipeline import Pipeline
+from harness.ground_truth.profile import Profile
+
+#: A scenario plays its traffic on the shared pipeline and says what it injected.
+Scenario = Callable[[Pipeline, Path, Profile], Plan]
+
+SCENARIOS: dict[str, Scenario] = {**waits.SCENARIOS, **paths.SCENARIOS, **spread.SCENARIOS}
+
+
+def read_findings(store: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The findings JSON of each run, read in one subprocess (one chDB start)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.ground_truth.findings.read_findings", str(store),
+         *run_ids],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        env=offline_env(), cwd=Path(__file__).resolve().parents[3],
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"reading findings failed: {done.stderr.strip()[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def run_scenarios(
+    workdir: Path, profile: Profile, names: Sequence[str] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> list[FindingsResult]:  # fmt: skip
+    """Play ``names`` (default: all) on one pipeline, then judge each from its findings.
+
+    A scenario that fails to run is a result with ``error`` set (the others still run).
+    """
+    names = list(names or SCENARIOS)
+    unknown = [name for name in names if name not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
+    plans: dict[str, tuple[Plan, float]] = {}
+    failed: dict[str, str] = {}
+    pipeline = Pipeline(workdir / "store")
+    with pipeline:
+        for name in names:
+            started = time.monotonic()
+            progress(f"findings scenario {name} ...")
+            try:
+                scenario_dir = workdir / name
+                scenario_dir.mkdir(parents=True, exist_ok=True)
+                plans[name] = (SCENARIOS[name](pipeline, scenario_dir, profile),
+                               time.monotonic() - started)  # fmt: skip
+            except Exception as error:
+                failed[name] = "".join(traceback.format_exception_only(error)).strip()
+                progress(f"  {name} failed: {failed[name]}")
+    answers = read_findings(pipeline.store, [plan.run for plan, _ in plans.values()])
+    results = []
+    for name in names:
+        if name in failed:
+            plan = Plan(name, None, "", "")
+            results.append(FindingsResult(plan, None, None, [], error=failed[name]))
+            continue
+        plan, seconds = plans[name]
+        results.append(judge(plan, answers[plan.run], seconds))
+    return results
