@@ -18,7 +18,8 @@ post_processing          the handler sleeps after ``mark_predictions_made()`` / 
 connection_setup         a new TLS channel per call / one warm channel
 network_latency          toxiproxy latency both ways on small calls / no toxic
 slow_upload              a 2.5 MB/s request path, ~190 KB requests / no toxic
-slow_download            a 1 MB/s response path, ~80 KB responses / no toxic
+slow_download            a 320 KB/s response path, ~32 KB responses / no toxic
+compression_would_help   ~52 KB compressible requests, plain, on a 500 KB/s path / gzip
 compression_costs_more   gRPC gzip on a fast path / no compression
 tail                     one instance of two, 1 call in 25, is 25 ms slower / is not
 clock_uncertain          the server's clock 40 ms ahead on another "host" (libfaketime);

@@ -86,5 +86,5 @@ def findings(
     for kind_findings, kind_checked in results:
         found += kind_findings
         checked += kind_checked
-    found, checked = compression.supersede(found, checked)
+    found, checked = transfer.supersede(*compression.supersede(found, checked))
     return Findings(ranked(found), checked)

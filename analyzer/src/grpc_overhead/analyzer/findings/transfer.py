@@ -199,3 +199,21 @@ def _fit(fit: Any) -> tuple[float, float]:
     ``{k, b}`` as chDB returns named tuples."""
     values = tuple_items(fit)
     return float(values[0]), float(values[1])
+
+
+def supersede(found: list[Finding], checked: list[Checked]) -> tuple[list[Finding], list[Checked]]:
+    """Drop a network_latency that a slow_upload / slow_download of the same method explains:
+    calls under 64 KiB on a narrow path spend their network time on bytes, not distance,
+    and moving the client closer would not save it (a 500 KB/s path with 52 KB requests
+    read as both, with the same saving)."""
+    narrow = {(f.service, f.method): f.kind for f in found if f.kind in KIND_NAMES}
+    dropped = [f for f in found
+               if f.kind == "network_latency" and (f.service, f.method) in narrow]  # fmt: skip
+    kept = [f for f in found if f not in dropped]
+    if dropped and not any(f.kind == "network_latency" for f in kept):
+        first = dropped[0]
+        checked = [*checked, Checked("network_latency", (
+            f"network round trip ({method_name(first.service, first.method)}): its time is "
+            f"bytes on a narrow path, not distance: see {narrow[(first.service, first.method)]}"
+        ))]  # fmt: skip
+    return kept, checked

@@ -59,8 +59,11 @@ def waits_sql() -> str:
         found = waits.material_sql(
             kind, (f"s50_{i}", f"s99_{i}"), (f"t{i}[1]", f"t{i}[2]"), f"b{i}"
         )
+        # A finding made at p99 alone saves 0 at p50 (``waits.find``): it ranks by p99.
+        at_p50 = waits.material_at_p50_sql(kind, f"s50_{i}", f"t{i}[1]")
         rows.append(
-            f"('{kind.kind}', calls{i}, toUInt8{found}, s50_{i}, s99_{i}, q{i}[2], q{i}[3],"
+            f"('{kind.kind}', calls{i}, toUInt8{found}, if({found} AND NOT {at_p50}, 0., s50_{i}),"
+            f" s99_{i}, q{i}[2], q{i}[3],"
             f" floor{i}, t{i}[1], t{i}[2], b{i})"
         )
     named = ", ".join(f"row.{n + 1} AS {name}" for n, name in enumerate(_FIELDS))
