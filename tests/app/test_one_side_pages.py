@@ -1,5 +1,5 @@
-"""Calls seen from one side only (one side attached) on the Overview and Phases pages: counted,
-said so, and never shown with made-up phases."""
+"""Calls seen from one side only (one side attached) on the Overview, Phases and Findings
+pages: counted, said so, and never shown with made-up phases."""
 
 from __future__ import annotations
 
@@ -54,3 +54,11 @@ def test_phases_page_says_which_calls_lack_the_other_side(served_store):
     assert table.loc["processing", "calls"] == 7  # server phases: with and without a client
     assert table.loc["client_serialize", "calls"] == 6  # client phases: with and without a server
     assert table.loc["total", "calls"] == 6
+
+
+def test_findings_page_says_which_calls_lack_the_other_side(served_store):
+    seed_sides(served_store)
+    at = run_page("findings")
+    assert not at.exception and not at.error
+    shown = _captions(at)
+    assert "Server side only: 3 calls" in shown and "Client side only: 2 calls" in shown

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from grpc_overhead.analyzer.insights import distributions, findings_cards, instances, payload
+from grpc_overhead.analyzer.insights import distributions, findings_cards, instances, payload, rows
 from grpc_overhead.app import charts, formatting, navigation, shared
 
 #: Findings drawn as cards with their evidence chart; the rest are a table below them.
@@ -22,6 +22,9 @@ st.caption(
 )
 filters = shared.filters()
 shared.require_calls(filters)
+# Kinds that read a side's phases cannot see calls traced from the other side only.
+sides = shared.load(rows.sides, filters).iloc[0]
+shared.one_side_caption(int(sides["server_only_calls"]), int(sides["client_only_calls"]))
 answer = shared.load(findings_cards.cards, filters)
 found = answer[answer["found"]].reset_index(drop=True)
 checked = answer[~answer["found"]]
