@@ -43,10 +43,10 @@ MANY_MESSAGES = ("--entities", "500", "--features", "16")  # ~36 KB, 500 Entity 
 CLIENT_DISPATCH_LIMIT = (
     "client_dispatch is the client's lag probe's estimate of the typical GIL wait, not each "
     "call's; the rest of the busy client's wait stays in response_network (docs/reference.md, "
-    "client_dispatch): 6 reduced runs estimated 22-49 % of the measured saving (2.7-6.3 ms of "
-    "10.2-13.8 ms)"
+    "client_dispatch): 7 reduced runs estimated 22-49 % of the measured saving (2.7-6.3 ms of "
+    "10.2-14.3 ms)"
 )
-#: Why network_latency may rank above client_busy (1 reduced run in 7): the busy client's wait
+#: Why network_latency may rank above client_busy (1 reduced run in 8): the busy client's wait
 #: that client_dispatch misses stays in response_network (``CLIENT_DISPATCH_LIMIT``) and can
 #: make request + response network half of the call's total, network_latency's threshold.
 CLIENT_DISPATCH_SPILLS = ("network_latency",)
@@ -54,7 +54,7 @@ SERVER_DISPATCH_LIMIT = (
     "the busy threads hold the GIL against every thread of the call's path: server_dispatch "
     "is the serving thread's wait only; the handler thread's wait for the GIL (server_queue, "
     "read as pool_wait) and the handler's own re-acquisitions (processing) go too when the "
-    "threads do: 6 reduced runs estimated 19-33 % of the measured saving (5.1-24.3 ms of "
+    "threads do: 7 reduced runs estimated 19-38 % of the measured saving (5.1-24.3 ms of "
     "26-76 ms); one run's p50s grew by 17.0 ms in server_dispatch, 19.4 ms in server_queue "
     "and 15.8 ms in processing"
 )
