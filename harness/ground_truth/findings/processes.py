@@ -43,8 +43,8 @@ MANY_MESSAGES = ("--entities", "500", "--features", "16")  # ~36 KB, 500 Entity 
 CLIENT_DISPATCH_LIMIT = (
     "client_dispatch is the client's lag probe's estimate of the typical GIL wait, not each "
     "call's; the rest of the busy client's wait stays in response_network (docs/reference.md, "
-    "client_dispatch): 7 reduced runs estimated 22-49 % of the measured saving (2.7-6.3 ms of "
-    "10.2-14.3 ms)"
+    "client_dispatch): 8 reduced runs estimated 22-49 % of the measured saving (2.7-6.6 ms of "
+    "10.2-15.2 ms)"
 )
 #: Why network_latency may rank above client_busy (1 reduced run in 8): the busy client's wait
 #: that client_dispatch misses stays in response_network (``CLIENT_DISPATCH_LIMIT``) and can
