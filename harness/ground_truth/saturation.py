@@ -176,7 +176,7 @@ CLIENT_CHUNKS = 4
 
 
 @contextmanager
-def _on_cpus(cpus: set[int] | None) -> Iterator[None]:
+def on_cpus(cpus: set[int] | None) -> Iterator[None]:
     """Run the block (and the processes it starts, which inherit it) on ``cpus``."""
     if not cpus:
         yield
@@ -189,7 +189,7 @@ def _on_cpus(cpus: set[int] | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def _split_cpus() -> tuple[set[int] | None, set[int] | None]:
+def split_cpus() -> tuple[set[int] | None, set[int] | None]:
     """(the service's CPUs, the client's): apart where there are two or more, so the busy
     client's threads take CPU from its own calling thread (the cause injected) and never
     from the server (a loaded 2-core machine otherwise delays the server's wake-up, which
@@ -209,14 +209,14 @@ def client_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
     calls = max(profile.calls * 2, 40)
     chunk = max(calls // CLIENT_CHUNKS, 10)
     summaries: dict[int, list[dict]] = {}
-    server_cpus, client_cpus = _split_cpus()
+    server_cpus, client_cpus = split_cpus()
     with pipeline, contextlib.ExitStack() as stack:
-        with _on_cpus(server_cpus):
+        with on_cpus(server_cpus):
             service = stack.enter_context(pipeline.service("--workers", "4"))
         for _ in range(profile.rounds):
             for _ in range(CLIENT_CHUNKS):
                 for threads in (0, *busy_threads):
-                    with _on_cpus(client_cpus):
+                    with on_cpus(client_cpus):
                         summaries.setdefault(threads, []).append(pipeline.load(
                             service.target, f"client-busy{threads}", "--calls", str(chunk),
                             "--concurrency", "1", "--busy-threads", str(threads), *SMALL,

@@ -21,6 +21,10 @@ slow_upload              a 2.5 MB/s request path, ~190 KB requests / no toxic
 slow_download            a 320 KB/s response path, ~32 KB responses / no toxic
 compression_would_help   ~52 KB compressible requests, plain, on a 500 KB/s path / gzip
 compression_costs_more   gRPC gzip on a fast path / no compression
+client_busy              2 threads burning CPU in the client (its own CPUs) / none
+server_cpu_saturated     2 threads burning CPU in the server outside its handlers / none
+serialization_cost       500 Entity messages per request on pure-Python protobuf /
+                         the same matrix as one packed float32 blob
 tail                     one instance of two, 1 call in 25, is 25 ms slower / is not
 clock_uncertain          the server's clock 40 ms ahead on another "host" (libfaketime);
                          nothing to save, so the measured saving is 0
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from grpc_overhead.cli.processes import offline_env
-from harness.ground_truth.findings import paths, spread, waits
+from harness.ground_truth.findings import paths, processes, spread, waits
 from harness.ground_truth.findings.result import FindingsResult, Plan, judge
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile
@@ -49,7 +53,12 @@ from harness.ground_truth.profile import Profile
 #: A scenario plays its traffic on the shared pipeline and says what it injected.
 Scenario = Callable[[Pipeline, Path, Profile], Plan]
 
-SCENARIOS: dict[str, Scenario] = {**waits.SCENARIOS, **paths.SCENARIOS, **spread.SCENARIOS}
+SCENARIOS: dict[str, Scenario] = {
+    **waits.SCENARIOS,
+    **paths.SCENARIOS,
+    **processes.SCENARIOS,
+    **spread.SCENARIOS,
+}
 
 
 def read_findings(store: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -8,16 +8,14 @@ summary), 2 for bad arguments or an unreachable target, 130 when interrupted
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import secrets
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
+from grpc_overhead.cli.busy import busy_threads
 from grpc_overhead.instrumentation.environment import RUN_ID as RUN_ID_VARIABLE
 from grpc_overhead.load_generator.workload import MODES
 
@@ -358,28 +356,6 @@ def main(argv: list[str] | None = None) -> int:
         if run is not None:
             run.close()
         close_pipeline(pipeline, label="grpc-overhead load")
-
-
-@contextlib.contextmanager
-def busy_threads(count: int) -> Iterator[None]:
-    """``count`` threads burning CPU in pure Python (holding the GIL) until the block ends."""
-    stop = threading.Event()
-
-    def burn() -> None:
-        total = 0
-        while not stop.is_set():
-            for number in range(2_000):
-                total += number
-
-    threads = [threading.Thread(target=burn, name=f"busy-{i}", daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(5)
 
 
 def _drive(run, config, show_progress: bool) -> bool:

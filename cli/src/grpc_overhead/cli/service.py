@@ -15,6 +15,7 @@ import sys
 import threading
 import uuid
 
+from grpc_overhead.cli.busy import busy_threads
 from grpc_overhead.cli.ports import port_number
 from grpc_overhead.prediction.server import GRPC_COMPRESSION, ServiceConfig
 
@@ -23,6 +24,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -62,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="wall time slept per scored request, standing in for a model that waits "
         "(a remote feature store, an accelerator)",
+    )
+    parser.add_argument(
+        "--busy-threads",
+        type=_non_negative_int,
+        default=0,
+        help="threads burning CPU in this process outside any handler while it serves, "
+        "standing in for a server busy with other work (a background job, too many calls for "
+        "one process): the GIL it holds delays each call's start (default 0)",
     )
     parser.add_argument(
         "--max-concurrent-rpcs",
@@ -162,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     pipeline = default_pipeline()
     try:
-        if config.aio:
-            return asyncio.run(_serve_aio(config, pipeline, tls))
-        return _serve(config, pipeline, tls)
+        with busy_threads(args.busy_threads):
+            if config.aio:
+                return asyncio.run(_serve_aio(config, pipeline, tls))
+            return _serve(config, pipeline, tls)
     except OSError as error:
         print(f"grpc-overhead service: {error}", file=sys.stderr)
         return 2
@@ -257,6 +274,7 @@ def _serve_rest(args: argparse.Namespace, config: ServiceConfig) -> int:
         "--compression": args.compression != "none",
         "--max-concurrent-rpcs": args.max_concurrent_rpcs is not None,
         "--max-connection-age-s": args.max_connection_age_s is not None,
+        "--busy-threads": args.busy_threads > 0,
     }
     unsupported = [name for name, used in options.items() if used]
     if unsupported:
