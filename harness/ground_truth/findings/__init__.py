@@ -8,16 +8,17 @@ round: with the cause and with it removed the way the finding's action says.
 All scenarios of a run share one ``serve`` (one store, a run id per scenario
 and arm), read at the end in one engine start; ``result.judge`` holds the
 checks. ``make test`` runs the reduced profile (tests/ground_truth), ``make
-bench`` the full one (bench/findings_accuracy.py -> docs/benchmarks.md).
+bench`` the full one (bench/findings.py -> docs/benchmarks.md).
 
 Scenarios (kind: cause / cure):
 
 ======================== ===========================================================
 server_pool_saturated    1 handler thread, 4 closed-loop callers / 8 threads
 post_processing          the handler sleeps after ``mark_predictions_made()`` / not
+server_interceptors      a user's interceptor sleeps after the handler / none
 connection_setup         a new TLS channel per call / one warm channel
 network_latency          toxiproxy latency both ways on small calls / no toxic
-slow_upload              a 2.5 MB/s request path, ~190 KB requests / no toxic
+slow_upload              a 2.5 MB/s request path, ~209 KB requests / no toxic
 slow_download            a 320 KB/s response path, ~32 KB responses / no toxic
 compression_would_help   ~52 KB compressible requests, plain, on a 500 KB/s path / gzip
 compression_costs_more   gRPC gzip on a fast path / no compression
@@ -29,7 +30,7 @@ tail                     one instance of two, 1 call in 25, is 25 ms slower / is
 clock_uncertain          the server's clock 40 ms ahead on another "host" (libfaketime);
                          nothing to save, so the measured saving is 0
 healthy_light            nothing: small calls, idle server (no finding above low)
-healthy_model            nothing: a 3 ms model, enough workers (no finding above low)
+healthy_model            nothing: a model waiting 3 ms, enough workers (none above low)
 ======================== ===========================================================
 """
 

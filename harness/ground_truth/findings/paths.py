@@ -9,9 +9,10 @@ changed), played in turn with the cause, round by round.
 * ``slow_download``: a 320 KB/s response path, ~32 KB responses (8,000
   scores); cure: no toxic.
 * ``compression_would_help``: a 500 KB/s request path with ~52 KB compressible
-  requests (gzip keeps ~a third), sent plain; cure: gRPC gzip on the same path. Compression pays only on a narrow path, which is itself a
-  slow_upload finding with a larger saving (the whole path's cost): that one
-  may rank above it, nothing else.
+  requests (gzip keeps ~a third), sent plain; cure: gRPC gzip on the same path.
+  Compression pays only on a narrow path, which is itself a slow_upload finding
+  with a larger saving (the whole path's cost): that one may rank above it,
+  nothing else.
 * ``compression_costs_more``: gRPC gzip on a fast path (loopback), ~830 KB
   requests whose gzip costs tens of ms of CPU; cure: no compression.
 
