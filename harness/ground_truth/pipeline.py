@@ -85,11 +85,15 @@ def report(store: Path, *extra: str) -> dict:
     return json.loads(done.stdout)
 
 
-def reports(store: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The JSON report (``report.to_json``) of each run, read in one subprocess."""
+def reports(
+    store: Path, run_ids: Sequence[str], *, findings: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The JSON report (``report.to_json``) of each run, or with ``findings`` its findings
+    (``Findings.to_json``), read in one subprocess (one engine start)."""
+    flag = ["--findings"] if findings else []
     done = subprocess.run(
-        [sys.executable, "-m", "harness.ground_truth.read_reports", str(store), *run_ids],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "harness.ground_truth.read_reports", *flag, str(store), *run_ids],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
         env=offline_env(), cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip
     if done.returncode != 0:

@@ -1,8 +1,10 @@
-"""``python -m harness.ground_truth.read_reports STORE RUN...``: every run's JSON report at once.
+"""``python -m harness.ground_truth.read_reports [--findings] STORE RUN...``: every run's JSON
+report (or findings) at once.
 
 The same steps as ``grpc-overhead report --format json --run RUN`` (assemble,
-settle, ``build_report``, ``to_json``), with one engine start for all runs.
-Prints ``{run_id: report}``.
+settle, ``build_report``, ``to_json``), or with ``--findings`` as ``grpc-overhead
+findings --format json --run RUN``, with one engine start for all runs. Prints
+``{run_id: report}``.
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ import json
 import sys
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.findings import findings
 from grpc_overhead.analyzer.report import build_report, to_json
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.store import open_store
 
 
 def main(argv: list[str]) -> int:
+    read_findings = argv[:1] == ["--findings"]
+    argv = argv[1:] if read_findings else argv
     if len(argv) < 2:
-        print("usage: python -m harness.ground_truth.read_reports STORE RUN...", file=sys.stderr)
+        print("usage: python -m harness.ground_truth.read_reports [--findings] STORE RUN...",
+              file=sys.stderr)  # fmt: skip
         return 2
     store_dir, run_ids = argv[0], argv[1:]
     options = CallsOptions()
@@ -26,7 +32,9 @@ def main(argv: list[str]) -> int:
         create_calls(store, options)
         settle(store, options)
         bodies = {
-            run_id: to_json(build_report(store, CallFilters(run_id=run_id), options=options))
+            run_id: findings(store, CallFilters(run_id=run_id), options=options).to_json()
+            if read_findings
+            else to_json(build_report(store, CallFilters(run_id=run_id), options=options))
             for run_id in run_ids
         }
     print(json.dumps(bodies))

@@ -36,19 +36,14 @@ healthy_model            nothing: a model waiting 3 ms, enough workers (none abo
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from grpc_overhead.cli.processes import offline_env
 from harness.ground_truth.findings import paths, processes, spread, waits
 from harness.ground_truth.findings.result import FindingsResult, Plan, judge
-from harness.ground_truth.pipeline import Pipeline
+from harness.ground_truth.pipeline import Pipeline, reports
 from harness.ground_truth.profile import Profile
 
 #: A scenario plays its traffic on the shared pipeline and says what it injected.
@@ -60,19 +55,6 @@ SCENARIOS: dict[str, Scenario] = {
     **processes.SCENARIOS,
     **spread.SCENARIOS,
 }
-
-
-def read_findings(store: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The findings JSON of each run, read in one subprocess (one chDB start)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "harness.ground_truth.findings.read_findings", str(store),
-         *run_ids],
-        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env=offline_env(), cwd=Path(__file__).resolve().parents[3],
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"reading findings failed: {done.stderr.strip()[-3000:]}")
-    return json.loads(done.stdout)
 
 
 def run_scenarios(
@@ -102,7 +84,7 @@ def run_scenarios(
             except Exception as error:
                 failed[name] = "".join(traceback.format_exception_only(error)).strip()
                 progress(f"  {name} failed: {failed[name]}")
-    answers = read_findings(pipeline.store, [plan.run for plan, _ in plans.values()])
+    answers = reports(pipeline.store, [plan.run for plan, _ in plans.values()], findings=True)
     results = []
     for name in names:
         if name in failed:

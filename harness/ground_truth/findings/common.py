@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
+from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile
 
 SMALL = ("--entities", "20", "--features", "8")
@@ -29,3 +31,23 @@ def interleaved(
         for name, play in arms.items():
             summaries[name].append(play())
     return summaries
+
+
+def latency_ms(summaries: list[dict[str, Any]], quantile: str = "p50") -> float:
+    """The mean over rounds of a run's client latency quantile (ms, load generator clock)."""
+    return statistics.mean(s["latency_ms"][quantile] for s in summaries)
+
+
+def cause_and_cure(
+    pipeline: Pipeline, profile: Profile, arms: dict[str, tuple[str, ...]],
+    env: dict[str, str] | None = None, quantile: str = "p50",
+) -> float:  # fmt: skip
+    """Two ``load`` runs, interleaved: run id -> its arguments (the target first), the
+    cause's first, the cure's second. The measured saving (µs, the client's clock): the
+    cause's latency minus the cure's at ``quantile``."""
+    summaries = interleaved(profile, {
+        run: lambda run=run, args=args: pipeline.load(args[0], run, *args[1:], env=env)
+        for run, args in arms.items()
+    })  # fmt: skip
+    cause, cure = arms
+    return (latency_ms(summaries[cause], quantile) - latency_ms(summaries[cure], quantile)) * 1e3

@@ -27,8 +27,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.ground_truth.findings.common import SMALL, calls, interleaved
-from harness.ground_truth.findings.result import Plan, p50_ms
+from harness.ground_truth.findings.common import SMALL, calls, interleaved, latency_ms
+from harness.ground_truth.findings.result import Plan
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile
 from harness.ground_truth.toxiproxy import DOWNSTREAM, UPSTREAM, Proxy, Toxiproxy
@@ -70,8 +70,8 @@ def _toxic_or_not(
             cause: lambda: play(cause, load, True),
             cure: lambda: play(cure, cure_load or load, cure_toxics),
         })  # fmt: skip
-    measured = (p50_ms(summaries[cause]) - p50_ms(summaries[cure])) * 1e3
-    latency = {run: round(p50_ms(found) * 1e3, 1) for run, found in summaries.items()}
+    measured = (latency_ms(summaries[cause]) - latency_ms(summaries[cure])) * 1e3
+    latency = {run: round(latency_ms(found) * 1e3, 1) for run, found in summaries.items()}
     return measured, {"client_latency_p50_us": latency}
 
 

@@ -29,8 +29,8 @@ import contextlib
 import dataclasses
 from pathlib import Path
 
-from harness.ground_truth.findings.common import SMALL, calls, interleaved
-from harness.ground_truth.findings.result import Plan, p50_ms
+from harness.ground_truth.findings.common import SMALL, calls, cause_and_cure
+from harness.ground_truth.findings.result import Plan
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile
 from harness.ground_truth.saturation import on_cpus, split_cpus
@@ -60,10 +60,6 @@ SERVER_DISPATCH_LIMIT = (
 )
 
 
-def _measured(summaries: dict, cause: str, cure: str) -> float:
-    return (p50_ms(summaries[cause]) - p50_ms(summaries[cure])) * 1e3
-
-
 def client_busy(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     count = str(calls(profile))
     server_cpus, client_cpus = split_cpus()
@@ -71,17 +67,15 @@ def client_busy(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
         with on_cpus(server_cpus):
             service = stack.enter_context(pipeline.service("--workers", "4"))
         with on_cpus(client_cpus):
-            summaries = interleaved(profile, {
-                run: lambda run=run, threads=threads: pipeline.load(
-                    service.target, run, "--calls", count, "--concurrency", "1",
-                    "--busy-threads", threads, *SMALL)
+            measured = cause_and_cure(pipeline, profile, {
+                run: (service.target, "--calls", count, "--concurrency", "1",
+                      "--busy-threads", threads, *SMALL)
                 for run, threads in (("busy-client-cause", BUSY_THREADS),
                                      ("busy-client-cure", "0"))
             })  # fmt: skip
     return Plan(
         "client_busy", "client_busy", "busy-client-cause",
-        f"{BUSY_THREADS} threads burning CPU in the client process (its own CPU)",
-        _measured(summaries, "busy-client-cause", "busy-client-cure"),
+        f"{BUSY_THREADS} threads burning CPU in the client process (its own CPU)", measured,
         cure="the same client without them", limit=CLIENT_DISPATCH_LIMIT,
         ranks_below=CLIENT_DISPATCH_SPILLS,
     )  # fmt: skip
@@ -93,15 +87,14 @@ def server_cpu_saturated(pipeline: Pipeline, workdir: Path, profile: Profile) ->
         pipeline.service("--workers", "4", "--busy-threads", BUSY_THREADS) as busy,
         pipeline.service("--workers", "4") as idle,
     ):
-        summaries = interleaved(profile, {
-            run: lambda run=run, service=service: pipeline.load(
-                service.target, run, "--calls", count, "--concurrency", "1", *SMALL)
+        measured = cause_and_cure(pipeline, profile, {
+            run: (service.target, "--calls", count, "--concurrency", "1", *SMALL)
             for run, service in (("busy-server-cause", busy), ("busy-server-cure", idle))
         })  # fmt: skip
     return Plan(
         "server_cpu_saturated", "server_cpu_saturated", "busy-server-cause",
         f"{BUSY_THREADS} threads burning CPU in the server process outside its handlers",
-        _measured(summaries, "busy-server-cause", "busy-server-cure"),
+        measured,
         cure="the same service without them", limit=SERVER_DISPATCH_LIMIT,
         ranks_below=("server_pool_saturated",),
     )  # fmt: skip
@@ -113,16 +106,14 @@ def serialization_cost(pipeline: Pipeline, workdir: Path, profile: Profile) -> P
     # on a busier machine (other processes of the suite) moves their p50 by tens of percent.
     profile = dataclasses.replace(profile, rounds=max(profile.rounds, 3))
     with pipeline.service("--workers", "4", env=PURE_PYTHON_PROTOBUF) as service:
-        summaries = interleaved(profile, {
-            run: lambda run=run, encoding=encoding: pipeline.load(
-                service.target, run, "--calls", count, "--concurrency", "1", *MANY_MESSAGES,
-                "--encoding", encoding, env=PURE_PYTHON_PROTOBUF)
+        measured = cause_and_cure(pipeline, profile, {
+            run: (service.target, "--calls", count, "--concurrency", "1", *MANY_MESSAGES,
+                  "--encoding", encoding)
             for run, encoding in (("encoding-cause", "repeated"), ("encoding-cure", "packed"))
-        })  # fmt: skip
+        }, env=PURE_PYTHON_PROTOBUF)  # fmt: skip
     return Plan(
         "serialization_cost", "serialization_cost", "encoding-cause",
-        "500 Entity messages per request (--encoding repeated), pure-Python protobuf",
-        _measured(summaries, "encoding-cause", "encoding-cure"),
+        "500 Entity messages per request (--encoding repeated), pure-Python protobuf", measured,
         cure="the same matrix as one packed float32 blob (--encoding packed), same runtime",
     )  # fmt: skip
 

@@ -14,7 +14,6 @@ the findings of the cause's run and checks:
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -146,11 +145,6 @@ def judge(plan: Plan, answer: dict[str, Any], seconds: float = 0.0) -> FindingsR
         (f for f in found if f["kind"] == plan.kind and f["method"] == plan.method), None
     )
     return FindingsResult(plan, found[0] if found else None, injected, found, seconds)
-
-
-def p50_ms(summaries: list[dict[str, Any]], quantile: str = "p50") -> float:
-    """The mean over rounds of a run's client latency quantile (ms, load generator clock)."""
-    return statistics.mean(s["latency_ms"][quantile] for s in summaries)
 
 
 def _short(finding: dict[str, Any] | None) -> str:

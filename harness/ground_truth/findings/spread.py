@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.ground_truth.findings.common import SMALL, calls, interleaved
-from harness.ground_truth.findings.result import ANY_KIND, Plan, p50_ms
+from harness.ground_truth.findings.common import SMALL, calls, cause_and_cure
+from harness.ground_truth.findings.result import ANY_KIND, Plan
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile
 
@@ -44,17 +44,15 @@ def load_imbalance(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
         pipeline.service(*model, "--instance-id", "idle") as idle,
     ):
         unbalanced = (busy.target,) * 4 + (idle.target,)
-        arms = {"imbalance-cause": unbalanced, "imbalance-cure": (busy.target, idle.target)}
-        summaries = interleaved(profile, {
-            run: lambda run=run, targets=targets: pipeline.load(
-                targets[0], run, *_targets(*targets), "--calls", count, "--concurrency", "4",
-                *SMALL)
-            for run, targets in arms.items()
+        measured = cause_and_cure(pipeline, profile, {
+            run: (targets[0], *_targets(*targets), "--calls", count, "--concurrency", "4",
+                  *SMALL)
+            for run, targets in (("imbalance-cause", unbalanced),
+                                 ("imbalance-cure", (busy.target, idle.target)))
         })  # fmt: skip
     return Plan(
         "load_imbalance", "load_imbalance", "imbalance-cause",
-        "4 calls of 5 to one of two instances (2 workers, 4 ms model, 4 callers)",
-        (p50_ms(summaries["imbalance-cause"]) - p50_ms(summaries["imbalance-cure"])) * 1e3,
+        "4 calls of 5 to one of two instances (2 workers, 4 ms model, 4 callers)", measured,
         cure="calls alternate between the instances (round_robin)",
         ranks_below=("server_pool_saturated",),
         limit=IMBALANCE_LIMIT,
@@ -69,17 +67,14 @@ def tail(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
                          "--model-wait-ms", "25") as slow,
         pipeline.service("--workers", "4", "--instance-id", "fixed") as fixed,
     ):  # fmt: skip
-        arms = {"tail-cause": slow.target, "tail-cure": fixed.target}
-        summaries = interleaved(profile, {
-            run: lambda run=run, odd=odd: pipeline.load(
-                main.target, run, *_targets(*(main.target,) * 24, odd), "--calls", count,
-                "--concurrency", "2", *SMALL)
-            for run, odd in arms.items()
-        })  # fmt: skip
-    measured = p50_ms(summaries["tail-cause"], "p99") - p50_ms(summaries["tail-cure"], "p99")
+        measured = cause_and_cure(pipeline, profile, {
+            run: (main.target, *_targets(*(main.target,) * 24, odd), "--calls", count,
+                  "--concurrency", "2", *SMALL)
+            for run, odd in (("tail-cause", slow.target), ("tail-cure", fixed.target))
+        }, quantile="p99")  # fmt: skip
     return Plan(
         "tail", "tail", "tail-cause",
-        "1 call in 25 goes to an instance whose model waits 25 ms", measured * 1e3,
+        "1 call in 25 goes to an instance whose model waits 25 ms", measured,
         quantile="p99", cure="that instance without the wait",
     )  # fmt: skip
 

@@ -17,8 +17,8 @@ import statistics
 from pathlib import Path
 
 from harness.ground_truth.connect import _client as connect_client
-from harness.ground_truth.findings.common import SMALL, calls, interleaved, rounds
-from harness.ground_truth.findings.result import Plan, p50_ms
+from harness.ground_truth.findings.common import SMALL, calls, cause_and_cure, rounds
+from harness.ground_truth.findings.result import Plan
 from harness.ground_truth.interceptors import Case, InterceptorServer
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile
@@ -33,15 +33,13 @@ def server_pool_saturated(pipeline: Pipeline, workdir: Path, profile: Profile) -
         pipeline.service("--workers", "1", *model) as starved,
         pipeline.service("--workers", "8", *model) as cured,
     ):
-        summaries = interleaved(profile, {
-            run: lambda run=run, service=service: pipeline.load(
-                service.target, run, "--calls", count, "--concurrency", "4", *SMALL)
+        measured = cause_and_cure(pipeline, profile, {
+            run: (service.target, "--calls", count, "--concurrency", "4", *SMALL)
             for run, service in (("pool-cause", starved), ("pool-cure", cured))
         })  # fmt: skip
     return Plan(
         "server_pool_saturated", "server_pool_saturated", "pool-cause",
-        "1 handler thread, a 4 ms model wait, 4 closed-loop callers",
-        (p50_ms(summaries["pool-cause"]) - p50_ms(summaries["pool-cure"])) * 1e3,
+        "1 handler thread, a 4 ms model wait, 4 closed-loop callers", measured,
         cure="8 handler threads (grpc.server(ThreadPoolExecutor(max_workers=8)))",
     )  # fmt: skip
 
@@ -59,13 +57,11 @@ def _around_handler(
         InterceptorServer(Case(kind, SLEEP_MS, False), workdir / "cause.json", env) as cause,
         InterceptorServer(Case("baseline", 0.0, False), workdir / "cure.json", env) as cure,
     ):
-        summaries = interleaved(profile, {
-            run: lambda run=run, server=server: pipeline.load(
-                server.target, run, "--calls", count, "--concurrency", "1", *SMALL)
+        measured = cause_and_cure(pipeline, profile, {
+            run: (server.target, "--calls", count, "--concurrency", "1", *SMALL)
             for run, server in ((f"{name}-cause", cause), (f"{name}-cure", cure))
         })  # fmt: skip
     slept = statistics.median(cause.slept_us())
-    measured = (p50_ms(summaries[f"{name}-cause"]) - p50_ms(summaries[f"{name}-cure"])) * 1e3
     return measured, {"slept_p50_us": round(slept, 1)}
 
 
