@@ -95,6 +95,18 @@ def test_demo_runs_the_whole_stack_and_leaves_a_store_with_every_phase(tmp_path:
     top = json.loads(burst.stdout)["findings"][0]
     assert (top["kind"], top["method"]) == ("server_pool_saturated", "Predict"), top
     assert top["saving_us"]["p50"] > 1000 and top["confidence"] != "low", top
+    # The compression scenario's gzip calls pay CPU for bytes loopback moves for free.
+    compression = cli("findings", "--store", str(store), "--run", "demo-compression",
+                      "--format", "json")  # fmt: skip
+    assert compression.returncode == 0, compression.stderr
+    top = json.loads(compression.stdout)["findings"][0]
+    assert (top["kind"], top["method"]) == ("compression_costs_more", "Predict"), top
+    assert top["evidence"]["algorithm"] == "gzip", top
+    # Over every run, the burst pins its 16 callers to predictor-a: the instances are uneven.
+    everything = cli("findings", "--store", str(store), "--format", "json")
+    assert everything.returncode == 0, everything.stderr
+    uneven = [f for f in json.loads(everything.stdout)["findings"] if f["kind"] == "load_imbalance"]
+    assert [(f["method"], f["instance"]) for f in uneven] == [("Predict", "predictor-a")], uneven
 
     # Every scenario ran (one run id each) and both instances served calls.
     sql = cli(

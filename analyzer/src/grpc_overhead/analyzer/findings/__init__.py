@@ -68,7 +68,7 @@ def findings(
     parts += [*spread.tail_aggregates(), f"{CROSS_HOST} AS cross_host_calls"]
     rows = reader.query(per_method(parts))
     results = [waits.find(reader, kind, rows) for kind in waits.KINDS]
-    results += [transfer.find(reader, rows), spread.find_imbalance(reader, rows)]
+    results += [transfer.find(reader, rows), spread.find_imbalance(reader)]
     results.append(spread.find_tail(reader, rows))
 
     def sampled() -> compression.Samples:  # read only where some call is large enough
