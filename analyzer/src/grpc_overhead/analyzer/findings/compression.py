@@ -47,6 +47,7 @@ import pandas as pd
 from grpc_overhead.analyzer.findings import transfer, waits
 from grpc_overhead.analyzer.findings.advice import (
     ACTIONS,
+    BYTES_PER_ENTITY,
     COMPARE,
     experiment_file,
     run_experiment,
@@ -402,9 +403,6 @@ def _verify(kind: str, direction: str, message_bytes: float, rate: float) -> str
 
 #: The verify experiment's name and matrix.
 EXPERIMENT, MATRIX = "compression", "  compression: [none, gzip]\n"
-#: The prediction service's request per entity at its default 32 features (repeated
-#: float32 and the entity's framing): how many entities make a similar payload.
-BYTES_PER_ENTITY = 140
 
 
 def _algorithm(method_row: Any) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.findings.advice import ACTIONS, VERIFY
+from grpc_overhead.analyzer.findings.advice import ACTIONS, VERIFY, upload_experiment
 from grpc_overhead.analyzer.findings.model import (
     LOW,
     SUBSETS,
@@ -177,7 +177,9 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
                 saving_basis=basis,
                 confidence=level,
                 action=ACTIONS[kind],
-                verify=VERIFY[kind],
+                verify=(
+                    upload_experiment(p50 * 1e6, rate) if kind == "slow_upload" else VERIFY[kind]
+                ),
                 **reader.shown(build, row.rpc_service, row.rpc_method),
             )
         )
