@@ -54,7 +54,9 @@ LATE_SERVER_SIDE = (
 )
 
 
-def _client(pipeline: Pipeline, spec: dict) -> dict:
+def run_connect_client(pipeline: Pipeline, spec: dict) -> dict:
+    """``connect_client`` with ``spec`` in its own process, exporting to ``pipeline``: its
+    timings (each call on the client's own clock)."""
     done = subprocess.run(
         [sys.executable, "-m", "harness.ground_truth.connect_client", json.dumps(spec)],
         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
@@ -82,7 +84,7 @@ def connection_setup(workdir: Path, profile: Profile) -> ScenarioResult:
             "late_calls": 3 if profile.full else 1,
             "delay_s": DELAY_S,
         }
-        timings = _client(pipeline, spec)
+        timings = run_connect_client(pipeline, spec)
     runs = [f"connect-{kind}-{mode}" for kind in ("warm", "cold") for mode in ("plain", "tls")]
     bodies = pipeline.reports([*runs, "connect-late", "connect-fresh-server"])
     warm_latency = {mode: statistics.median(timings["warm"][mode]) for mode in ("plain", "tls")}

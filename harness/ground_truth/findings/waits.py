@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from harness.ground_truth.connect import _client as connect_client
+from harness.ground_truth.connect import run_connect_client
 from harness.ground_truth.findings.common import SMALL, calls, cause_and_cure, rounds
 from harness.ground_truth.findings.result import Plan
 from harness.ground_truth.interceptors import Case, InterceptorServer
@@ -87,7 +87,7 @@ def connection_setup(pipeline: Pipeline, workdir: Path, profile: Profile) -> Pla
     with pipeline.service("--workers", "4", "--tls") as tls:
         spec = {"targets": {"tls": [tls.target, str(tls.tls_ca)]}, "rounds": rounds(profile),
                 "calls": calls(profile, 25, 60), "late_calls": 0, "delay_s": 0}  # fmt: skip
-        timings = connect_client(pipeline, spec)
+        timings = run_connect_client(pipeline, spec)
     # Each cold call against the warm call made just before it (client clock).
     paired = [c - w for c, w in zip(timings["cold"]["tls"], timings["warm"]["tls"], strict=True)]
     return Plan(
