@@ -56,5 +56,8 @@ def test_identical_runs_are_called_within_noise() -> None:
     rng = np.random.default_rng(4)
     frames = {name: _calls(rng, 200, processing=300) for name in ("a", "b")}
     (comparison,) = compare(frames, resamples=300)
-    assert comparison.summary().endswith("within noise")
+    assert "no measurable difference" in comparison.summary()
+    assert {delta.verdict for delta in comparison.phases if delta.diff_us is not None} == {
+        "no measurable difference"
+    }
     assert comparison.to_json()["throughput"] == {}

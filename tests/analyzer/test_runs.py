@@ -66,6 +66,8 @@ def test_phase_summary_is_exact_and_skips_undefined_phases() -> None:
     frame = pd.DataFrame({"total_us": [100.0, 200.0, 300.0, 1000.0],
                           "processing_us": [None, None, None, None]})  # fmt: skip
     summary = phase_summary(frame, ("total", "processing", "server_queue"))
+    interval = summary["total"].pop("ci_us")
     assert summary["total"] == {"p50_us": 250.0, "mean_us": 400.0, "calls": 4}
-    assert summary["processing"] == {"p50_us": None, "mean_us": None, "calls": 0}
+    assert 100.0 <= interval[0] <= 250.0 <= interval[1] <= 1000.0  # the p50's, by bootstrap
+    assert summary["processing"] == {"p50_us": None, "mean_us": None, "calls": 0, "ci_us": None}
     assert summary["server_queue"]["calls"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +27,15 @@ def _command(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """Two cells that differ by the server's CPU cost per request: 0 vs 3 ms."""
+    """Two cells that differ by the server's CPU cost per request: 0 vs 3 ms, three rounds
+    of 40 calls each; the costly cell is the baseline, and the cheap one is
+    expected to save 2.5 ms of processing."""
     workdir = tmp_path_factory.mktemp("experiment")
     spec = workdir / "cost.yaml"
     spec.write_text(
-        "name: cost\ncalls: 40\nconcurrency: 1\nentities: 20\nworkers: 2\n"
-        "matrix:\n  model_cost_ms: [0, 3]\n"
+        "name: cost\ncalls: 40\nrounds: 3\nconcurrency: 1\nentities: 20\nworkers: 2\n"
+        "matrix:\n  model_cost_ms: [0, 3]\nbaseline: {model_cost_ms: 3}\n"
+        "expect: {saving_us: 2500, phase: processing}\n"
     )
     store = workdir / "store"
     done = _command("experiment", str(spec), "--store", str(store), "--format", "json")
@@ -43,16 +47,26 @@ def test_every_cell_is_a_run_with_its_phases(experiment) -> None:
     store, document = experiment
     assert document["experiment"] == "cost" and document["failed"] == []
     cells = document["cells"]
+    assert document["rounds"] == 3
     assert [cell["config"]["model_cost_ms"] for cell in cells] == [0.0, 3.0]
     for cell in cells:
-        assert cell["calls"] == 40 and cell["errors"] == 0
-        assert cell["traced_calls"] == 40  # every call's spans reached the store
+        assert cell["calls"] == 120 and cell["errors"] == 0
+        assert [item["calls"] for item in cell["rounds"]] == [40, 40, 40]
+        assert [item["round"] for item in cell["rounds"]] == [0, 1, 2]
+        assert cell["traced_calls"] == 120  # every call's spans reached the store
         assert cell["calls_per_s"] > 0 and cell["predictions_per_s"] == pytest.approx(
             cell["calls_per_s"] * 20, rel=1e-3
         )
         assert cell["p50_us"] <= cell["p99_us"]
         for phase in ("client_serialize", "request_network", "processing", "total"):
-            assert cell["phases"][phase]["calls"] == 40, phase
+            assert cell["phases"][phase]["calls"] == 120, phase
+            low, high = cell["phases"][phase]["ci_us"]
+            assert low <= cell["phases"][phase]["p50_us"] <= high, phase
+    # interleaved: cell 0, 1 in round 1, then 1, 0, then 0, 1
+    first, second = (cell["rounds"] for cell in cells)
+    assert first[0]["ended_ns"] <= second[0]["started_ns"]
+    assert second[1]["ended_ns"] <= first[1]["started_ns"]
+    assert first[2]["started_ns"] <= second[2]["started_ns"]
     cheap, costly = (cell["phases"]["processing"]["p50_us"] for cell in cells)
     # the injected 3 ms of CPU: at least 3 ms of wall time (more on a busy machine)
     assert costly - cheap >= 2_500
@@ -60,10 +74,25 @@ def test_every_cell_is_a_run_with_its_phases(experiment) -> None:
     assert document["winners"][0]["cell"] == "model_cost_ms=0.0"
     # the phase carrying the difference (its share's wording depends on the machine's noise)
     assert "; processing " in document["explanation"]
+    (comparison,) = document["comparisons"]  # the cheap cell against the costly baseline
+    assert (comparison["cell"], comparison["baseline_cell"]) == (0, 1)
+    assert comparison["phase"] == "total" and comparison["verdict"] == "faster"
+    assert comparison["ci_us"][1] < -1000 and "paired" in comparison["basis"]
+    phases = {item["phase"]: item for item in comparison["phases"]}
+    assert phases["processing"]["verdict"] == "faster"
+    assert phases["processing"]["ci_us"][0] <= phases["processing"]["diff_us"]
+    assert comparison["explained_by"]["phase"] == "processing"
+    (expected,) = document["expectation"]
+    assert expected["outcome"] == "materialized" and expected["measured_us"] >= 2_500
+    assert document["machine"]["before"]["cpus"] == os.cpu_count()
+    assert isinstance(document["machine"]["under_load"], bool)
     with open_store(store) as opened:
         runs = list_runs(opened, "cost")
     assert list(runs["run_id"]) == [cell["run_id"] for cell in cells]
-    assert list(runs["calls"]) == [40, 40]
+    assert list(runs["calls"]) == [120, 120]
+    assert [len(json.loads(text)) for text in runs["rounds"]] == [3, 3]
+    assert list(runs["under_load"]) == [int(cell["under_load"]) for cell in cells]
+    assert "before" in json.loads(runs["machine"].iloc[0])
 
 
 def test_compare_finds_the_phase_that_differs(experiment) -> None:
@@ -75,6 +104,8 @@ def test_compare_finds_the_phase_that_differs(experiment) -> None:
     (comparison,) = json.loads(done.stdout)["comparisons"]
     processing = comparison["phases"]["processing"]
     assert processing["significant"] and processing["ci_low_us"] > 1000
+    assert processing["verdict"] == "slower" and processing["ci_us"][0] > 1000
+    assert "3 rounds" in comparison["basis"] and "paired" in comparison["basis"]
     assert comparison["explained_by"]["phase"] == "processing"
     assert comparison["throughput"]["calls_per_s_ratio"] < 1
     table = _command("compare", cheap, costly, "--store", str(store))
@@ -103,7 +134,8 @@ def test_rest_and_grpc_cells_split_into_the_same_phases(tmp_path) -> None:
     events) and gRPC, both sending an image: every call of both is assembled with every phase."""
     spec = tmp_path / "rest.yaml"
     spec.write_text(
-        "name: rest-vs-grpc\ncalls: 20\nconcurrency: 2\npayload: image\nimage_bytes: 20000\n"
+        "name: rest-vs-grpc\ncalls: 20\nrounds: 1\nconcurrency: 2\npayload: image\n"
+        "image_bytes: 20000\n"
         "matrix:\n  transport: [grpc, rest]\n  rest_body: [json, binary]\n"
         "exclude:\n  - {transport: grpc, rest_body: binary}\n"
     )
@@ -140,7 +172,9 @@ def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
     """``latency_ms`` puts a real toxiproxy between load and service: each direction's
     network phase carries the injected delay, the server's phases do not."""
     spec = tmp_path / "path.yaml"
-    spec.write_text("name: path\ncalls: 10\nconcurrency: 1\nentities: 10\nlatency_ms: 15\n")
+    spec.write_text(
+        "name: path\ncalls: 10\nrounds: 1\nconcurrency: 1\nentities: 10\nlatency_ms: 15\n"
+    )
     done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
                     "json")  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -149,3 +183,32 @@ def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
     assert phases["request_network"]["p50_us"] + phases["server_queue"]["p50_us"] >= 14_000
     assert phases["response_network"]["p50_us"] >= 14_000
     assert phases["processing"]["p50_us"] < 10_000
+
+
+def test_an_a_a_experiment_finds_no_difference(tmp_path) -> None:
+    """The same cell twice (``copy: [1, 2]``), five interleaved rounds: no measurable
+    difference on the total and on every phase, and a predicted saving that does not show."""
+    spec = tmp_path / "aa.yaml"
+    spec.write_text(
+        "name: a-a\ncalls: 100\nconcurrency: 2\nentities: 20\nworkers: 2\n"
+        "matrix:\n  copy: [1, 2]\nexpect: {saving_us: 300}\n"
+    )
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
+                    "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    (comparison,) = document["comparisons"]
+    assert comparison["verdict"] == "no measurable difference", comparison["summary"]
+    assert len(comparison["phases"]) >= 10
+    for phase in comparison["phases"]:
+        assert phase["verdict"] == "no measurable difference", phase
+        low, high = phase["ci_us"]
+        assert low <= phase["diff_us"] <= high
+    assert "no measurable difference" in comparison["summary"]
+    (expected,) = document["expectation"]
+    assert expected["outcome"] == "did not materialize"
+    table = _command("compare", comparison["baseline_run_id"], comparison["run_id"], "--store",
+                     str(tmp_path / "store"), "--format", "json")  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    (again,) = json.loads(table.stdout)["comparisons"]
+    assert again["phases"]["total"]["verdict"] == "no measurable difference"

@@ -52,6 +52,15 @@ def test_no_matrix_is_one_cell() -> None:
         ({"matrix": {"tls": [True]}, "exclude": [{"tls": True}]}, "leaves no cell"),
         ({"matrix": {"transport": ["grpc", "rest"]}, "mode": "stream"}, "cell 1 (transport=rest)"),
         ({"matrix": {"calls": list(range(1, 30)), "seed": list(range(30))}}, "at most 500"),
+        ({"rounds": 0}, "rounds: expected an integer 1..50, got 0"),
+        ({"rounds": "three"}, "rounds: expected an integer 1..50"),
+        ({"matrix": {"tls": [False, True]}, "baseline": {"mode": "unary"}}, "not a matrix"),
+        ({"matrix": {"tls": [False, True]}, "baseline": "tls"}, "baseline: expected a mapping"),
+        ({"matrix": {"workers": [1, 2]}, "baseline": {"workers": 3}}, "not among the matrix"),
+        ({"expect": {"phase": "total"}}, "expect: expected {saving_us"),
+        ({"expect": {"saving_us": -4}}, "expect.saving_us: expected a number > 0"),
+        ({"expect": {"saving_us": 4, "phase": "wire"}}, "expect.phase: 'wire' is not a phase"),
+        ({"expect": {"saving_us": 4, "p": 99}}, "expect: unknown key 'p'"),
     ],
 )
 def test_refusals_name_the_setting_and_the_reason(document, message: str) -> None:
@@ -82,3 +91,45 @@ def test_the_bundled_experiments_parse() -> None:
     for path in files:
         experiment = load(path)
         assert experiment.cells, path
+
+
+def test_rounds_baselines_and_expectations() -> None:
+    experiment = parse(
+        {
+            "rounds": 5,
+            "matrix": {"bandwidth_kb_s": [None, 5000], "compression": ["none", "gzip"]},
+            "baseline": {"compression": "gzip"},
+            "expect": {"saving_us": 1500, "phase": "request_network"},
+        }
+    )
+    assert experiment.rounds == 5
+    assert experiment.expect is not None and experiment.expect.saving_us == 1500.0
+    pairs = {
+        cell.label(): getattr(experiment.baseline_of(cell), "label", lambda: None)()
+        for cell in experiment.cells
+    }
+    # each cell against gzip on its own path; the gzip cells are baselines themselves
+    assert pairs == {
+        "bandwidth_kb_s=off, compression=none": "bandwidth_kb_s=off, compression=gzip",
+        "bandwidth_kb_s=off, compression=gzip": None,
+        "bandwidth_kb_s=5000, compression=none": "bandwidth_kb_s=5000, compression=gzip",
+        "bandwidth_kb_s=5000, compression=gzip": None,
+    }
+    default = parse({"matrix": {"workers": [1, 2, 4]}})
+    assert default.rounds == 5  # the default: five interleaved rounds
+    assert [getattr(default.baseline_of(c), "index", None) for c in default.cells] == [None, 0, 0]
+
+
+def test_copies_make_an_a_a_experiment() -> None:
+    experiment = parse({"calls": 10, "matrix": {"copy": [1, 2]}})
+    first, second = experiment.cells
+    assert {**first.config, "copy": 0} == {**second.config, "copy": 0}
+    assert experiment.baseline_of(second) is first
+
+
+def test_rounds_interleave_so_drift_reaches_every_cell() -> None:
+    from grpc_overhead.cli.experiment import interleaved
+
+    cells = parse({"matrix": {"workers": [1, 2, 3]}}).cells
+    order = [(round_number, cell.index) for round_number, cell in interleaved(cells, 3)]
+    assert order == [(0, 0), (0, 1), (0, 2), (1, 2), (1, 1), (1, 0), (2, 0), (2, 1), (2, 2)]

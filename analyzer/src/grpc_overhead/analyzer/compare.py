@@ -23,16 +23,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from grpc_overhead.analyzer import verdicts
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
-from grpc_overhead.analyzer.runs import CELL_PHASES, list_runs, run_calls
+from grpc_overhead.analyzer.runs import (
+    CELL_PHASES,
+    list_runs,
+    round_labels,
+    round_windows,
+    run_calls,
+)
 from grpc_overhead.analyzer.store.base import Store
-
-DEFAULT_RESAMPLES = 1000
-CONFIDENCE = 0.95
-#: Calls drawn per resample at most: beyond this the interval barely narrows and
-#: memory grows with resamples x calls.
-MAX_BOOTSTRAP_CALLS = 20_000
+from grpc_overhead.analyzer.verdicts import CONFIDENCE, DEFAULT_RESAMPLES, RoundsShape
 
 
 @dataclass
@@ -46,16 +48,22 @@ class PhaseDelta:
     ci_high_us: float | None
     baseline_calls: int
     other_calls: int
+    confidence: float = CONFIDENCE
+
+    @property
+    def verdict(self) -> str:
+        """faster, slower or no measurable difference (``verdicts.verdict``)."""
+        return verdicts.verdict(self.diff_us, self.ci_low_us, self.ci_high_us,
+                                self.baseline_p50_us)  # fmt: skip
 
     @property
     def significant(self) -> bool:
-        """The interval excludes 0: the difference is more than resampling noise."""
-        if self.ci_low_us is None or self.ci_high_us is None:
-            return False
-        return self.ci_low_us > 0 or self.ci_high_us < 0
+        """The interval excludes 0 and the move is worth a verdict: more than noise."""
+        return self.verdict != verdicts.NO_DIFFERENCE
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "phase": self.phase,
             "baseline_p50_us": _round(self.baseline_p50_us),
             "other_p50_us": _round(self.other_p50_us),
             "diff_us": _round(self.diff_us),
@@ -63,6 +71,11 @@ class PhaseDelta:
             "ci_low_us": _round(self.ci_low_us),
             "ci_high_us": _round(self.ci_high_us),
             "significant": self.significant,
+            "verdict": self.verdict,
+            "ci_us": None
+            if self.ci_low_us is None or self.ci_high_us is None
+            else [_round(self.ci_low_us), _round(self.ci_high_us)],
+            "confidence": _round(self.confidence, 5),
             "baseline_calls": self.baseline_calls,
             "other_calls": self.other_calls,
         }
@@ -74,6 +87,7 @@ class Comparison:
     other: str
     phases: list[PhaseDelta]
     throughput: dict[str, float | None] = field(default_factory=dict)
+    basis: RoundsShape = field(default_factory=lambda: RoundsShape(1, False))
 
     def phase(self, name: str) -> PhaseDelta | None:
         return next((delta for delta in self.phases if delta.phase == name), None)
@@ -103,13 +117,18 @@ class Comparison:
             return f"{self.other} vs {self.baseline}: no calls with a total to compare"
         direction = "slower" if total.diff_us > 0 else "faster"
         factor = total.ratio if total.ratio >= 1 else (1 / total.ratio if total.ratio else 0)
-        text = (
-            f"{self.other} is {factor:.2f}x {direction} than {self.baseline} at the p50 "
-            f"({total.diff_us:+,.0f} µs, 95% interval "
-            f"{total.ci_low_us:+,.0f}..{total.ci_high_us:+,.0f})"
+        interval = (
+            f"{total.confidence:.1%} interval {total.ci_low_us:+,.0f}..{total.ci_high_us:+,.0f}"
         )
         if not total.significant:
-            return text + ": within noise"
+            return (
+                f"{self.other} vs {self.baseline}: no measurable difference at the p50 "
+                f"({total.diff_us:+,.0f} µs, {interval})"
+            )
+        text = (
+            f"{self.other} is {direction} than {self.baseline} by {abs(total.diff_us):,.0f} µs "
+            f"at the p50, {factor:.2f}x ({interval})"
+        )
         cause = self.explained_by()
         if cause is not None and cause.diff_us is not None:
             share = cause.diff_us / total.diff_us
@@ -136,7 +155,25 @@ class Comparison:
                 "share": _round((cause.diff_us or 0) / total.diff_us, 4),
             },
             "summary": self.summary(),
+            "basis": self.basis.describe(),
         }
+
+    def verdicts(self) -> list[dict[str, Any]]:
+        """One object per phase: ``phase``, ``verdict`` and ``ci_us`` (the JSON contract),
+        with the medians and the difference they come from."""
+        return [
+            {
+                "phase": delta.phase,
+                "verdict": delta.verdict,
+                "diff_us": _round(delta.diff_us),
+                "ci_us": delta.to_json()["ci_us"],
+                "baseline_p50_us": _round(delta.baseline_p50_us),
+                "other_p50_us": _round(delta.other_p50_us),
+                "confidence": _round(delta.confidence, 5),
+            }
+            for delta in self.phases
+            if delta.diff_us is not None
+        ]
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -152,26 +189,11 @@ def bootstrap_median_diff(
     seed: int = 0,
     confidence: float = CONFIDENCE,
 ) -> tuple[float, float]:
-    """(low, high) interval of median(other) - median(baseline) by the percentile bootstrap."""
-    rng = np.random.default_rng(seed)
-    baseline = _cap(np.asarray(baseline, dtype=np.float64), rng)
-    other = _cap(np.asarray(other, dtype=np.float64), rng)
-    differences = np.empty(resamples)
-    block = max(1, 2_000_000 // max(baseline.size, other.size, 1))
-    for start in range(0, resamples, block):
-        count = min(block, resamples - start)
-        a = np.median(baseline[rng.integers(0, baseline.size, (count, baseline.size))], axis=1)
-        b = np.median(other[rng.integers(0, other.size, (count, other.size))], axis=1)
-        differences[start : start + count] = b - a
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(differences, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def _cap(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    if values.size <= MAX_BOOTSTRAP_CALLS:
-        return values
-    return rng.choice(values, MAX_BOOTSTRAP_CALLS, replace=False)
+    """(low, high) interval of median(other) - median(baseline), calls resampled."""
+    return verdicts.difference_interval(
+        verdicts.rounds_of(baseline, None), verdicts.rounds_of(other, None), paired=False,
+        resamples=resamples, confidence=confidence, seed=seed,
+    )  # fmt: skip
 
 
 def compare_phases(
@@ -179,8 +201,19 @@ def compare_phases(
     other: pd.DataFrame,
     phases: tuple[str, ...] = CELL_PHASES,
     resamples: int = DEFAULT_RESAMPLES,
+    *,
+    baseline_rounds: np.ndarray | None = None,
+    other_rounds: np.ndarray | None = None,
+    paired: bool = False,
 ) -> list[PhaseDelta]:
-    """Per phase: p50s, difference, ratio and bootstrap interval of two per-call frames."""
+    """Per phase: p50s, difference, ratio and bootstrap interval of two per-call frames.
+
+    ``*_rounds``: each call's round (``runs.round_labels``); ``paired``: the two ran the
+    same rounds side by side. The phases' intervals are one family (``verdicts``)."""
+    present = [
+        p for p in phases if _values(baseline, f"{p}_us").size and _values(other, f"{p}_us").size
+    ]
+    confidence = verdicts.family_confidence(len(present))
     deltas = []
     for phase in phases:
         column = f"{phase}_us"
@@ -192,10 +225,20 @@ def compare_phases(
             )
             continue
         a50, b50 = float(np.median(a)), float(np.median(b))
-        low, high = bootstrap_median_diff(a, b, resamples, seed=len(deltas))
+        low, high = verdicts.difference_interval(
+            verdicts.rounds_of(_column(baseline, column), baseline_rounds),
+            verdicts.rounds_of(_column(other, column), other_rounds),
+            paired=paired, resamples=resamples, confidence=confidence, seed=len(deltas),
+        )  # fmt: skip
         ratio = b50 / a50 if a50 else None
-        deltas.append(PhaseDelta(phase, a50, b50, b50 - a50, ratio, low, high, a.size, b.size))
+        deltas.append(
+            PhaseDelta(phase, a50, b50, b50 - a50, ratio, low, high, a.size, b.size, confidence)
+        )
     return deltas
+
+
+def _column(frame: pd.DataFrame, column: str) -> np.ndarray:
+    return frame[column].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _values(frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -221,12 +264,25 @@ def compare(
     names = list(frames)
     baseline = names[0]
     rows = {} if runs is None else {row.run_id: row for row in runs.itertuples(index=False)}
+    labels = {
+        name: round_labels(frame, [] if runs is None else round_windows(runs, name))
+        for name, frame in frames.items()
+    }
     comparisons = []
     for other in names[1:]:
-        comparison = Comparison(
-            baseline, other, compare_phases(frames[baseline], frames[other], resamples=resamples)
-        )
         a, b = rows.get(baseline), rows.get(other)
+        # Round k of each ran side by side only within one experiment command.
+        paired = bool(
+            a is not None and b is not None
+            and getattr(a, "invocation", None) == getattr(b, "invocation", None)
+            and _rounds(labels[baseline]) == _rounds(labels[other]) > 1
+        )  # fmt: skip
+        deltas = compare_phases(
+            frames[baseline], frames[other], resamples=resamples,
+            baseline_rounds=labels[baseline], other_rounds=labels[other], paired=paired,
+        )  # fmt: skip
+        rounds = min(_rounds(labels[baseline]), _rounds(labels[other]))
+        comparison = Comparison(baseline, other, deltas, basis=RoundsShape(rounds, paired))
         if a is not None and b is not None:
             for key in ("calls_per_s", "predictions_per_s"):
                 first, second = float(getattr(a, key)), float(getattr(b, key))
@@ -235,6 +291,10 @@ def compare(
                 comparison.throughput[f"{key}_ratio"] = second / first if first else None
         comparisons.append(comparison)
     return comparisons
+
+
+def _rounds(labels: np.ndarray | None) -> int:
+    return 1 if labels is None else len(np.unique(labels))
 
 
 def compare_stored(

@@ -21,9 +21,20 @@ calls, errors UInt64          calls made, calls that failed
 calls_per_s Float64           calls / load duration
 predictions_per_s Float64     entities scored / load duration (OK calls)
 p50_us, p99_us Float64        client-measured latency of OK calls
-phases String                 JSON {PHASE: {"p50_us", "mean_us"}} from the spans
+phases String                 JSON {PHASE: {"p50_us", "mean_us", "calls", "ci_us"}}
 recorded DateTime64(6)        when this row was written
+rounds String                 JSON [{"round", "started_ns", "ended_ns", "calls", "errors",
+                              "calls_per_s", "p50_us", "p99_us"}]: the cell's rounds
+machine String                JSON: the machine check taken while the cell ran
+under_load UInt8              1: the cell ran on a busy machine (``machine`` says how)
+comparison String             JSON: the cell against its baseline cell ({} for a baseline):
+                              {"baseline_run_id", "phase": "total", "verdict", "diff_us",
+                              "ci_us", "summary", "explained_by", "phases": [...]}
 ============================  ===============================================
+
+``rounds``, ``machine``, ``under_load`` and ``comparison`` came with interleaved rounds; a
+store made before them gets them added (``ALTER TABLE ... ADD COLUMN IF NOT
+EXISTS``), its old rows reading ``[]``, ``{}`` and 0.
 
 The same SQL runs on chDB and on a ClickHouse server (``Store``); values are
 always bound as parameters. Dashboards read ``phases`` with
@@ -39,8 +50,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from grpc_overhead.analyzer import verdicts
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import ALL_PHASES, DESIGN_PHASES, calls
 from grpc_overhead.analyzer.store.base import Store, table_exists
@@ -65,6 +78,17 @@ RUN_COLUMNS = (
     "p99_us",
     "phases",
     "recorded",
+    "rounds",
+    "machine",
+    "under_load",
+    "comparison",
+)
+#: Columns added after the table's first release: (name, type and default).
+ADDED_COLUMNS = (
+    ("rounds", "String DEFAULT '[]'"),
+    ("machine", "String DEFAULT '{}'"),
+    ("under_load", "UInt8 DEFAULT 0"),
+    ("comparison", "String DEFAULT '{}'"),
 )
 
 
@@ -86,14 +110,21 @@ def create_runs_sql(options: CallsOptions) -> str:
         "    p50_us Float64,\n"
         "    p99_us Float64,\n"
         "    phases String,\n"
-        "    recorded DateTime64(6, 'UTC')\n"
-        ") ENGINE = ReplacingMergeTree(recorded)\nORDER BY (experiment, run_id)"
+        "    recorded DateTime64(6, 'UTC'),\n"
+        + ",\n".join(f"    {name} {kind}" for name, kind in ADDED_COLUMNS)
+        + "\n) ENGINE = ReplacingMergeTree(recorded)\nORDER BY (experiment, run_id)"
     )
 
 
 def create_runs(store: Store, options: CallsOptions | None = None) -> None:
-    """Create ``grpc_runs`` if missing (idempotent)."""
-    store.command(create_runs_sql(options or CallsOptions()))
+    """Create ``grpc_runs`` if missing, and add the columns an older one lacks (idempotent)."""
+    options = options or CallsOptions()
+    store.command(create_runs_sql(options))
+    for name, kind in ADDED_COLUMNS:
+        store.command(
+            f"ALTER TABLE {options.qualified(RUNS_TABLE)}{options.on_cluster()} "
+            f"ADD COLUMN IF NOT EXISTS {name} {kind}"
+        )
 
 
 @dataclass
@@ -113,7 +144,11 @@ class RunRecord:
     predictions_per_s: float
     p50_us: float | None
     p99_us: float | None
-    phases: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+    under_load: bool = False
+    comparison: dict[str, Any] = field(default_factory=dict)
 
     @property
     def transport(self) -> str:
@@ -153,6 +188,10 @@ def record_run(store: Store, record: RunRecord, options: CallsOptions | None = N
         _float(record.p99_us),
         json.dumps(record.phases, sort_keys=True),
         _moment(time.time_ns()),
+        json.dumps(record.rounds),
+        json.dumps(record.machine, sort_keys=True),
+        int(bool(record.under_load)),
+        json.dumps(record.comparison, sort_keys=True),
     ]
     store.insert(options.qualified(RUNS_TABLE), RUN_COLUMNS, [[value] for value in values])
 
@@ -164,13 +203,45 @@ def list_runs(
     options = options or CallsOptions()
     if not table_exists(store, RUNS_TABLE, options.database):
         return pd.DataFrame(columns=list(RUN_COLUMNS))
-    return store.query(
-        f"SELECT {', '.join(RUN_COLUMNS)} FROM {options.qualified(RUNS_TABLE)} FINAL\n"
+    # ``*``: a store written before the added columns is read as it is, then filled in.
+    frame = store.query(
+        f"SELECT * FROM {options.qualified(RUNS_TABLE)} FINAL\n"
         "WHERE {experiment:String} = '' OR experiment = {experiment:String}\n"
         "ORDER BY started, cell",
         {"experiment": experiment or ""},
         readonly=True,
     )
+    defaults = {"rounds": "[]", "machine": "{}", "under_load": 0, "comparison": "{}"}
+    for name, value in defaults.items():
+        if name not in frame:
+            frame[name] = value
+    return frame[list(RUN_COLUMNS)]
+
+
+def round_windows(runs: pd.DataFrame, run_id: str) -> list[tuple[int, int]]:
+    """(started_ns, ended_ns) of each round of a recorded run; [] for a run of one round or
+    a run ``grpc_runs`` does not hold (a plain ``load --run-id`` run)."""
+    if runs.empty or "rounds" not in runs:
+        return []
+    rows = runs[runs["run_id"] == run_id]
+    if rows.empty:
+        return []
+    rounds = json.loads(rows.iloc[-1]["rounds"] or "[]")
+    windows = [(int(item["started_ns"]), int(item["ended_ns"])) for item in rounds]
+    return windows if len(windows) > 1 else []
+
+
+def round_labels(frame: pd.DataFrame, windows: list[tuple[int, int]]) -> np.ndarray | None:
+    """Each call's round, by its start: rounds never overlap (a cell's rounds run one after
+    another, with other cells and fresh processes between), so the boundary between two
+    rounds is the middle of the gap between them. None when there are no rounds."""
+    if not windows or "call_start_ns" not in frame:
+        return None
+    starts = sorted(started for started, _ in windows)
+    ends = sorted(ended for _, ended in windows)
+    boundaries = [(ends[k] + starts[k + 1]) // 2 for k in range(len(starts) - 1)]
+    starts_of_calls = frame["call_start_ns"].to_numpy(dtype=np.int64)
+    return np.searchsorted(np.asarray(boundaries, dtype=np.int64), starts_of_calls, side="right")
 
 
 def experiments(store: Store, options: CallsOptions | None = None) -> pd.DataFrame:
@@ -203,19 +274,29 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(number) else round(number, 3)
 
 
-def phase_summary(frame: pd.DataFrame, phases: tuple[str, ...] = CELL_PHASES) -> dict[str, Any]:
-    """{PHASE: {"p50_us", "mean_us", "calls"}} over a ``run_calls`` frame (exact quantiles)."""
+def phase_summary(
+    frame: pd.DataFrame,
+    phases: tuple[str, ...] = CELL_PHASES,
+    rounds: np.ndarray | None = None,
+    resamples: int = verdicts.DEFAULT_RESAMPLES,
+) -> dict[str, Any]:
+    """{PHASE: {"p50_us", "mean_us", "calls", "ci_us"}} over a ``run_calls`` frame (exact
+    quantiles); ``ci_us`` is the 95 % interval of the p50 (``verdicts``: over ``rounds``,
+    each call's round, and the calls within them; the calls alone without rounds)."""
     summary: dict[str, Any] = {}
-    for phase in phases:
+    for index, phase in enumerate(phases):
         column = f"{phase}_us"
         values = frame[column].dropna() if column in frame else pd.Series(dtype=float)
         if values.empty:
-            summary[phase] = {"p50_us": None, "mean_us": None, "calls": 0}
+            summary[phase] = {"p50_us": None, "mean_us": None, "calls": 0, "ci_us": None}
             continue
+        groups = verdicts.rounds_of(frame[column].to_numpy(dtype=np.float64), rounds)
+        interval = verdicts.median_interval(groups, resamples, seed=index)
         summary[phase] = {
             "p50_us": _number(values.median()),
             "mean_us": _number(values.mean()),
             "calls": int(values.size),
+            "ci_us": None if interval is None else [_number(interval[0]), _number(interval[1])],
         }
     return summary
 
@@ -247,6 +328,8 @@ __all__ = [
     "list_runs",
     "phase_summary",
     "record_run",
+    "round_labels",
+    "round_windows",
     "run_calls",
     "stored_calls",
 ]

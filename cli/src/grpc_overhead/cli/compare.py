@@ -2,18 +2,23 @@
 
     grpc-overhead compare RUN_A RUN_B [RUN_C ...] [--store DIR | --clickhouse URL]
                           [--format table|json] [--resamples 1000]
+                          [--expect-saving-us US [--expect-phase PHASE]]
 
 RUN_A is the baseline; every other run is compared with it: per phase the
 p50s, the difference, the ratio and a 95% bootstrap interval on the
-difference of the p50s (``analyzer.compare``). Runs are any run ids in the
+difference of the p50s (``analyzer.compare``, ``analyzer.verdicts``) and a
+verdict: faster, slower or no measurable difference. ``--expect-saving-us``
+(a finding's predicted saving) says whether it materialized in each other run
+(``expectation``). Runs are any run ids in the
 store: experiment cells (then throughput is compared too, from ``grpc_runs``)
 or plain ``load --run-id`` runs. ``--format json``::
 
     {"baseline", "comparisons": [{"baseline", "run_id", "summary",
       "explained_by": {"phase", "diff_us", "share"} | null,
-      "throughput": {...}, "phases": {PHASE: {"baseline_p50_us", "other_p50_us",
-      "diff_us", "ratio", "ci_low_us", "ci_high_us", "significant", "baseline_calls",
-      "other_calls"}}}]}
+      "basis", "expectation": {"phase", "predicted_us", "measured_us", "ci_us", "outcome"},
+      "throughput": {...}, "phases": {PHASE: {"phase", "baseline_p50_us", "other_p50_us",
+      "diff_us", "ratio", "ci_low_us", "ci_high_us", "ci_us", "verdict", "confidence",
+      "significant", "baseline_calls", "other_calls"}}}]}
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.store import Store
+from grpc_overhead.analyzer.verdicts import saving_outcome
 from grpc_overhead.cli.report import (
     EXIT_USAGE,
     ReportInputError,
@@ -49,6 +55,14 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument(
         "--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)"
     )
+    result.add_argument(
+        "--expect-saving-us", type=float, metavar="US",
+        help="a predicted saving (a finding's): say whether each run after the first shows it",
+    )  # fmt: skip
+    result.add_argument(
+        "--expect-phase", default="total", metavar="PHASE",
+        help="the phase the saving is expected on (default total)",
+    )  # fmt: skip
     return result
 
 
@@ -61,8 +75,16 @@ def main(argv: list[str] | None = None) -> int:
             raise ReportInputError("a run is named twice")
         if not 100 <= args.resamples <= MAX_RESAMPLES:
             raise ReportInputError(f"--resamples must be 100..{MAX_RESAMPLES:,}")
+        _check_expectation(args)
         with open_for_reading(args) as store:
             document = compare_runs(store, args.runs, args.resamples)
+        if args.expect_saving_us is not None:
+            for comparison in document["comparisons"]:
+                phase = comparison["phases"].get(args.expect_phase)
+                comparison["expectation"] = {
+                    "phase": args.expect_phase,
+                    **saving_outcome(phase, args.expect_saving_us),
+                }
     except AnalyzerError as error:
         print(f"grpc-overhead compare: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -71,6 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(render_table(document))
     return 0
+
+
+def _check_expectation(args: argparse.Namespace) -> None:
+    from grpc_overhead.analyzer.runs import CELL_PHASES
+
+    if args.expect_saving_us is not None and not args.expect_saving_us > 0:
+        raise ReportInputError("--expect-saving-us must be a number of µs above 0")
+    if args.expect_phase not in CELL_PHASES:
+        raise ReportInputError(
+            f"--expect-phase {args.expect_phase!r} is not a phase; known: {', '.join(CELL_PHASES)}"
+        )
 
 
 def compare_runs(store: Store, run_ids: list[str], resamples: int) -> dict[str, Any]:
@@ -110,7 +143,7 @@ def render_table(document: dict[str, Any]) -> str:
             title=f"{comparison['run_id']} vs {comparison['baseline']} (p50 µs)",
             title_justify="left",
         )
-        for header in ("phase", "baseline", "other", "diff", "95% interval", "ratio", ""):
+        for header in ("phase", "baseline", "other", "diff", "interval", "ratio", "verdict"):
             table.add_column(header, justify="left" if header == "phase" else "right")
         for name, delta in comparison["phases"].items():
             if delta["baseline_p50_us"] is None and delta["other_p50_us"] is None:
@@ -126,7 +159,7 @@ def render_table(document: dict[str, Any]) -> str:
                 _cell(delta["diff_us"], signed=True),
                 interval,
                 "-" if delta["ratio"] is None else f"{delta['ratio']:.2f}x",
-                "" if delta["diff_us"] is None else ("*" if delta["significant"] else "noise"),
+                "" if delta["diff_us"] is None else delta["verdict"],
             )
         console.print(table)
         throughput = comparison["throughput"]
@@ -137,6 +170,16 @@ def render_table(document: dict[str, Any]) -> str:
                 f"({throughput['calls_per_s_ratio']:.2f}x)"
             )
         console.print(comparison["summary"])
-        console.print("* the 95% bootstrap interval excludes 0; noise: it holds 0")
+        expected = comparison.get("expectation")
+        if expected:
+            console.print(
+                f"expected saving on {expected['phase']}: {expected['predicted_us']:,.0f} µs; "
+                f"measured: {_cell(expected['measured_us'])} µs: {expected['outcome']}"
+            )
+        console.print(
+            f"intervals: {comparison['basis']}; simultaneous 95 % over the phases (each "
+            "phase's at a higher level); a verdict needs the interval to exclude 0 and a move "
+            "of at least 2 µs and 1 % of the baseline"
+        )
         console.print()
     return console.file.getvalue()  # type: ignore[attr-defined]

@@ -1,23 +1,21 @@
-"""``grpc-overhead experiment FILE``: run a matrix of configurations, one run per cell.
+"""``grpc-overhead experiment FILE``: run a matrix of configurations in interleaved rounds.
 
     grpc-overhead experiment FILE [--store DIR | --clickhouse URL] [--format table|json]
-                                  [--dry-run]
+                                  [--rounds N] [--require-quiet [LOAD]] [--dry-run]
 
 The command is its own ``serve``: it holds the store (chDB directory or
 ClickHouse server) and runs the intake in this process on a free port, so
-every cell's spans land where its row of ``grpc_runs`` is written, and the
-phases of a cell are read back as soon as its processes stopped. Progress goes
-to stderr (one line when a cell starts, one when it ends); the comparison goes
-to stdout at the end. ``--format json`` is a contract::
-
-    {"experiment", "store", "cells": [{"run_id", "cell", "config", "varied", "calls",
-      "errors", "calls_per_s", "predictions_per_s", "p50_us", "p99_us", "traced_calls",
-      "phases": {PHASE: {"p50_us", "mean_us", "calls"}}}], "failed": [{"cell", "error"}],
-     "winners": [{"metric", "cell", "value", "worst_cell", "worst_value", "factor"}],
-     "explanation"}
+every cell's spans land where its row of ``grpc_runs`` is written. Every cell
+runs once per round, with fresh processes, in the order A B C, C B A, ...; a
+cell's rounds share its run id. Before the first round and all along, the
+machine is checked (``machine``): a busy machine is warned about and its
+results marked ``under_load``; ``--require-quiet`` refuses to start on one.
+Progress goes to stderr (one line per round of a cell); the comparison goes to
+stdout at the end (``experiment_report``, whose JSON is a contract).
 
 Exit codes: 0 every cell ran, 1 some cell failed (the others are reported),
-2 the file or the store cannot be used, 130 interrupted.
+2 the file or the store cannot be used, 3 ``--require-quiet`` and the machine
+is busy, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -30,29 +28,54 @@ from typing import Any
 
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError
-from grpc_overhead.analyzer.insights import experiments as insights
 from grpc_overhead.analyzer.runs import create_runs, list_runs, record_run
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR
-from grpc_overhead.cli.experiment_spec import Experiment, SpecError, load
+from grpc_overhead.cli import experiment_report as report
+from grpc_overhead.cli.experiment_spec import MAX_ROUNDS, Experiment, SpecError, load
 from grpc_overhead.cli.report import add_store_arguments
 
 EXIT_USAGE = 2
-#: phase -> its short column header
-TABLE_PHASES = {"client_serialize": "cli ser", "request_network": "req net",
-                "server_queue": "queue", "request_deserialize": "req deser",
-                "processing": "proc", "response_serialize": "resp ser",
-                "response_network": "resp net", "client_deserialize": "cli deser"}  # fmt: skip
+EXIT_BUSY = 3
+
+
+def _rounds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_ROUNDS:
+        raise argparse.ArgumentTypeError(f"expected an integer 1..{MAX_ROUNDS}, got {text!r}")
+    return value
+
+
+def _load(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a load average above 0, got {text!r}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(
         prog="grpc-overhead experiment",
         description="Run every cell of an experiment FILE (YAML: settings + matrix:) against "
-        "fresh prediction services, record each as a run in grpc_runs, and compare them.",
+        "fresh prediction services, in interleaved rounds, record each as a run in grpc_runs, "
+        "and compare them with intervals and verdicts.",
     )
     result.add_argument("file", metavar="FILE", help="experiment YAML (see experiments/)")
     add_store_arguments(result)
     result.add_argument("--format", choices=("table", "json"), default="table")
+    result.add_argument(
+        "--rounds", type=_rounds, help="rounds per cell (default: the file's rounds:, else 3)"
+    )
+    result.add_argument(
+        "--require-quiet", nargs="?", const=1.5, type=_load, metavar="LOAD",
+        help="refuse to start when the load average is above LOAD (default 1.5) or other "
+        "processes use the CPU",
+    )  # fmt: skip
     result.add_argument(
         "--dry-run", action="store_true", help="check FILE and list its cells, run nothing"
     )
@@ -69,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for cell in experiment.cells:
             print(f"cell {cell.index}: {cell.label()}")
-        print(f"{len(experiment.cells)} cells")
+        rounds = args.rounds or experiment.rounds
+        print(f"{len(experiment.cells)} cells x {rounds} rounds")
         return 0
     try:
         return _run(args, experiment)
@@ -81,14 +105,35 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, experiment: Experiment) -> int:
     from grpc_overhead.analyzer.intake import Intake, IntakeConfig
     from grpc_overhead.analyzer.store import open_store
-    from grpc_overhead.cli.experiment_run import CellFailed, run_cell
+    from grpc_overhead.cli import machine
+    from grpc_overhead.cli.experiment_run import (
+        CellFailed,
+        cell_result,
+        run_round,
+        wait_rounds_stored,
+    )
     from grpc_overhead.cli.toxiproxy import ToxiproxyError
 
+    rounds = args.rounds or experiment.rounds
+    check = machine.MachineCheck()
+    before = machine.before_start(check, quiet_load=args.require_quiet or machine.QUIET_LOAD)
+    check.samples.clear()
+    if before["under_load"]:
+        reasons = "; ".join(before["warnings"])
+        if args.require_quiet is not None:
+            _say(f"grpc-overhead experiment: the machine is busy ({reasons}): nothing was run; "
+                 "wait until it is quiet, or drop --require-quiet to run and mark the "
+                 "results")  # fmt: skip
+            return EXIT_BUSY
+        _say(f"warning: the machine is busy ({reasons}): the results will be marked under_load")
     store = open_store(None if args.clickhouse else (args.store or DEFAULT_STORE_DIR),
                        args.clickhouse)  # fmt: skip
-    results: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
+    done: dict[int, list[Any]] = {cell.index: [] for cell in experiment.cells}
+    failed: dict[int, dict[str, Any]] = {}
+    results: dict[int, Any] = {}
+    compared: list[dict[str, Any]] = []
     interrupted = False
+    check.start()
     try:
         intake = Intake(store, IntakeConfig(host="127.0.0.1", port=0))
         options = CallsOptions.from_schema(intake.schema)
@@ -98,147 +143,83 @@ def _run(args: argparse.Namespace, experiment: Experiment) -> int:
             create_runs(store, options)
             endpoint = f"http://{intake.address}"
             invocation = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-            total = len(experiment.cells)
-            _say(f"experiment {experiment.name}: {total} cells, store {store.description}")
-            for cell in experiment.cells:
-                run_id = f"{invocation}-c{cell.index:02d}"
-                _say(f"[{cell.index + 1}/{total}] {cell.label()} ...")
-                started = time.monotonic()
+            run_ids = {cell.index: f"{invocation}-c{cell.index:02d}" for cell in experiment.cells}
+            schedule = interleaved(experiment.cells, rounds)
+            _say(f"experiment {experiment.name}: {len(experiment.cells)} cells x {rounds} "
+                 f"rounds, interleaved; store {store.description}")  # fmt: skip
+            for step, (round_number, cell) in enumerate(schedule, start=1):
+                if cell.index in failed:
+                    continue
+                where = f"[{step}/{len(schedule)} round {round_number + 1}]"
+                _say(f"{where} {cell.label()} ...")
+                started = time.time()
                 try:
-                    outcome = run_cell(
-                        cell, experiment.name, invocation, run_id, store, options, endpoint
-                    )
+                    outcome = run_round(cell, round_number, run_ids[cell.index], endpoint)
+                    done[cell.index].append(outcome)
+                    wait_rounds_stored(store, run_ids[cell.index], done[cell.index], options)
                 except (CellFailed, ToxiproxyError) as error:
-                    failed.append({"cell": cell.index, "label": cell.label(), "error": str(error)})
-                    _say(f"[{cell.index + 1}/{total}] failed: {error}")
+                    failed[cell.index] = {"cell": cell.index, "label": cell.label(),
+                                          "error": str(error)}  # fmt: skip
+                    _say(f"{where} failed: {error}")
                     continue
                 except KeyboardInterrupt:
                     interrupted = True
-                    _say("interrupted: the cells run so far are kept")
+                    _say("interrupted: the rounds run so far are kept")
                     break
-                record_run(store, outcome.record, options)
-                results.append(_cell_json(outcome, cell.varied))
-                _say(f"[{cell.index + 1}/{total}] {_brief(results[-1])} "
-                     f"({time.monotonic() - started:.1f} s)")  # fmt: skip
+                outcome.machine = check.window(started, time.time())
+                marked = " (under load: " + "; ".join(outcome.machine["warnings"]) + ")"
+                _say(f"{where} {_brief(outcome.summary)} ({time.time() - started:.1f} s)"
+                     + (marked if outcome.machine["under_load"] else ""))  # fmt: skip
+            for cell in experiment.cells:
+                if cell.index in failed or not done[cell.index]:
+                    continue
+                result = cell_result(cell, experiment.name, invocation, run_ids[cell.index],
+                                     done[cell.index], store, options)  # fmt: skip
+                result.record.machine["before"] = before
+                result.record.under_load = result.record.under_load or before["under_load"]
+                results[cell.index] = result
+            _say("comparing the cells with their baselines ...")
+            compared = report.compare_cells(experiment, results)
+            for result in results.values():
+                record_run(store, result.record, options)
         finally:
             intake.stop()
+            check.stop()
         rows = list_runs(store, experiment.name, options)
-        rows = rows[rows["run_id"].isin([cell["run_id"] for cell in results])]
+        rows = rows[rows["run_id"].isin([r.record.run_id for r in results.values()])]
     finally:
         store.close()
-    document = _document(experiment, store.description, results, failed, rows)
+    during = machine.summarize(check.samples)
+    document = report.document(experiment, store.description, results, list(failed.values()),
+                               rows, rounds, {"before": before, "during": during},
+                               compared)  # fmt: skip
     if args.format == "json":
         print(json.dumps(document, indent=2))
     else:
-        sys.stdout.write(render_table(document))
+        sys.stdout.write(report.render_table(document))
     if interrupted:
         return 130
     return 1 if failed else 0
+
+
+def interleaved(cells: list[Any], rounds: int) -> list[tuple[int, Any]]:
+    """(round, cell) in running order: A B C, C B A, A B C, ... so a drift of the machine
+    (warming, a neighbour's burst) reaches every cell alike over the rounds."""
+    order = []
+    for round_number in range(rounds):
+        ordered = cells if round_number % 2 == 0 else list(reversed(cells))
+        order += [(round_number, cell) for cell in ordered]
+    return order
 
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _cell_json(outcome: Any, varied: dict[str, Any]) -> dict[str, Any]:
-    record = outcome.record
-    return {
-        "run_id": record.run_id,
-        "cell": record.cell,
-        "config": record.config,
-        "varied": varied,
-        "calls": record.calls,
-        "errors": record.errors,
-        "calls_per_s": round(record.calls_per_s, 3),
-        "predictions_per_s": round(record.predictions_per_s, 3),
-        "p50_us": None if record.p50_us is None else round(record.p50_us, 1),
-        "p99_us": None if record.p99_us is None else round(record.p99_us, 1),
-        "traced_calls": outcome.traced_calls,
-        "phases": record.phases,
-    }
-
-
-def _brief(cell: dict[str, Any]) -> str:
-    p50 = "-" if cell["p50_us"] is None else f"{cell['p50_us']:,.0f} µs"
+def _brief(summary: dict[str, Any]) -> str:
+    latency = summary.get("latency_ms") or {}
+    p50 = "-" if latency.get("p50") is None else f"{latency['p50'] * 1000:,.0f} µs"
     return (
-        f"{cell['calls']:,} calls, {cell['errors']} errors, {cell['calls_per_s']:,.0f} calls/s, "
-        f"p50 {p50}"
+        f"{int(summary['calls']):,} calls, {summary['errors']} errors, "
+        f"{float(summary['rps']):,.0f} calls/s, p50 {p50}"
     )
-
-
-def _document(experiment: Experiment, store: str, results: list[dict[str, Any]],
-              failed: list[dict[str, Any]], rows: Any) -> dict[str, Any]:  # fmt: skip
-    frame = insights.cells(rows)
-    labels = dict(zip(frame.get("run_id", []), frame.get("label", []), strict=True))
-    for cell in results:
-        cell["label"] = labels.get(cell["run_id"], f"cell {cell['cell']}")
-    found = insights.winners(frame) if len(frame) else []
-    return {
-        "experiment": experiment.name,
-        "description": experiment.description,
-        "store": store,
-        "cells": results,
-        "failed": failed,
-        "winners": [
-            {
-                "metric": w.metric,
-                "cell": w.label,
-                "value": round(w.value, 1),
-                "worst_cell": w.worst_label,
-                "worst_value": round(w.worst_value, 1),
-                "factor": round(w.factor, 3),
-            }
-            for w in found
-        ],
-        "explanation": insights.explain(frame) if len(frame) else "",
-    }
-
-
-def _us(value: Any) -> str:
-    return "-" if value is None else f"{value:,.0f}"
-
-
-def render_table(document: dict[str, Any]) -> str:
-    """The cells side by side, then the winners and the explanation."""
-    import io
-
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=io.StringIO(), width=220, force_terminal=False, soft_wrap=True)
-    table = Table(title=f"experiment {document['experiment']}", title_justify="left")
-    table.add_column("cell", no_wrap=True)
-    for header in ("calls/s", "pred/s", "p50 µs", "p99 µs", "errors", *TABLE_PHASES.values()):
-        table.add_column(header, justify="right")
-    for cell in document["cells"]:
-        phases = cell["phases"]
-        table.add_row(
-            cell.get("label", str(cell["cell"])),
-            f"{cell['calls_per_s']:,.0f}",
-            f"{cell['predictions_per_s']:,.0f}",
-            _us(cell["p50_us"]),
-            _us(cell["p99_us"]),
-            str(cell["errors"]),
-            *(_us((phases.get(phase) or {}).get("p50_us")) for phase in TABLE_PHASES),
-        )
-    console.print(table)
-    console.print(
-        "p50/p99: the load generator's clock; phases (cli ser ... cli deser): p50 µs from the "
-        "spans (client serialize, request network, server queue, request deserialize, "
-        "processing, response serialize, response network, client deserialize)"
-    )
-    for winner in document["winners"]:
-        name, higher, unit = insights.METRICS[winner["metric"]]
-        direction = "above" if higher else "below"
-        console.print(
-            f"{name}: [b]{winner['cell']}[/b] wins, {winner['factor']:.2f}x {direction} "
-            f"{winner['worst_cell']} ({winner['value']:,.0f} vs "
-            f"{winner['worst_value']:,.0f} {unit})"
-        )
-    if document["explanation"]:
-        console.print(document["explanation"])
-    for failure in document["failed"]:
-        console.print(
-            f"[red]cell {failure['cell']} ({failure['label']}) failed:[/] {failure['error']}"
-        )
-    return console.file.getvalue()  # type: ignore[attr-defined]

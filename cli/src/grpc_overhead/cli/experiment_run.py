@@ -6,19 +6,28 @@ the cell's server settings (``ServiceProcess``), optionally a toxiproxy in
 front of each one (``bandwidth_kb_s`` / ``latency_ms``, both directions),
 optional warm-up calls whose spans go nowhere, then one bounded
 ``grpc-overhead load`` run whose spans (and the services') go to the
-experiment's intake. The services are stopped (SIGTERM flushes their spans)
-before the run's calls are read back, so the phases cover the whole run.
+experiment's intake. That is one *round*; a cell runs once per round of the
+experiment, interleaved with the other cells, every round under the cell's
+run id. The services are stopped (SIGTERM flushes their spans) before the
+round's calls are waited for, so the phases cover the whole run.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grpc_overhead.analyzer.calls import CallsOptions
-from grpc_overhead.analyzer.runs import RunRecord, phase_summary, run_calls, stored_calls
+from grpc_overhead.analyzer.runs import (
+    RunRecord,
+    phase_summary,
+    round_labels,
+    run_calls,
+    stored_calls,
+)
 from grpc_overhead.analyzer.store import Store
 from grpc_overhead.cli.experiment_spec import Cell
 from grpc_overhead.cli.processes import ServiceProcess, offline_env, run_load
@@ -94,21 +103,44 @@ def _warmup_args(args: list[str], calls: int) -> list[str]:
 
 
 @dataclass
+class RoundOutcome:
+    """One round of a cell: what its load generator said, and when it ran."""
+
+    round: int
+    summary: dict[str, Any]  # the load's --json summary
+    started_ns: int
+    ended_ns: int
+    machine: dict[str, Any] = field(default_factory=dict)  # the window's machine check
+
+    def to_json(self) -> dict[str, Any]:
+        latency = self.summary.get("latency_ms") or {}
+        return {
+            "round": self.round,
+            "started_ns": self.started_ns,
+            "ended_ns": self.ended_ns,
+            "calls": int(self.summary["calls"]),
+            "errors": int(self.summary["errors"]),
+            "calls_per_s": round(float(self.summary["rps"]), 3),
+            "p50_us": None if latency.get("p50") is None else round(latency["p50"] * 1000, 1),
+            "p99_us": None if latency.get("p99") is None else round(latency["p99"] * 1000, 1),
+            "connect_ms": self.summary.get("connect_ms"),
+            "under_load": bool(self.machine.get("under_load")),
+        }
+
+
+@dataclass
 class CellResult:
     record: RunRecord
-    summary: dict[str, Any]  # the load's --json summary
+    rounds: list[RoundOutcome]
     traced_calls: int  # calls whose spans reached the store
+    frame: Any  # the run's calls (``runs.run_calls``), for comparisons
+    labels: Any  # each call's round (``runs.round_labels``)
+    instances: dict[str, int] = field(default_factory=dict)  # calls per server instance
 
 
-def run_cell(
-    cell: Cell,
-    experiment: str,
-    invocation: str,
-    run_id: str,
-    store: Store,
-    options: CallsOptions,
-    intake_endpoint: str,
-) -> CellResult:
+def run_round(cell: Cell, round_number: int, run_id: str, intake_endpoint: str) -> RoundOutcome:
+    """Fresh services (and path) for the cell, warm-up, one bounded load carrying the cell's
+    run id; the services stop (their spans flushed) before this returns."""
     config = cell.config
     telemetry = {"OTEL_EXPORTER_OTLP_ENDPOINT": intake_endpoint}
     service_env = offline_env(exporter_timeout_s=10, OTEL_SERVICE_NAME="predictor", **telemetry)
@@ -138,29 +170,84 @@ def run_cell(
         if result.returncode != 0:
             raise CellFailed(f"load failed: {result.stderr.strip()[-500:]}")
         summary = result.summary
-    # The services stopped (their spans flushed) when the stack closed.
+    started_ns = ended_ns - int(float(summary["duration_s"]) * 1e9)
+    return RoundOutcome(round_number, summary, started_ns, ended_ns)
+
+
+def wait_rounds_stored(
+    store: Store, run_id: str, rounds: list[RoundOutcome], options: CallsOptions
+) -> int:
+    """Wait for every round so far to be stored: a round's spans must be in before the next
+    cell's load starts (their intake would otherwise share its CPU)."""
+    calls = sum(int(item.summary["calls"]) for item in rounds)
     # Failed calls may never have reached the server: only the others must be complete.
-    calls, errors = int(summary["calls"]), int(summary["errors"])
-    traced = _wait_stored(store, run_id, calls, calls - errors, options)
+    complete = calls - sum(int(item.summary["errors"]) for item in rounds)
+    return _wait_stored(store, run_id, calls, complete, options)
+
+
+def cell_result(
+    cell: Cell,
+    experiment: str,
+    invocation: str,
+    run_id: str,
+    rounds: list[RoundOutcome],
+    store: Store,
+    options: CallsOptions,
+) -> CellResult:
+    """The cell's row of ``grpc_runs`` over all its rounds: calls and errors summed, the
+    throughput over the rounds' load time, the client's p50/p99 the median of the rounds'
+    (each round's from the load generator's clock), the phases over every call with their
+    intervals (``verdicts``: rounds, then calls)."""
+    traced = wait_rounds_stored(store, run_id, rounds, options)
     frame = run_calls(store, run_id, options)
-    latency = summary.get("latency_ms") or {}
+    windows = [(item.started_ns, item.ended_ns) for item in rounds]
+    labels = round_labels(frame, windows) if len(windows) > 1 else None
+    summaries = [item.summary for item in rounds]
+    # Rates weighted by each round's load time: one round keeps the load's own figures.
+    duration_s = sum(float(item["duration_s"]) for item in summaries) or 1e-9
+    calls = sum(int(item["calls"]) for item in summaries)
+    made = sum(float(item["rps"]) * float(item["duration_s"]) for item in summaries)
+    predictions = sum(
+        float(item.get("predictions_per_s") or 0.0) * float(item["duration_s"])
+        for item in summaries
+    )
+    machine = [item.machine for item in rounds]
     record = RunRecord(
         run_id=run_id,
         experiment=experiment,
         invocation=invocation,
         cell=cell.index,
-        config=config,
-        started_ns=ended_ns - int(float(summary["duration_s"]) * 1e9),
-        ended_ns=ended_ns,
-        calls=int(summary["calls"]),
-        errors=int(summary["errors"]),
-        calls_per_s=float(summary["rps"]),
-        predictions_per_s=float(summary.get("predictions_per_s") or 0.0),
-        p50_us=None if latency.get("p50") is None else latency["p50"] * 1000,
-        p99_us=None if latency.get("p99") is None else latency["p99"] * 1000,
-        phases=phase_summary(frame),
+        config=cell.config,
+        started_ns=min(item.started_ns for item in rounds),
+        ended_ns=max(item.ended_ns for item in rounds),
+        calls=calls,
+        errors=sum(int(item["errors"]) for item in summaries),
+        calls_per_s=made / duration_s,
+        predictions_per_s=predictions / duration_s,
+        p50_us=_median_of(rounds, "p50_us"),
+        p99_us=_median_of(rounds, "p99_us"),
+        phases=phase_summary(frame, rounds=labels),
+        rounds=[item.to_json() for item in rounds],
+        machine={"rounds": machine},
+        under_load=any(item.get("under_load") for item in machine),
     )
-    return CellResult(record, summary, traced)
+    return CellResult(record, rounds, traced, frame, labels, instance_calls(frame))
+
+
+def instance_calls(frame: Any) -> dict[str, int]:
+    """Calls per server instance (``service.instance.id``), most first: how evenly the
+    cell's load spread; calls whose server half never arrived are not counted."""
+    if "server_instance" not in frame or frame.empty:
+        return {}
+    named = frame.loc[frame["server_instance"].astype(str) != "", "server_instance"]
+    counts = named.astype(str).value_counts()
+    return {str(name): int(count) for name, count in counts.items()}
+
+
+def _median_of(rounds: list[RoundOutcome], key: str) -> float | None:
+    values = [item.to_json()[key] for item in rounds]
+    values = [value for value in values if value is not None]
+    return float(statistics.median(values)) if values else None
 
 
 def _proxied(stack: ExitStack, targets: list[str], config: dict[str, Any]) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +109,14 @@ SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     # the path between them (toxiproxy)
     "bandwidth_kb_s": (_integer(1), None),
     "latency_ms": (_integer(1), None),
+    # no effect on the run: cells told apart by number only (copy: [1, 2] is an A/A check)
+    "copy": (_integer(0), 0),
 }
-TOP_LEVEL = ("name", "description", "matrix", "exclude")
+TOP_LEVEL = ("name", "description", "matrix", "exclude", "rounds", "baseline", "expect")
+#: Rounds when the file does not say: five fresh starts of every cell, interleaved (three
+#: leave a t interval with 2 degrees of freedom: wide).
+DEFAULT_ROUNDS = 5
+MAX_ROUNDS = 50
 
 
 @dataclass(frozen=True)
@@ -130,11 +136,36 @@ def _show(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """What a finding predicted: the cells against their baseline must save ``saving_us``
+    on ``phase`` at the p50 (``total``: the whole call)."""
+
+    saving_us: float
+    phase: str = "total"
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     description: str
     cells: list[Cell]
     source: str
+    rounds: int = DEFAULT_ROUNDS
+    baseline: dict[str, Any] = field(default_factory=dict)
+    expect: Expectation | None = None
+
+    def baseline_of(self, cell: Cell) -> Cell | None:
+        """The cell ``cell`` is compared with: the same settings but the ``baseline:`` ones
+        (every matrix setting at its first value without ``baseline:``, i.e. cell 0);
+        None for a baseline itself, or when the matrix has no such cell (excluded)."""
+        wanted = dict(cell.varied)
+        if self.baseline:
+            wanted.update(self.baseline)
+        else:
+            wanted = dict(self.cells[0].varied)
+        if wanted == cell.varied:
+            return None
+        return next((other for other in self.cells if other.varied == wanted), None)
 
 
 def load(path: str | Path) -> Experiment:
@@ -195,7 +226,52 @@ def parse(document: Any, default_name: str = "experiment", source: str = "") -> 
         raise SpecError("exclude: leaves no cell to run")
     if len(cells) > MAX_CELLS:
         raise SpecError(f"matrix: {len(cells)} cells; at most {MAX_CELLS} per experiment")
-    return Experiment(name, description, cells, source)
+    rounds = document.get("rounds", DEFAULT_ROUNDS)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise SpecError(f"rounds: expected an integer 1..{MAX_ROUNDS}, got {rounds!r}")
+    baseline = _baseline(document.get("baseline"), matrix)
+    expect = _expectation(document.get("expect"))
+    return Experiment(name, description, cells, source, rounds, baseline, expect)
+
+
+def _baseline(rule: Any, matrix: dict[str, list[Any]]) -> dict[str, Any]:
+    if rule is None:
+        return {}
+    if not isinstance(rule, dict) or not rule:
+        raise SpecError("baseline: expected a mapping of matrix settings, e.g. {compression: gzip}")
+    checked = {}
+    for key, value in rule.items():
+        if key not in matrix:
+            raise SpecError(f"baseline: {key!r} is not a matrix setting")
+        value = _check(key, value, f"baseline.{key}")
+        if value not in matrix[key]:
+            raise SpecError(f"baseline.{key}: {value!r} is not among the matrix's values")
+        checked[key] = value
+    return checked
+
+
+def _expectation(rule: Any) -> Expectation | None:
+    from grpc_overhead.analyzer.runs import CELL_PHASES
+
+    if rule is None:
+        return None
+    if not isinstance(rule, dict) or "saving_us" not in rule:
+        raise SpecError("expect: expected {saving_us: MICROSECONDS} (and phase: PHASE)")
+    unknown = [key for key in rule if key not in ("saving_us", "phase")]
+    if unknown:
+        raise SpecError(f"expect: unknown key {unknown[0]!r}; known: saving_us, phase")
+    saving = _check_number(rule["saving_us"], "expect.saving_us")
+    phase = rule.get("phase", "total")
+    if phase not in CELL_PHASES:
+        raise SpecError(f"expect.phase: {phase!r} is not a phase; known: {', '.join(CELL_PHASES)}")
+    return Expectation(saving, phase)
+
+
+def _check_number(value: Any, where: str) -> float:
+    try:
+        return _number(0, strict=True)(value)
+    except SpecError as error:
+        raise SpecError(f"{where}: {error}") from None
 
 
 def _check(key: str, value: Any, where: str) -> Any:

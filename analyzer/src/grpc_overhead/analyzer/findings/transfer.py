@@ -178,7 +178,9 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
                 confidence=level,
                 action=ACTIONS[kind],
                 verify=(
-                    upload_experiment(p50 * 1e6, rate) if kind == "slow_upload" else VERIFY[kind]
+                    upload_experiment(p50 * 1e6, rate, saving[0])
+                    if kind == "slow_upload"
+                    else VERIFY[kind]
                 ),
                 **reader.shown(build, row.rpc_service, row.rpc_method),
             )

@@ -50,7 +50,60 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
     for name in names:
         frame[f"{name}_p50_us"] = [_get(summary, name, "p50_us") for summary in phases]
         frame[f"{name}_mean_us"] = [_get(summary, name, "mean_us") for summary in phases]
+    intervals = [(summary.get("total") or {}).get("ci_us") or [None, None] for summary in phases]
+    frame["total_ci_low_us"] = [_float(low) for low, _ in intervals]
+    frame["total_ci_high_us"] = [_float(high) for _, high in intervals]
+    frame["rounds_run"] = [len(json.loads(text or "[]")) or 1 for text in _column(frame, "rounds")]
+    frame["under_load"] = [bool(value) for value in _column(frame, "under_load", 0)]
     return frame
+
+
+def _column(frame: pd.DataFrame, name: str, default: Any = None) -> list[Any]:
+    return list(frame[name]) if name in frame else [default] * len(frame)
+
+
+def _float(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def verdicts(cells_frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell compared with its baseline at run time (``grpc_runs.comparison``):
+    ``label``, ``baseline``, ``verdict``, ``diff_us``, ``ci_low_us``, ``ci_high_us``,
+    ``explained_by`` (the phase that moved, or ''), ``summary``."""
+    columns = ["label", "baseline", "verdict", "diff_us", "ci_low_us", "ci_high_us",
+               "explained_by", "summary"]  # fmt: skip
+    if cells_frame.empty or "comparison" not in cells_frame:
+        return pd.DataFrame(columns=columns)
+    labels = dict(zip(cells_frame["run_id"], cells_frame["label"], strict=True))
+    rows = []
+    for label, text in zip(cells_frame["label"], cells_frame["comparison"], strict=True):
+        item = json.loads(text or "{}")
+        if not item or item.get("baseline_run_id") not in labels:
+            continue
+        low, high = item.get("ci_us") or [None, None]
+        cause = item.get("explained_by") or {}
+        rows.append([label, labels[item["baseline_run_id"]], item.get("verdict"),
+                     _float(item.get("diff_us")), _float(low), _float(high),
+                     cause.get("phase", ""), item.get("summary", "")])  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def verdict_phases(cells_frame: pd.DataFrame, label: str) -> pd.DataFrame:
+    """The phases of one cell's comparison with its baseline: ``phase``, ``verdict``,
+    ``diff_us``, ``ci_low_us``, ``ci_high_us``, ``baseline_p50_us``, ``p50_us``."""
+    columns = ["phase", "verdict", "diff_us", "ci_low_us", "ci_high_us", "baseline_p50_us",
+               "p50_us"]  # fmt: skip
+    chosen = cells_frame[cells_frame["label"] == label] if "comparison" in cells_frame else None
+    if chosen is None or chosen.empty:
+        return pd.DataFrame(columns=columns)
+    item = json.loads(chosen["comparison"].iloc[0] or "{}")
+    rows = []
+    for phase in item.get("phases", []):
+        low, high = phase.get("ci_us") or [None, None]
+        rows.append([phase["phase"], phase["verdict"], _float(phase.get("diff_us")), _float(low),
+                     _float(high), _float(phase.get("baseline_p50_us")),
+                     _float(phase.get("p50_us"))])  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _show(value: Any) -> str:

@@ -1,9 +1,11 @@
 """Experiments: the cells of an experiment side by side, who wins, and which phase explains it.
 
-Cells come from ``grpc_runs`` (``grpc-overhead experiment FILE``); the two-run
-compare at the bottom is ``grpc-overhead compare`` with its bootstrap
-interval. The experiment and the compared runs live in the URL's query
-parameters (``experiment``, ``a``, ``b``), so a view can be shared.
+Cells come from ``grpc_runs`` (``grpc-overhead experiment FILE``), with the
+verdict of each against its baseline as the experiment took it (interleaved
+rounds, intervals from ``analyzer.verdicts``); the two-run compare at the
+bottom is ``grpc-overhead compare`` with its interval and verdict. The
+experiment and the compared runs live in the URL's query parameters
+(``experiment``, ``a``, ``b``), so a view can be shared.
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ if len(invocations) > 1:
     st.query_params["invocation"] = invocation
     rows = rows[rows["invocation"] == invocation]
 cells = insights.cells(rows)
+busy = cells[cells["under_load"]]
+if len(busy):
+    st.warning(
+        f"{len(busy)} of {len(cells)} cells ran on a busy machine (other processes' CPU, steal "
+        "or a high load average; `grpc_runs.machine` says which): rerun the experiment on a "
+        "quiet machine (`grpc-overhead experiment FILE --require-quiet`) before trusting "
+        "small differences."
+    )
 
 columns = st.columns(4)
 columns[0].metric("Cells", formatting.count(len(cells)))
@@ -62,6 +72,54 @@ for winner in insights.winners(cells):
     st.markdown(f"- {winner.sentence()}")
 st.info(insights.explain(cells))
 
+verdicts = insights.verdicts(cells)
+if len(verdicts):
+    st.subheader("Against the baseline")
+    chart = verdicts.assign(
+        error_plus=verdicts["ci_high_us"] - verdicts["diff_us"],
+        error_minus=verdicts["diff_us"] - verdicts["ci_low_us"],
+        against=verdicts["label"] + "  vs  " + verdicts["baseline"],
+    )
+    colors = {"faster": "#2ca02c", "slower": "#d62728", "no measurable difference": "#7f7f7f"}
+    axes = {"diff_us": "p50 difference (µs), interval", "against": ""}
+    figure = px.scatter(chart, x="diff_us", y="against", color="verdict", error_x="error_plus",
+                        error_x_minus="error_minus", color_discrete_map=colors,
+                        labels=axes)  # fmt: skip
+    figure.add_vline(x=0, line_dash="dot")
+    st.plotly_chart(figure, width="stretch", key="experiments_verdicts")
+    st.dataframe(
+        pd.DataFrame({
+            "cell": verdicts["label"],
+            "baseline": verdicts["baseline"],
+            "verdict": verdicts["verdict"],
+            "difference (µs)": verdicts["diff_us"].round(1),
+            "interval (µs)": [f"{low:+,.0f} .. {high:+,.0f}" for low, high in
+                              zip(verdicts["ci_low_us"], verdicts["ci_high_us"], strict=True)],
+            "phase that moved": verdicts["explained_by"],
+        }),
+        hide_index=True, width="stretch", height=shared.ALL_ROWS,
+    )  # fmt: skip
+    chosen = st.selectbox("Phases of", list(verdicts["label"]), key="experiments_verdict_cell")
+    phases_of = insights.verdict_phases(cells, chosen)
+    st.dataframe(
+        pd.DataFrame({
+            "phase": phases_of["phase"],
+            "baseline p50": phases_of["baseline_p50_us"].map(formatting.duration),
+            "p50": phases_of["p50_us"].map(formatting.duration),
+            "difference (µs)": phases_of["diff_us"].round(1),
+            "interval (µs)": [f"{low:+,.0f} .. {high:+,.0f}" for low, high in
+                              zip(phases_of["ci_low_us"], phases_of["ci_high_us"], strict=True)],
+            "verdict": phases_of["verdict"],
+        }),
+        hide_index=True, width="stretch", height=shared.ALL_ROWS,
+    )  # fmt: skip
+    st.caption(
+        "Interval of the difference of the p50s (cell minus baseline): the rounds and their "
+        "calls resampled, paired round by round, and at least the rounds' t interval; "
+        "simultaneous 95 % over a comparison's phases. A verdict needs the interval to exclude "
+        "0 and a move of at least 2 µs and 1 % of the baseline."
+    )
+
 st.subheader("Cells side by side")
 table = pd.DataFrame(
     {
@@ -70,6 +128,12 @@ table = pd.DataFrame(
         "predictions/s": cells["predictions_per_s"].round(1),
         "p50": cells["p50_us"].map(formatting.duration),
         "p99": cells["p99_us"].map(formatting.duration),
+        "p50 from the spans, interval (µs)": [
+            "-" if pd.isna(low) else f"{low:,.0f} .. {high:,.0f}"
+            for low, high in zip(cells["total_ci_low_us"], cells["total_ci_high_us"], strict=True)
+        ],
+        "rounds": cells["rounds_run"],
+        "busy machine": cells["under_load"].map({True: "yes", False: ""}),
         "calls": cells["calls"],
         "errors": cells["errors"],
         "run id": cells["run_id"],
@@ -143,16 +207,18 @@ view = pd.DataFrame(
         "baseline p50": shown["baseline_p50_us"].map(formatting.duration),
         "other p50": shown["other_p50_us"].map(formatting.duration),
         "difference (µs)": shown["diff_us"].round(1),
-        "95% interval (µs)": [
+        "interval (µs)": [
             f"{low:+,.0f} .. {high:+,.0f}"
             for low, high in zip(shown["ci_low_us"], shown["ci_high_us"], strict=True)
         ],
         "ratio": shown["ratio"].map(lambda r: "-" if pd.isna(r) else f"{r:.2f}x"),
-        "verdict": shown["significant"].map({True: "beyond noise", False: "noise"}),
+        "verdict": shown["verdict"],
     }
 )
 st.dataframe(view, hide_index=True, width="stretch", height=shared.ALL_ROWS)
 st.caption(
-    "95% bootstrap interval of the difference of the p50s (calls resampled within each run); "
-    "'noise' when it holds 0."
+    "Interval of the difference of the p50s: for cells of one experiment, their rounds and "
+    "calls resampled, paired round by round; for other runs, the calls within each run. "
+    "Simultaneous 95 % over the phases; 'no measurable difference' when it holds 0 or the "
+    "move is under 2 µs and 1 % of the baseline."
 )

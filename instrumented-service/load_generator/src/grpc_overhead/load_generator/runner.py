@@ -181,6 +181,7 @@ class Run:
         self._threads: list[threading.Thread] = []
         self._started = 0.0
         self._finished: float | None = None
+        self.connect_s: float | None = None  # how long connect() waited for every channel
         # Calls are numbered from one shared counter (next() is atomic under the GIL).
         self._tickets = itertools.count()
         spec = config.workload
@@ -200,13 +201,17 @@ class Run:
 
     # -- control --------------------------------------------------------------------------
     def connect(self) -> None:
+        """Every channel ready before the first call: the handshakes (TCP, TLS, HTTP/2) are
+        timed here (``connect_ms`` in the summary), apart from the calls' latency."""
+        started = time.perf_counter()
         if isinstance(self.channels, RestChannels):
             try:
                 self.channels.wait_ready(self.config.connect_timeout_s)
             except ConnectionError as error:
                 raise ConnectError(str(error)) from None
-            return
-        self.channels.wait_ready(self.config)
+        else:
+            self.channels.wait_ready(self.config)
+        self.connect_s = time.perf_counter() - started
 
     def start(self) -> None:
         self._started = time.perf_counter()
@@ -255,7 +260,7 @@ class Run:
         if config.rps:
             open_loop = {"rps_target": config.rps, "late_threshold_ms": config.late_threshold_ms}
         payload = {**self.workload.payload_info(), "grpc_compression": config.grpc_compression}
-        return summarize(
+        result = summarize(
             total,
             run_id=config.run_id,
             duration_s=self._finished - self._started,
@@ -264,6 +269,9 @@ class Run:
             open_loop=open_loop,
             interrupted=interrupted,
         )
+        if self.connect_s is not None:
+            result["connect_ms"] = round(self.connect_s * 1000, 3)
+        return result
 
     # -- workers --------------------------------------------------------------------------
     def _new_outcome(self) -> Outcome:

@@ -1,0 +1,279 @@
+"""Telling a real difference from noise: medians, their intervals and a verdict.
+
+An experiment runs its cells in *rounds* (A B C, C B A, ...), fresh processes
+each time, so two cells compared round by round met the same drift of a
+shared machine. The interval of a median, or of the difference of two
+medians, comes from a two-level percentile bootstrap:
+
+1. the rounds are drawn with replacement; when two cells are compared and
+   both ran the same rounds of one experiment, the *same* rounds are drawn for
+   both (paired: round k of A ran next to round k of B, so a slow minute
+   hits both);
+2. within every drawn round, its calls are drawn with replacement;
+3. the statistic is the median over the drawn calls (the difference of the
+   two medians when comparing).
+
+The 2.5th and 97.5th percentiles of ``resamples`` such statistics bound the
+95 % interval. With rounds on both sides of a comparison, the interval is
+widened to cover the Student t interval of the rounds' own differences of
+medians too (``t_quantile``, degrees of freedom: rounds - 1): a bootstrap over
+three rounds sees ten distinct draws and reads too narrow, which an A/A
+experiment showed (a pool_wait "slower" by 10 µs between two identical cells).
+The round level carries what differs from one start of the processes to the
+next (which calls the GIL, the page cache and a neighbour's burst favour);
+the call level the noise within a run. A run of one round (a plain ``load
+--run-id`` run) has the call level only, and says so: the interval then holds
+the sampling noise of its calls, not the drift between runs.
+
+A comparison's phases form one family: their intervals are simultaneous
+(Bonferroni: each at ``1 - 0.05 / phases``), so an A/A comparison, the same
+cell twice, comes out "no measurable difference" on the total and every phase
+19 times in 20 whatever the number of phases. A difference is *measurable*
+when its interval excludes 0 and it is at least ``MIN_EFFECT_US`` and
+``MIN_EFFECT_SHARE`` of the baseline's median: below that no change of
+configuration is worth a verdict, and the clocks' own resolution sits there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+CONFIDENCE = 0.95
+DEFAULT_RESAMPLES = 1000
+#: Calls drawn per round at most: beyond this the interval barely narrows and
+#: the memory of a resample grows with it.
+MAX_CALLS_PER_ROUND = 8_000
+#: The smallest difference called measurable: absolute (µs) and as a share of the baseline.
+MIN_EFFECT_US = 2.0
+MIN_EFFECT_SHARE = 0.01
+
+FASTER, SLOWER, NO_DIFFERENCE = "faster", "slower", "no measurable difference"
+VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE)
+
+
+def rounds_of(values: np.ndarray, round_index: np.ndarray | None) -> list[np.ndarray]:
+    """The values split by round (one array per round present), NaNs dropped."""
+    values = np.asarray(values, dtype=np.float64)
+    if round_index is None:
+        kept = values[~np.isnan(values)]
+        return [kept] if kept.size else []
+    round_index = np.asarray(round_index)
+    groups = []
+    for label in np.unique(round_index):
+        group = values[(round_index == label) & ~np.isnan(values)]
+        if group.size:
+            groups.append(group)
+    return groups
+
+
+def _capped(groups: Sequence[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+    return [
+        rng.choice(group, MAX_CALLS_PER_ROUND, replace=False)
+        if group.size > MAX_CALLS_PER_ROUND
+        else group
+        for group in groups
+    ]
+
+
+def _medians(
+    groups: list[np.ndarray], drawn_rounds: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Median of each resample: calls drawn within each of its drawn rounds."""
+    out = np.empty(drawn_rounds.shape[0])
+    if len(groups) == 1:
+        group = groups[0]
+        block = max(1, 2_000_000 // max(group.size, 1))
+        for start in range(0, out.size, block):
+            count = min(block, out.size - start)
+            picks = group[rng.integers(0, group.size, (count, group.size))]
+            out[start : start + count] = np.median(picks, axis=1)
+        return out
+    for resample, chosen in enumerate(drawn_rounds):
+        parts = [groups[r][rng.integers(0, groups[r].size, groups[r].size)] for r in chosen]
+        out[resample] = np.median(np.concatenate(parts))
+    return out
+
+
+def _draw_rounds(rounds: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    if rounds == 1:
+        return np.zeros((resamples, 1), dtype=np.int64)
+    return rng.integers(0, rounds, (resamples, rounds))
+
+
+def _interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(samples, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def median_interval(
+    groups: list[np.ndarray],
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """The interval of the median of one cell's calls (split by round); None if no calls."""
+    if not groups:
+        return None
+    rng = np.random.default_rng(seed)
+    groups = _capped(groups, rng)
+    medians = _medians(groups, _draw_rounds(len(groups), resamples, rng), rng)
+    return _interval(medians, confidence)
+
+
+def difference_interval(
+    baseline: list[np.ndarray],
+    other: list[np.ndarray],
+    *,
+    paired: bool,
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Interval of median(other) - median(baseline); ``paired`` draws the same rounds for
+    both (they must have as many rounds, ran side by side). With rounds on both sides, the
+    interval also covers the Student t interval of the rounds' own differences."""
+    rng = np.random.default_rng(seed)
+    baseline, other = _capped(baseline, rng), _capped(other, rng)
+    paired = paired and len(baseline) == len(other) and len(baseline) > 1
+    drawn_baseline = _draw_rounds(len(baseline), resamples, rng)
+    drawn_other = drawn_baseline if paired else _draw_rounds(len(other), resamples, rng)
+    differences = _medians(other, drawn_other, rng) - _medians(baseline, drawn_baseline, rng)
+    low, high = _interval(differences, confidence)
+    rounds = _rounds_interval(baseline, other, paired, confidence)
+    if rounds is not None:
+        low, high = min(low, rounds[0]), max(high, rounds[1])
+    return low, high
+
+
+def _rounds_interval(
+    baseline: list[np.ndarray], other: list[np.ndarray], paired: bool, confidence: float
+) -> tuple[float, float] | None:
+    """The t interval of the difference of the rounds' medians: a bootstrap over three or
+    five rounds sees only a handful of distinct draws and reads too narrow, while the
+    rounds' spread, taken with its degrees of freedom, does not."""
+    a = np.array([np.median(group) for group in baseline])
+    b = np.array([np.median(group) for group in other])
+    if a.size < 2 or b.size < 2:
+        return None
+    if paired:
+        differences = b - a
+        centre = float(differences.mean())
+        error = float(differences.std(ddof=1)) / math.sqrt(differences.size)
+        freedom = differences.size - 1
+    else:
+        centre = float(b.mean() - a.mean())
+        error = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
+        freedom = min(a.size, b.size) - 1
+    half = t_quantile(1 - (1 - confidence) / 2, freedom) * error
+    return centre - half, centre + half
+
+
+def t_quantile(probability: float, freedom: int) -> float:
+    """Student's t quantile (no SciPy here): the CDF integrated numerically, bisected."""
+    scale = math.lgamma((freedom + 1) / 2) - math.lgamma(freedom / 2)
+    scale = math.exp(scale) / math.sqrt(freedom * math.pi)
+
+    def upper_tail(x: float) -> float:
+        # P(T > x) = integral from x to infinity; t = x / u maps it onto (0, 1]
+        u = np.linspace(1e-9, 1.0, 20_001)
+        t = x / u
+        density = scale * (1 + t * t / freedom) ** (-(freedom + 1) / 2) * x / (u * u)
+        return float(np.sum((density[1:] + density[:-1]) / 2 * np.diff(u)))
+
+    target = 1 - probability
+    low, high = 0.0, 1.0
+    while upper_tail(high) > target:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if upper_tail(middle) > target else (low, middle)
+    return (low + high) / 2
+
+
+def family_confidence(members: int, confidence: float = CONFIDENCE) -> float:
+    """Each member's confidence so that the family's intervals hold together (Bonferroni)."""
+    return 1 - (1 - confidence) / max(1, members)
+
+
+def minimum_effect_us(baseline_median_us: float | None) -> float:
+    """The smallest difference worth a verdict against this baseline."""
+    share = abs(baseline_median_us or 0.0) * MIN_EFFECT_SHARE
+    return max(MIN_EFFECT_US, share)
+
+
+def verdict(
+    diff_us: float | None, low: float | None, high: float | None, baseline_median_us: float | None
+) -> str:
+    """faster / slower when the interval excludes 0 and the move is worth one, else no
+    measurable difference (positive differences are the other run being slower)."""
+    if diff_us is None or low is None or high is None:
+        return NO_DIFFERENCE
+    if abs(diff_us) < minimum_effect_us(baseline_median_us):
+        return NO_DIFFERENCE
+    if low > 0:
+        return SLOWER
+    if high < 0:
+        return FASTER
+    return NO_DIFFERENCE
+
+
+#: A predicted saving materialized when at least this share of it was measured.
+MATERIALIZED_SHARE = 0.5
+
+
+def saving_outcome(phase: dict[str, Any] | None, predicted_us: float) -> dict[str, Any]:
+    """Did a predicted saving show? ``phase``: a comparison's phase (``diff_us``, ``ci_us``,
+    ``verdict``: the changed run against the one before it). ``materialized``: faster by at
+    least half the prediction; ``partly``: faster, by less; else ``did not materialize``."""
+    if phase is None or phase.get("diff_us") is None:
+        return {"predicted_us": predicted_us, "measured_us": None, "ci_us": None,
+                "outcome": "did not materialize"}  # fmt: skip
+    measured = -float(phase["diff_us"])
+    ci = phase.get("ci_us")
+    interval = None if ci is None else [-ci[1], -ci[0]]
+    if phase.get("verdict") != FASTER:
+        outcome = "did not materialize"
+    elif measured >= MATERIALIZED_SHARE * predicted_us:
+        outcome = "materialized"
+    else:
+        outcome = "partly"
+    return {"predicted_us": predicted_us, "measured_us": round(measured, 3), "ci_us": interval,
+            "outcome": outcome}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RoundsShape:
+    """How an interval was taken, said beside it (``basis`` in the JSON)."""
+
+    rounds: int
+    paired: bool
+
+    def describe(self) -> str:
+        if self.rounds <= 1:
+            return "calls resampled within one run (no rounds: drift between runs not covered)"
+        pairing = ", paired round by round" if self.paired else ""
+        return f"{self.rounds} rounds and their calls resampled{pairing}"
+
+
+__all__ = [
+    "CONFIDENCE",
+    "DEFAULT_RESAMPLES",
+    "FASTER",
+    "NO_DIFFERENCE",
+    "SLOWER",
+    "VERDICTS",
+    "RoundsShape",
+    "difference_interval",
+    "family_confidence",
+    "median_interval",
+    "minimum_effect_us",
+    "rounds_of",
+    "saving_outcome",
+    "verdict",
+]
