@@ -96,6 +96,9 @@ def offline_env(
 
 
 class ServiceProcess:
+    #: What the start-up errors call the process (a subclass runs another command).
+    name = "service"
+
     def __init__(
         self,
         args: Sequence[str] = (),
@@ -140,13 +143,14 @@ class ServiceProcess:
             except queue.Empty:
                 self.kill()
                 raise ServiceStartError(
-                    f"service did not print {LISTENING!r} within {self.startup_timeout_s:g} s; "
+                    f"{self.name} did not print {LISTENING!r} within {self.startup_timeout_s:g} s; "
                     f"stderr:\n{self.stderr_text()}"
                 ) from None
             if line is None:
                 code = self.process.wait()
                 raise ServiceStartError(
-                    f"service exited with {code} before listening; stderr:\n{self.stderr_text()}"
+                    f"{self.name} exited with {code} before listening; "
+                    f"stderr:\n{self.stderr_text()}"
                 )
             if line.startswith(TLS_CA):
                 self.tls_ca = Path(line[len(TLS_CA) :])
