@@ -71,3 +71,34 @@ def test_phase_summary_is_exact_and_skips_undefined_phases() -> None:
     assert 100.0 <= interval[0] <= 250.0 <= interval[1] <= 1000.0  # the p50's, by bootstrap
     assert summary["processing"] == {"p50_us": None, "mean_us": None, "calls": 0, "ci_us": None}
     assert summary["server_queue"]["calls"] == 0
+
+
+def test_a_store_from_before_rounds_is_read_and_upgraded(tmp_path) -> None:
+    """grpc_runs as the first release made it (no rounds, machine, under_load, comparison):
+    listed with defaults, then given the columns by create_runs, old rows kept."""
+    old_columns = ", ".join(f"{name} {kind}" for name, kind in (
+        ("run_id", "String"), ("experiment", "LowCardinality(String)"), ("invocation", "String"),
+        ("cell", "UInt32"), ("config", "String"), ("transport", "LowCardinality(String)"),
+        ("started", "DateTime64(6, 'UTC')"), ("ended", "DateTime64(6, 'UTC')"),
+        ("calls", "UInt64"), ("errors", "UInt64"), ("calls_per_s", "Float64"),
+        ("predictions_per_s", "Float64"), ("p50_us", "Float64"), ("p99_us", "Float64"),
+        ("phases", "String"), ("recorded", "DateTime64(6, 'UTC')")))  # fmt: skip
+    with open_store(tmp_path / "store") as store:
+        engine = "ENGINE = ReplacingMergeTree(recorded) ORDER BY (experiment, run_id)"
+        store.command(f"CREATE TABLE grpc_runs ({old_columns}) {engine}")
+        store.command("INSERT INTO grpc_runs (run_id, experiment, invocation, cell, config, "
+                      "transport, calls, phases) VALUES ('old', 'exp', 'exp-0', 0, "
+                      "'{\"compression\": \"none\"}', 'grpc', 10, '{}')")  # fmt: skip
+        before = list_runs(store, "exp")
+        assert list(before["run_id"]) == ["old"]
+        assert before[["rounds", "machine", "under_load", "comparison"]].iloc[0].tolist() == [
+            "[]", "{}", 0, "{}"
+        ]  # fmt: skip
+        create_runs(store)
+        record_run(store, replace(_record("new", 1, "gzip", 5.0, 1.0, 1.0), under_load=True,
+                                  rounds=[{"round": 0}]))  # fmt: skip
+        after = list_runs(store, "exp").set_index("run_id")
+    assert after.loc["old", "rounds"] == "[]" and after.loc["old", "under_load"] == 0
+    assert after.loc["new", "under_load"] == 1
+    assert json.loads(after.loc["new", "rounds"]) == [{"round": 0}]
+    assert list(insights.cells(after.reset_index())["rounds_run"]) == [1, 1]

@@ -27,15 +27,15 @@ def _command(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """Two cells that differ by the server's CPU cost per request: 0 vs 3 ms, three rounds
-    of 40 calls each; the costly cell is the baseline, and the cheap one is
-    expected to save 2.5 ms of processing."""
+    """Two cells that differ by the server's CPU cost per request: 0 vs 5 ms, five rounds
+    (the default) of 30 calls each; the costly cell is the baseline, and the cheap one is
+    expected to save 4.5 ms of processing."""
     workdir = tmp_path_factory.mktemp("experiment")
     spec = workdir / "cost.yaml"
     spec.write_text(
-        "name: cost\ncalls: 40\nrounds: 3\nconcurrency: 1\nentities: 20\nworkers: 2\n"
-        "matrix:\n  model_cost_ms: [0, 3]\nbaseline: {model_cost_ms: 3}\n"
-        "expect: {saving_us: 2500, phase: processing}\n"
+        "name: cost\ncalls: 30\nconcurrency: 1\nentities: 20\nworkers: 2\n"
+        "matrix:\n  model_cost_ms: [0, 5]\nbaseline: {model_cost_ms: 5}\n"
+        "expect: {saving_us: 4500, phase: processing}\n"
     )
     store = workdir / "store"
     done = _command("experiment", str(spec), "--store", str(store), "--format", "json")
@@ -47,19 +47,19 @@ def test_every_cell_is_a_run_with_its_phases(experiment) -> None:
     store, document = experiment
     assert document["experiment"] == "cost" and document["failed"] == []
     cells = document["cells"]
-    assert document["rounds"] == 3
-    assert [cell["config"]["model_cost_ms"] for cell in cells] == [0.0, 3.0]
+    assert document["rounds"] == 5
+    assert [cell["config"]["model_cost_ms"] for cell in cells] == [0.0, 5.0]
     for cell in cells:
-        assert cell["calls"] == 120 and cell["errors"] == 0
-        assert [item["calls"] for item in cell["rounds"]] == [40, 40, 40]
-        assert [item["round"] for item in cell["rounds"]] == [0, 1, 2]
-        assert cell["traced_calls"] == 120  # every call's spans reached the store
+        assert cell["calls"] == 150 and cell["errors"] == 0
+        assert [item["calls"] for item in cell["rounds"]] == [30] * 5
+        assert [item["round"] for item in cell["rounds"]] == [0, 1, 2, 3, 4]
+        assert cell["traced_calls"] == 150  # every call's spans reached the store
         assert cell["calls_per_s"] > 0 and cell["predictions_per_s"] == pytest.approx(
             cell["calls_per_s"] * 20, rel=1e-3
         )
         assert cell["p50_us"] <= cell["p99_us"]
         for phase in ("client_serialize", "request_network", "processing", "total"):
-            assert cell["phases"][phase]["calls"] == 120, phase
+            assert cell["phases"][phase]["calls"] == 150, phase
             low, high = cell["phases"][phase]["ci_us"]
             assert low <= cell["phases"][phase]["p50_us"] <= high, phase
     # interleaved: cell 0, 1 in round 1, then 1, 0, then 0, 1
@@ -68,29 +68,33 @@ def test_every_cell_is_a_run_with_its_phases(experiment) -> None:
     assert second[1]["ended_ns"] <= first[1]["started_ns"]
     assert first[2]["started_ns"] <= second[2]["started_ns"]
     cheap, costly = (cell["phases"]["processing"]["p50_us"] for cell in cells)
-    # the injected 3 ms of CPU: at least 3 ms of wall time (more on a busy machine)
-    assert costly - cheap >= 2_500
+    # the injected 5 ms of CPU: at least 5 ms of wall time (more on a busy machine)
+    assert costly - cheap >= 4_500
     assert document["winners"][0]["metric"] == "calls_per_s"
     assert document["winners"][0]["cell"] == "model_cost_ms=0.0"
     # the phase carrying the difference (its share's wording depends on the machine's noise)
     assert "; processing " in document["explanation"]
     (comparison,) = document["comparisons"]  # the cheap cell against the costly baseline
     assert (comparison["cell"], comparison["baseline_cell"]) == (0, 1)
-    assert comparison["phase"] == "total" and comparison["verdict"] == "faster"
-    assert comparison["ci_us"][1] < -1000 and "paired" in comparison["basis"]
+    assert comparison["phase"] == "total" and comparison["verdict"] == "faster", (
+        comparison["summary"],
+        [cell["rounds"] for cell in cells],
+    )
+    assert comparison["ci_us"][0] <= comparison["diff_us"] <= comparison["ci_us"][1] < 0
+    assert "paired" in comparison["basis"]
     phases = {item["phase"]: item for item in comparison["phases"]}
     assert phases["processing"]["verdict"] == "faster"
     assert phases["processing"]["ci_us"][0] <= phases["processing"]["diff_us"]
     assert comparison["explained_by"]["phase"] == "processing"
     (expected,) = document["expectation"]
-    assert expected["outcome"] == "materialized" and expected["measured_us"] >= 2_500
+    assert expected["outcome"] == "materialized" and expected["measured_us"] >= 4_500
     assert document["machine"]["before"]["cpus"] == os.cpu_count()
     assert isinstance(document["machine"]["under_load"], bool)
     with open_store(store) as opened:
         runs = list_runs(opened, "cost")
     assert list(runs["run_id"]) == [cell["run_id"] for cell in cells]
-    assert list(runs["calls"]) == [120, 120]
-    assert [len(json.loads(text)) for text in runs["rounds"]] == [3, 3]
+    assert list(runs["calls"]) == [150, 150]
+    assert [len(json.loads(text)) for text in runs["rounds"]] == [5, 5]
     assert list(runs["under_load"]) == [int(cell["under_load"]) for cell in cells]
     assert "before" in json.loads(runs["machine"].iloc[0])
 
@@ -103,9 +107,12 @@ def test_compare_finds_the_phase_that_differs(experiment) -> None:
     assert done.returncode == 0, done.stderr
     (comparison,) = json.loads(done.stdout)["comparisons"]
     processing = comparison["phases"]["processing"]
-    assert processing["significant"] and processing["ci_low_us"] > 1000
-    assert processing["verdict"] == "slower" and processing["ci_us"][0] > 1000
-    assert "3 rounds" in comparison["basis"] and "paired" in comparison["basis"]
+    # The interval covers the drift between rounds too: on a machine that other work keeps
+    # busy the 5 ms task stretches differently per round and it widens, but never to 0.
+    assert processing["significant"] and processing["diff_us"] >= 4_500, comparison
+    assert processing["verdict"] == "slower" and processing["ci_us"][0] > 0
+    assert processing["ci_us"][0] <= processing["diff_us"] <= processing["ci_us"][1]
+    assert "5 rounds" in comparison["basis"] and "paired" in comparison["basis"]
     assert comparison["explained_by"]["phase"] == "processing"
     assert comparison["throughput"]["calls_per_s_ratio"] < 1
     table = _command("compare", cheap, costly, "--store", str(store))
@@ -212,3 +219,28 @@ def test_an_a_a_experiment_finds_no_difference(tmp_path) -> None:
     assert table.returncode == 0, table.stderr
     (again,) = json.loads(table.stdout)["comparisons"]
     assert again["phases"]["total"]["verdict"] == "no measurable difference"
+
+
+def test_instances_behind_one_address_stay_pinned_without_a_connection_age(tmp_path) -> None:
+    """DoorDash's case: three instances behind one balancer address, two channels. Without
+    a connection age each round makes exactly its two connections (they stay where they
+    landed); with one, clients reconnect and the balancer sees many more."""
+    spec = tmp_path / "age.yaml"
+    spec.write_text(
+        "name: age\nrounds: 2\nduration: 3\nconcurrency: 4\nchannels: 2\ninstances: 3\n"
+        "one_address: true\nworkers: 2\nentities: 10\nmatrix:\n  max_connection_age_s: [null, 1]\n"
+    )
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
+                    "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pinned, recycled = json.loads(done.stdout)["cells"]
+    assert sum(pinned["connections"].values()) == 4  # 2 channels x 2 rounds, never recycled
+    assert sum(recycled["connections"].values()) > 6
+    for cell in (pinned, recycled):
+        assert cell["errors"] == 0 and len(cell["instances"]) == 2
+        assert all(len(calls) == 3 for calls in cell["instances"])  # idle instances count too
+        assert sum(map(sum, cell["instances"])) == cell["traced_calls"] == cell["calls"]
+        assert cell["imbalance"] >= 1.0
+    # two connections reach at most two of the three instances: one gets nothing per round
+    assert all(calls[-1] == 0 for calls in pinned["instances"])
+    assert pinned["imbalance"] >= 1.5

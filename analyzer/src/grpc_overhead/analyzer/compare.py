@@ -210,9 +210,9 @@ def compare_phases(
 
     ``*_rounds``: each call's round (``runs.round_labels``); ``paired``: the two ran the
     same rounds side by side. The phases' intervals are one family (``verdicts``)."""
-    present = [
-        p for p in phases if _values(baseline, f"{p}_us").size and _values(other, f"{p}_us").size
-    ]
+    # The family: phases with values on both sides that vary at all (a phase that is 0 in
+    # every call, client_connect on warm channels, tests nothing).
+    present = [phase for phase in phases if _varies(baseline, other, f"{phase}_us")]
     confidence = verdicts.family_confidence(len(present))
     deltas = []
     for phase in phases:
@@ -235,6 +235,11 @@ def compare_phases(
             PhaseDelta(phase, a50, b50, b50 - a50, ratio, low, high, a.size, b.size, confidence)
         )
     return deltas
+
+
+def _varies(baseline: pd.DataFrame, other: pd.DataFrame, column: str) -> bool:
+    a, b = _values(baseline, column), _values(other, column)
+    return bool(a.size and b.size and np.ptp(np.concatenate([a, b])) > 0)
 
 
 def _column(frame: pd.DataFrame, column: str) -> np.ndarray:

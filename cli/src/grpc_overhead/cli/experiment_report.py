@@ -9,7 +9,8 @@ with intervals and verdicts, what a finding predicted, and the machine they ran 
                 "calls_per_s", "predictions_per_s", "p50_us", "p99_us", "traced_calls",
                 "under_load", "rounds": [{"round", "calls", "errors", "calls_per_s",
                 "p50_us", "p99_us", "connect_ms", "under_load", ...}], "connect_ms",
-                "instances": {INSTANCE: calls}, "imbalance",
+                "instances": [[calls per instance, most first] per round], "imbalance",
+                "connections": {INSTANCE_INDEX: count} | null (one_address: via the balancer),
                 "phases": {PHASE: {"p50_us", "mean_us", "calls", "ci_us"}}}],
      "comparisons": [{"cell", "label", "run_id", "baseline_cell", "baseline_label",
                       "baseline_run_id", "phase": "total", "verdict", "diff_us", "ci_us",
@@ -63,9 +64,21 @@ def cell_json(result: Any, varied: dict[str, Any]) -> dict[str, Any]:
         "rounds": record.rounds,
         "connect_ms": _median([item.get("connect_ms") for item in record.rounds]),
         "instances": result.instances,
-        "imbalance": imbalance(result.instances, record.config.get("instances", 1)),
+        "connections": _connections(record.rounds),
+        "imbalance": _median([imbalance(calls) for calls in result.instances]),
         "phases": record.phases,
     }
+
+
+def _connections(rounds: list[dict[str, Any]]) -> dict[str, int] | None:
+    """Connections each instance (by index) got through the balancer, over the rounds."""
+    if not any(item.get("connections") for item in rounds):
+        return None
+    total: dict[str, int] = {}
+    for item in rounds:
+        for instance, count in (item.get("connections") or {}).items():
+            total[instance] = total.get(instance, 0) + count
+    return dict(sorted(total.items()))
 
 
 def _median(values: list[Any]) -> float | None:
@@ -73,13 +86,13 @@ def _median(values: list[Any]) -> float | None:
     return None if not present else round(statistics.median(present), 3)
 
 
-def imbalance(instances: dict[str, int], expected: int) -> float | None:
-    """The busiest instance's calls over a fair share (1.0: even; ``expected`` instances,
-    those that got no call included): how unevenly a cell's load spread."""
-    total = sum(instances.values())
-    if not total or expected < 2:
+def imbalance(calls: list[int]) -> float | None:
+    """The busiest instance's calls over a fair share (1.0: even; every instance counted,
+    those that got no call too): how unevenly a round's load spread."""
+    total = sum(calls)
+    if not total or len(calls) < 2:
         return None
-    return round(max(instances.values()) / (total / expected), 3)
+    return round(max(calls) / (total / len(calls)), 3)
 
 
 def comparisons(experiment: Experiment, results: dict[int, Any]) -> list[Comparison]:

@@ -29,6 +29,7 @@ from grpc_overhead.analyzer.runs import (
     stored_calls,
 )
 from grpc_overhead.analyzer.store import Store
+from grpc_overhead.cli.balancer import Balancer
 from grpc_overhead.cli.experiment_spec import Cell
 from grpc_overhead.cli.processes import ServiceProcess, offline_env, run_load
 from grpc_overhead.cli.toxiproxy import DOWNSTREAM, UPSTREAM, Toxiproxy
@@ -111,6 +112,7 @@ class RoundOutcome:
     started_ns: int
     ended_ns: int
     machine: dict[str, Any] = field(default_factory=dict)  # the window's machine check
+    connections: dict[str, int] = field(default_factory=dict)  # instance -> via the balancer
 
     def to_json(self) -> dict[str, Any]:
         latency = self.summary.get("latency_ms") or {}
@@ -124,6 +126,7 @@ class RoundOutcome:
             "p50_us": None if latency.get("p50") is None else round(latency["p50"] * 1000, 1),
             "p99_us": None if latency.get("p99") is None else round(latency["p99"] * 1000, 1),
             "connect_ms": self.summary.get("connect_ms"),
+            "connections": self.connections,
             "under_load": bool(self.machine.get("under_load")),
         }
 
@@ -135,7 +138,7 @@ class CellResult:
     traced_calls: int  # calls whose spans reached the store
     frame: Any  # the run's calls (``runs.run_calls``), for comparisons
     labels: Any  # each call's round (``runs.round_labels``)
-    instances: dict[str, int] = field(default_factory=dict)  # calls per server instance
+    instances: list[list[int]] = field(default_factory=list)  # per round: calls per instance
 
 
 def run_round(cell: Cell, round_number: int, run_id: str, intake_endpoint: str) -> RoundOutcome:
@@ -155,6 +158,15 @@ def run_round(cell: Cell, round_number: int, run_id: str, intake_endpoint: str) 
                 raise CellFailed(f"service did not start: {error}") from None
         targets = [service.target for service in services]
         tls_ca = str(services[0].tls_ca) if services[0].tls_ca else None
+        balancer = None
+        if config["one_address"]:
+            # Seeded by the round: each round's connections land anew, as after a restart.
+            balancer = Balancer(targets, seed=config["seed"] + round_number)
+            try:
+                stack.enter_context(balancer)
+            except Exception as error:  # the balancer did not start: the cell cannot run
+                raise CellFailed(f"balancer did not start: {error}") from None
+            targets = [balancer.target]
         if config["bandwidth_kb_s"] is not None or config["latency_ms"] is not None:
             targets = _proxied(stack, targets, config)
         args = load_args(config, targets, tls_ca)
@@ -170,8 +182,17 @@ def run_round(cell: Cell, round_number: int, run_id: str, intake_endpoint: str) 
         if result.returncode != 0:
             raise CellFailed(f"load failed: {result.stderr.strip()[-500:]}")
         summary = result.summary
-    started_ns = ended_ns - int(float(summary["duration_s"]) * 1e9)
-    return RoundOutcome(round_number, summary, started_ns, ended_ns)
+    # The load's own start: its process exits seconds after its last call (spans flushed).
+    length_ns = int(float(summary["duration_s"]) * 1e9)
+    started_ns = int(summary.get("started_unix_ns") or ended_ns - length_ns)
+    ended_ns = started_ns + length_ns
+    outcome = RoundOutcome(round_number, summary, started_ns, ended_ns)
+    if balancer is not None:  # its report comes when the stack closed it
+        by_address = dict(zip(balancer.backends, range(len(balancer.backends)), strict=True))
+        outcome.connections = {
+            str(by_address[address]): count for address, count in balancer.connections.items()
+        }
+    return outcome
 
 
 def wait_rounds_stored(
@@ -231,17 +252,24 @@ def cell_result(
         machine={"rounds": machine},
         under_load=any(item.get("under_load") for item in machine),
     )
-    return CellResult(record, rounds, traced, frame, labels, instance_calls(frame))
+    spread = instance_calls(frame, labels, int(cell.config["instances"]))
+    return CellResult(record, rounds, traced, frame, labels, spread)
 
 
-def instance_calls(frame: Any) -> dict[str, int]:
-    """Calls per server instance (``service.instance.id``), most first: how evenly the
-    cell's load spread; calls whose server half never arrived are not counted."""
+def instance_calls(frame: Any, labels: Any, instances: int) -> list[list[int]]:
+    """Calls per server instance in each round, most first, padded with the instances that
+    got none: how evenly the cell's load spread (every round starts new instances, so
+    rounds are not summed). Calls whose server half never arrived are not counted."""
     if "server_instance" not in frame or frame.empty:
-        return {}
-    named = frame.loc[frame["server_instance"].astype(str) != "", "server_instance"]
-    counts = named.astype(str).value_counts()
-    return {str(name): int(count) for name, count in counts.items()}
+        return []
+    rounds = labels if labels is not None else [0] * len(frame)
+    named = frame.assign(round=list(rounds))
+    named = named[named["server_instance"].astype(str) != ""]
+    out = []
+    for _, group in sorted(named.groupby("round"), key=lambda item: item[0]):
+        counts = sorted(group["server_instance"].astype(str).value_counts().tolist(), reverse=True)
+        out.append([int(count) for count in counts] + [0] * max(0, instances - len(counts)))
+    return out
 
 
 def _median_of(rounds: list[RoundOutcome], key: str) -> float | None:

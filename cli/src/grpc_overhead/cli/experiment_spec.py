@@ -106,6 +106,8 @@ SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "aio": (_boolean, False),
     "max_connection_age_s": (_number(0, strict=True), None),
     "max_concurrent_rpcs": (_integer(1), None),
+    # instances behind one address: a TCP balancer picks an instance per new connection
+    "one_address": (_boolean, False),
     # the path between them (toxiproxy)
     "bandwidth_kb_s": (_integer(1), None),
     "latency_ms": (_integer(1), None),
@@ -333,6 +335,8 @@ def _check_cell(cell: Cell) -> None:
             problems.append("zstd/lz4/snappy compress packed features, not images")
     elif config["rest_body"] != "json" and config["transport"] == "rest":
         problems.append("rest_body binary/base64 carries images (payload: image)")
+    if config["one_address"] and config["transport"] == "rest":
+        problems.append("one_address balances gRPC connections (transport: grpc)")
     if config["encoding"] == "repeated" and config["compression"] in ("zstd", "lz4", "snappy"):
         problems.append(f"compression {config['compression']} needs encoding packed")
     if problems:

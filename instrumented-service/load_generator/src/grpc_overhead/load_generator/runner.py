@@ -182,6 +182,7 @@ class Run:
         self._started = 0.0
         self._finished: float | None = None
         self.connect_s: float | None = None  # how long connect() waited for every channel
+        self._started_unix_ns: int | None = None
         # Calls are numbered from one shared counter (next() is atomic under the GIL).
         self._tickets = itertools.count()
         spec = config.workload
@@ -215,6 +216,7 @@ class Run:
 
     def start(self) -> None:
         self._started = time.perf_counter()
+        self._started_unix_ns = time.time_ns()
         if self.config.rps:
             targets = [self._dispatch]
         else:
@@ -271,6 +273,8 @@ class Run:
         )
         if self.connect_s is not None:
             result["connect_ms"] = round(self.connect_s * 1000, 3)
+        if self._started_unix_ns is not None:  # where the calls lie on the wall clock
+            result["started_unix_ns"] = self._started_unix_ns
         return result
 
     # -- workers --------------------------------------------------------------------------
