@@ -112,6 +112,17 @@ RUNS = (
         predictions_per_s=6400.0,
         p50_us=5200.0,
         p99_us=5900.0,
+        # as ``experiment`` records a cell against its baseline, taken in three rounds
+        rounds=[{"round": k, "calls": BATCH_CALLS // 3} for k in range(3)],
+        under_load=True,
+        comparison={
+            "baseline_run_id": "run-1",
+            "baseline_label": "batch=1",
+            "phase": "total",
+            "verdict": "slower",
+            "diff_us": 3100.0,
+            "ci_us": [2800.5, 3400.25],
+        },
     ),
 )
 

@@ -338,8 +338,15 @@ def test_experiment_cells_are_the_grpc_runs_rows(store: Store) -> None:
             want.calls,
             want.errors,
         )
-        for column in ("calls_per_s", "predictions_per_s", "p50_us", "p99_us"):
+        for column in ("calls_per_s", "predictions_per_s", "p50_us", "p99_us", "under_load"):
             assert getattr(row, column) == want[column], (row.run_id, column)
+        assert row.rounds == len(json.loads(want.rounds))
+    # the verdict against the baseline, as recorded; a baseline has none
+    baseline, batched = cells.itertuples(index=False)
+    assert (baseline.against, baseline.verdict, list(baseline.interval_us)) == ("", "", [])
+    assert (batched.against, batched.verdict, batched.diff_us) == ("batch=1", "slower", 3100.0)
+    assert list(batched.interval_us) == [2800.5, 3400.25]
+    assert (baseline.under_load, batched.under_load, batched.rounds) == (0, 1, 3)
     throughput = run(store, panel(EXPERIMENTS, "Throughput per cell"))
     assert throughput["predictions_per_s"].tolist() == [97.5, 6400.0]
     assert throughput["errors"].tolist() == [seeded.FAILED_CALLS, 0]

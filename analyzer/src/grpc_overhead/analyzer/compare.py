@@ -1,11 +1,11 @@
 """Phase-by-phase comparison of runs, with an honest noise estimate (ghz-compare style).
 
 Every run is compared with the first (the baseline): per phase, the p50 of
-each, the difference (other - baseline), the ratio (other / baseline) and a
-bootstrap interval on the difference of the p50s (calls resampled with
-replacement within each run, ``resamples`` times; the 2.5th and 97.5th
-percentiles of the resampled differences). A difference whose interval holds
-0 is called noise, never a finding. The phase that *explains* the total's
+each, the difference (other - baseline), the ratio (other / baseline), an
+interval on the difference of the p50s and a verdict (``verdicts``: the runs'
+rounds and calls resampled, paired when two cells of one experiment ran side
+by side; the phases one family). A difference the verdict calls "no
+measurable difference" is never a finding. The phase that *explains* the total's
 difference is the consecutive phase (``CONSECUTIVE_PHASES``) whose p50 moved
 most in the total's direction; its share is that move over the total's move
 (p50s do not add up exactly, so a share is a guide, not an identity).

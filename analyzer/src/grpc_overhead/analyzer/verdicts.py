@@ -3,7 +3,7 @@
 An experiment runs its cells in *rounds* (A B C, C B A, ...), fresh processes
 each time, so two cells compared round by round met the same drift of a
 shared machine. The interval of a median, or of the difference of two
-medians, comes from a two-level percentile bootstrap:
+medians, comes from a two-level bootstrap:
 
 1. the rounds are drawn with replacement; when two cells are compared and
    both ran the same rounds of one experiment, the *same* rounds are drawn for
@@ -13,12 +13,16 @@ medians, comes from a two-level percentile bootstrap:
 3. the statistic is the median over the drawn calls (the difference of the
    two medians when comparing).
 
-The 2.5th and 97.5th percentiles of ``resamples`` such statistics bound the
-95 % interval. With rounds on both sides of a comparison, the interval is
-widened to cover the Student t interval of the rounds' own differences of
-medians too (``t_quantile``, degrees of freedom: rounds - 1): a bootstrap over
-three rounds sees ten distinct draws and reads too narrow, which an A/A
-experiment showed (a pool_wait "slower" by 10 µs between two identical cells).
+The interval is the observed statistic ± z times the standard deviation of
+``resamples`` (400) such statistics, z the normal quantile of the confidence
+level: the family's levels (99.7 % for 19 phases) lie where a few hundred
+resamples put one or two draws, so percentiles would not place them. With
+three rounds or more on both sides of a comparison, the interval is widened to
+cover the Student t interval of the rounds' own differences of medians too
+(``t_quantile``, degrees of freedom: rounds - 1; two rounds leave one degree
+of freedom and a t factor in the hundreds): a bootstrap over three rounds sees
+ten distinct draws and reads too narrow, which an A/A experiment showed (a
+pool_wait "slower" by 10 µs between two identical cells).
 The round level carries what differs from one start of the processes to the
 next (which calls the GIL, the page cache and a neighbour's burst favour);
 the call level the noise within a run. A run of one round (a plain ``load
@@ -39,18 +43,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 CONFIDENCE = 0.95
-DEFAULT_RESAMPLES = 1000
+DEFAULT_RESAMPLES = 400
 #: Calls drawn per round at most: beyond this the interval barely narrows and
 #: the memory of a resample grows with it.
-MAX_CALLS_PER_ROUND = 8_000
+MAX_CALLS_PER_ROUND = 4_000
 #: The smallest difference called measurable: absolute (µs) and as a share of the baseline.
 MIN_EFFECT_US = 2.0
 MIN_EFFECT_SHARE = 0.01
+#: Rounds a cell needs before their spread widens the interval (``_rounds_interval``).
+MIN_T_ROUNDS = 3
 
 FASTER, SLOWER, NO_DIFFERENCE = "faster", "slower", "no measurable difference"
 VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE)
@@ -83,19 +90,30 @@ def _capped(groups: Sequence[np.ndarray], rng: np.random.Generator) -> list[np.n
 def _medians(
     groups: list[np.ndarray], drawn_rounds: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
-    """Median of each resample: calls drawn within each of its drawn rounds."""
+    """Median of each resample: calls drawn within each of its drawn rounds, as many as
+    the round has. Vectorized in blocks: rounds of unequal size are padded with NaN."""
+    sizes = np.array([group.size for group in groups])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    values = np.concatenate(groups)
+    widest = int(sizes.max())
+    slots = drawn_rounds.shape[1]
     out = np.empty(drawn_rounds.shape[0])
-    if len(groups) == 1:
-        group = groups[0]
-        block = max(1, 2_000_000 // max(group.size, 1))
-        for start in range(0, out.size, block):
-            count = min(block, out.size - start)
-            picks = group[rng.integers(0, group.size, (count, group.size))]
-            out[start : start + count] = np.median(picks, axis=1)
-        return out
-    for resample, chosen in enumerate(drawn_rounds):
-        parts = [groups[r][rng.integers(0, groups[r].size, groups[r].size)] for r in chosen]
-        out[resample] = np.median(np.concatenate(parts))
+    block = max(1, 2_000_000 // (slots * widest))
+    uneven = bool((sizes != widest).any())
+    for start in range(0, out.size, block):
+        chosen = drawn_rounds[start : start + block]  # (resamples, slots)
+        counts = sizes[chosen]
+        picks = (rng.random((*chosen.shape, widest)) * counts[..., None]).astype(np.int64)
+        drawn = values[offsets[chosen][..., None] + picks]
+        if uneven:
+            drawn[np.arange(widest) >= counts[..., None]] = np.nan
+            out[start : start + chosen.shape[0]] = np.nanmedian(
+                drawn.reshape(chosen.shape[0], -1), axis=1
+            )
+        else:
+            out[start : start + chosen.shape[0]] = np.median(
+                drawn.reshape(chosen.shape[0], -1), axis=1
+            )
     return out
 
 
@@ -105,10 +123,13 @@ def _draw_rounds(rounds: int, resamples: int, rng: np.random.Generator) -> np.nd
     return rng.integers(0, rounds, (resamples, rounds))
 
 
-def _interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(samples, [tail, 100 - tail])
-    return float(low), float(high)
+def _interval(observed: float, samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """observed ± z x the resamples' standard deviation: a few hundred resamples give the
+    spread well, but not a 99.7 % percentile (the family's level puts one or two
+    resamples beyond it)."""
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    half = z * float(np.std(samples, ddof=1)) if samples.size > 1 else 0.0
+    return observed - half, observed + half
 
 
 def median_interval(
@@ -121,9 +142,12 @@ def median_interval(
     if not groups:
         return None
     rng = np.random.default_rng(seed)
+    pooled = np.concatenate(groups)
     groups = _capped(groups, rng)
     medians = _medians(groups, _draw_rounds(len(groups), resamples, rng), rng)
-    return _interval(medians, confidence)
+    low, high = _interval(float(np.median(pooled)), medians, confidence)
+    # a median lies within its data, whatever the normal approximation says
+    return max(low, float(pooled.min())), min(high, float(pooled.max()))
 
 
 def difference_interval(
@@ -139,12 +163,13 @@ def difference_interval(
     both (they must have as many rounds, ran side by side). With rounds on both sides, the
     interval also covers the Student t interval of the rounds' own differences."""
     rng = np.random.default_rng(seed)
+    observed = float(np.median(np.concatenate(other)) - np.median(np.concatenate(baseline)))
     baseline, other = _capped(baseline, rng), _capped(other, rng)
     paired = paired and len(baseline) == len(other) and len(baseline) > 1
     drawn_baseline = _draw_rounds(len(baseline), resamples, rng)
     drawn_other = drawn_baseline if paired else _draw_rounds(len(other), resamples, rng)
     differences = _medians(other, drawn_other, rng) - _medians(baseline, drawn_baseline, rng)
-    low, high = _interval(differences, confidence)
+    low, high = _interval(observed, differences, confidence)
     rounds = _rounds_interval(baseline, other, paired, confidence)
     if rounds is not None:
         low, high = min(low, rounds[0]), max(high, rounds[1])
@@ -159,7 +184,9 @@ def _rounds_interval(
     rounds' spread, taken with its degrees of freedom, does not."""
     a = np.array([np.median(group) for group in baseline])
     b = np.array([np.median(group) for group in other])
-    if a.size < 2 or b.size < 2:
+    # Two rounds give the spread one degree of freedom: a t factor of 12.7 (hundreds once
+    # the family's correction applies) says nothing; three are the least it needs.
+    if a.size < MIN_T_ROUNDS or b.size < MIN_T_ROUNDS:
         return None
     if paired:
         differences = b - a

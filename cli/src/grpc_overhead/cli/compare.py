@@ -1,7 +1,7 @@
 """``grpc-overhead compare RUN_A RUN_B [...]``: phase-by-phase difference of runs, with noise.
 
     grpc-overhead compare RUN_A RUN_B [RUN_C ...] [--store DIR | --clickhouse URL]
-                          [--format table|json] [--resamples 1000]
+                          [--format table|json] [--resamples 400]
                           [--expect-saving-us US [--expect-phase PHASE]]
 
 RUN_A is the baseline; every other run is compared with it: per phase the
@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     add_store_arguments(result)
     result.add_argument("--format", choices=("table", "json"), default="table")
     result.add_argument(
-        "--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)"
+        "--resamples", type=int, default=400, help="bootstrap resamples (default 400)"
     )
     result.add_argument(
         "--expect-saving-us", type=float, metavar="US",

@@ -57,7 +57,12 @@ def _variable(name: str, label: str, *, multi: bool) -> dict[str, Any]:
 def experiments() -> dict[str, Any]:
     cells = (
         "SELECT run_id, invocation, cell, transport, started, ended, calls, errors,\n"
-        "  calls_per_s, predictions_per_s, p50_us, p99_us, config\n"
+        "  calls_per_s, predictions_per_s, p50_us, p99_us,\n"
+        "  JSONExtractString(comparison, 'baseline_label') AS against,\n"
+        "  JSONExtractString(comparison, 'verdict') AS verdict,\n"
+        "  JSONExtractFloat(comparison, 'diff_us') AS diff_us,\n"
+        "  JSONExtract(comparison, 'ci_us', 'Array(Float64)') AS interval_us,\n"
+        "  JSONLength(rounds) AS rounds, under_load, config\n"
         f"{_RUNS}\n  AND started <= $__toTime AND ended >= $__fromTime\n"
         "ORDER BY started, cell"
     )
@@ -83,8 +88,10 @@ def experiments() -> dict[str, Any]:
         [
             table(
                 "Cells",
-                "One row per cell (grpc_runs): config JSON, calls/s, predictions/s, errors and"
-                " the client-measured p50/p99 of OK calls.",
+                "One row per cell (grpc_runs): config JSON, calls/s, predictions/s, errors,"
+                " the client-measured p50/p99 of OK calls, the verdict against its baseline"
+                " cell (p50 difference from the spans and its interval, as the experiment"
+                " took it), its rounds and whether the machine was busy (under_load).",
                 cells,
                 (0, 0, 24, 9),
                 unit="µs",
