@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -219,6 +220,21 @@ CELL_KEYS = ("label", "calls", "errors", "calls_per_s", "predictions_per_s", "p5
 COMPARISON_KEYS = ("label", "baseline_label", "verdict", "diff_us", "ci_us", "explained_by")
 
 
+#: How long a full run waits for the load average of its own previous seed to settle.
+SETTLE_S = 420.0
+QUIET_LOAD = 1.5
+
+
+def settle(limit_s: float = SETTLE_S) -> float:
+    """Wait until the 1-minute load average is below ``QUIET_LOAD`` (the previous seed's
+    own processes keep it up for a minute or two after they end), at most ``limit_s``;
+    the load average reached. ``--require-quiet`` then judges the machine."""
+    deadline = time.monotonic() + limit_s
+    while os.getloadavg()[0] >= QUIET_LOAD and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
 def run_seed(name: str, full: bool, workdir: Path) -> Document:
     path = EXPERIMENTS / f"{name}.yaml"
     document = yaml.safe_load(path.read_text())
@@ -233,6 +249,7 @@ def run_seed(name: str, full: bool, workdir: Path) -> Document:
                str(workdir / f"{name}-store"), "--format", "json"]  # fmt: skip
     if full:
         command.append("--require-quiet")
+        settle()
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, env=offline_env(),
                           stdin=subprocess.DEVNULL, timeout=5400)  # fmt: skip
