@@ -25,6 +25,16 @@ def _command(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[
     )  # fmt: skip
 
 
+def _experiment(tmp_path: Path, text: str) -> dict:
+    """Run an experiment file with this text on a fresh store; its JSON document."""
+    spec = tmp_path / "experiment.yaml"
+    spec.write_text(text)
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
+                    "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """Two cells that differ by the server's CPU cost per request: 0 vs 5 ms, five rounds
@@ -195,15 +205,11 @@ def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
 def test_an_a_a_experiment_finds_no_difference(tmp_path) -> None:
     """The same cell twice (``copy: [1, 2]``), five interleaved rounds: no measurable
     difference on the total and on every phase, and a predicted saving that does not show."""
-    spec = tmp_path / "aa.yaml"
-    spec.write_text(
+    document = _experiment(
+        tmp_path,
         "name: a-a\ncalls: 100\nconcurrency: 2\nentities: 20\nworkers: 2\n"
-        "matrix:\n  copy: [1, 2]\nexpect: {saving_us: 300}\n"
+        "matrix:\n  copy: [1, 2]\nexpect: {saving_us: 300}\n",
     )
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
-                    "json")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)
     (comparison,) = document["comparisons"]
     assert comparison["verdict"] == "no measurable difference", comparison["summary"]
     assert len(comparison["phases"]) >= 10
@@ -225,15 +231,11 @@ def test_instances_behind_one_address_stay_pinned_without_a_connection_age(tmp_p
     """DoorDash's case: three instances behind one balancer address, two channels. Without
     a connection age each round makes exactly its two connections (they stay where they
     landed); with one, clients reconnect and the balancer sees many more."""
-    spec = tmp_path / "age.yaml"
-    spec.write_text(
+    pinned, recycled = _experiment(
+        tmp_path,
         "name: age\nrounds: 2\nduration: 3\nconcurrency: 4\nchannels: 2\ninstances: 3\n"
-        "one_address: true\nworkers: 2\nentities: 10\nmatrix:\n  max_connection_age_s: [null, 1]\n"
-    )
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
-                    "json")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    pinned, recycled = json.loads(done.stdout)["cells"]
+        "one_address: true\nworkers: 2\nentities: 10\nmatrix:\n  max_connection_age_s: [null, 1]\n",
+    )["cells"]
     assert sum(pinned["connections"].values()) == 4  # 2 channels x 2 rounds, never recycled
     assert sum(recycled["connections"].values()) > 6
     for cell in (pinned, recycled):

@@ -38,24 +38,23 @@ EXIT_USAGE = 2
 EXIT_BUSY = 3
 
 
-def _rounds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_ROUNDS:
-        raise argparse.ArgumentTypeError(f"expected an integer 1..{MAX_ROUNDS}, got {text!r}")
-    return value
+def _within(convert: type, low: float, high: float, expected: str) -> Any:
+    """An argparse type: ``convert(text)`` within [low, high], else one line naming it."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _load(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a load average above 0, got {text!r}")
-    return value
+_rounds = _within(int, 1, MAX_ROUNDS, f"an integer 1..{MAX_ROUNDS}")
+_load = _within(float, 1e-9, float("inf"), "a load average above 0")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -72,6 +72,15 @@ for winner in insights.winners(cells):
     st.markdown(f"- {winner.sentence()}")
 st.info(insights.explain(cells))
 
+
+def interval_texts(frame: pd.DataFrame) -> list[str]:
+    """``ci_low_us`` .. ``ci_high_us`` of each row, signed µs."""
+    return [
+        f"{low:+,.0f} .. {high:+,.0f}"
+        for low, high in zip(frame["ci_low_us"], frame["ci_high_us"], strict=True)
+    ]
+
+
 verdicts = insights.verdicts(cells)
 if len(verdicts):
     st.subheader("Against the baseline")
@@ -93,8 +102,7 @@ if len(verdicts):
             "baseline": verdicts["baseline"],
             "verdict": verdicts["verdict"],
             "difference (µs)": verdicts["diff_us"].round(1),
-            "interval (µs)": [f"{low:+,.0f} .. {high:+,.0f}" for low, high in
-                              zip(verdicts["ci_low_us"], verdicts["ci_high_us"], strict=True)],
+            "interval (µs)": interval_texts(verdicts),
             "phase that moved": verdicts["explained_by"],
         }),
         hide_index=True, width="stretch", height=shared.ALL_ROWS,
@@ -107,8 +115,7 @@ if len(verdicts):
             "baseline p50": phases_of["baseline_p50_us"].map(formatting.duration),
             "p50": phases_of["p50_us"].map(formatting.duration),
             "difference (µs)": phases_of["diff_us"].round(1),
-            "interval (µs)": [f"{low:+,.0f} .. {high:+,.0f}" for low, high in
-                              zip(phases_of["ci_low_us"], phases_of["ci_high_us"], strict=True)],
+            "interval (µs)": interval_texts(phases_of),
             "verdict": phases_of["verdict"],
         }),
         hide_index=True, width="stretch", height=shared.ALL_ROWS,
@@ -207,10 +214,7 @@ view = pd.DataFrame(
         "baseline p50": shown["baseline_p50_us"].map(formatting.duration),
         "other p50": shown["other_p50_us"].map(formatting.duration),
         "difference (µs)": shown["diff_us"].round(1),
-        "interval (µs)": [
-            f"{low:+,.0f} .. {high:+,.0f}"
-            for low, high in zip(shown["ci_low_us"], shown["ci_high_us"], strict=True)
-        ],
+        "interval (µs)": interval_texts(shown),
         "ratio": shown["ratio"].map(lambda r: "-" if pd.isna(r) else f"{r:.2f}x"),
         "verdict": shown["verdict"],
     }
