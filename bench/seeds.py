@@ -235,6 +235,21 @@ def settle(limit_s: float = SETTLE_S) -> float:
     return os.getloadavg()[0]
 
 
+#: The phases a seed's per-phase table shows: the design's consecutive ones and the total.
+PHASES = ("client_serialize", "request_network", "server_queue", "request_deserialize",
+          "processing", "response_serialize", "response_network", "client_deserialize",
+          "total")  # fmt: skip
+
+
+def _phases(cell: Document) -> Document:
+    """p50 and its interval per phase (µs), as the experiment took them."""
+    return {
+        phase: {"p50_us": (cell["phases"].get(phase) or {}).get("p50_us"),
+                "ci_us": (cell["phases"].get(phase) or {}).get("ci_us")}
+        for phase in PHASES
+    }  # fmt: skip
+
+
 def run_seed(name: str, full: bool, workdir: Path) -> Document:
     path = EXPERIMENTS / f"{name}.yaml"
     document = yaml.safe_load(path.read_text())
@@ -265,7 +280,8 @@ def run_seed(name: str, full: bool, workdir: Path) -> Document:
         "machine": result["machine"],
         "source": SOURCES[name],
         "ours": SEEDS[name](result),
-        "cells": [{key: cell[key] for key in CELL_KEYS} for cell in result["cells"]],
+        "cells": [{**{key: cell[key] for key in CELL_KEYS}, "phases": _phases(cell)}
+                  for cell in result["cells"]],
         "comparisons": [{key: item[key] for key in COMPARISON_KEYS}
                         for item in result["comparisons"]],
         "failed": result["failed"],
@@ -314,6 +330,14 @@ def _interval(verdict: Document | None) -> str:
     return f"{verdict['verdict']}, {verdict['diff_us']:+,.0f} µs{span}"
 
 
+def _phase_cell(value: Document) -> str:
+    if value["p50_us"] is None:
+        return "-"
+    low, high = value["ci_us"] or (None, None)
+    span = "" if low is None else f" ({low:,.0f}-{high:,.0f})"
+    return f"{value['p50_us']:,.0f}{span}"
+
+
 def render(results: Document) -> str:
     lines = [f"# The seeds reproduced ({'full' if results['full'] else 'reduced'} run)", "",
              f"Machine: {json.dumps(results['machine'])}", ""]  # fmt: skip
@@ -347,6 +371,13 @@ def render(results: Document) -> str:
                 lines.append(
                     f"| {item['label']} | {item['baseline_label']} | {_interval(item)} | {moved} |"
                 )
+        if all("phases" in cell for cell in outcome["cells"]):
+            lines += ["", "Per phase, p50 µs (interval):", "",
+                      "| cell | " + " | ".join(PHASES) + " |",
+                      "|---|" + "---|" * len(PHASES)]  # fmt: skip
+            for cell in outcome["cells"]:
+                shown = " | ".join(_phase_cell(cell["phases"][phase]) for phase in PHASES)
+                lines.append(f"| {cell['label']} | {shown} |")
         lines += ["", "Ours, in the seed's terms:", "", "```",
                   json.dumps(outcome["ours"], indent=2), "```", ""]  # fmt: skip
     return "\n".join(lines) + "\n"
