@@ -223,7 +223,7 @@ def crash(scale: Scale, directory: str) -> dict[str, Any]:
     )  # fmt: skip
     collector = _Process(
         [GRPC_OVERHEAD, "collector", "run", "--otlp-port", str(otlp_port),
-         "--intake", f"127.0.0.1:{intake_port}", "--health-port", str(health_port)],
+         "--otlp-http-port", str(free_port()), "--intake", f"127.0.0.1:{intake_port}", "--health-port", str(health_port)],
         r"collector ready \(config .*, pid (\d+)\)",
         {ENV_STORAGE: str(Path(directory).with_name("collector-queue"))},
     )  # fmt: skip

@@ -4,7 +4,8 @@
     grpc-overhead collector config embedded|clickhouse
     grpc-overhead collector validate [--config embedded|clickhouse|PATH]
     grpc-overhead collector run [--config embedded|clickhouse|PATH]
-                                [--otlp-port N] [--intake HOST:PORT] [--health-port N]
+                                [--otlp-port N] [--otlp-http-port N] [--intake HOST:PORT]
+                                [--health-port N]
 
 User errors (no Go, unknown config, port in use, rejected config) print one
 clear message and return a non-zero code; they never show a traceback. A
@@ -21,6 +22,7 @@ collector's own config reload is ``kill -HUP <collector pid>`` (printed).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from types import FrameType
@@ -30,7 +32,9 @@ from grpc_overhead.collector.runner import (
     CONFIG_NAMES,
     DEFAULT_HEALTH_PORT,
     DEFAULT_INTAKE,
+    DEFAULT_OTLP_HTTP_PORT,
     DEFAULT_OTLP_PORT,
+    ENV_OTLP_HTTP_PORT,
     CollectorError,
     CollectorProcess,
     build_collector,
@@ -85,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"OTLP/gRPC receiver port (default {DEFAULT_OTLP_PORT})",
     )
     run.add_argument(
+        "--otlp-http-port",
+        type=_port,
+        help=f"OTLP/HTTP receiver port, /v1/traces (default {DEFAULT_OTLP_HTTP_PORT})",
+    )
+    run.add_argument(
         "--intake",
         type=_host_port,
         metavar="HOST:PORT",
@@ -116,14 +125,21 @@ def _run(args: argparse.Namespace) -> int:
     collector = CollectorProcess(
         config,
         otlp_port=args.otlp_port,
+        otlp_http_port=_http_port(args.otlp_http_port),
         intake=args.intake,
         health_port=args.health_port,
         startup_timeout=args.startup_timeout,
         echo=True,
         die_with_parent=True,
     )
-    if args.config in CONFIG_NAMES and not port_is_free(collector.otlp_port):
-        raise CollectorError(_otlp_port_taken(collector.otlp_port))
+    if args.config in CONFIG_NAMES:
+        ports = (
+            (collector.otlp_port, "--otlp-port"),
+            (collector.otlp_http_port, "--otlp-http-port"),
+        )
+        for port, flag in ports:
+            if not port_is_free(port):
+                raise CollectorError(_otlp_port_taken(port, flag))
     build_collector()
     stopped_by: list[int] = []
 
@@ -139,7 +155,8 @@ def _run(args: argparse.Namespace) -> int:
             target = f" -> intake {collector.intake}" if config.name == "embedded.yaml" else ""
             _say(
                 f"collector ready (config {config}, pid {collector.pid}): OTLP/gRPC on port "
-                f"{collector.otlp_port}{target}, health {collector.health_url}, "
+                f"{collector.otlp_port}, OTLP/HTTP on {collector.otlp_http_url}{target}, "
+                f"health {collector.health_url}, "
                 f"queue on disk in {collector.storage_dir}. Ctrl-C to stop."
             )
             code = collector.wait()
@@ -157,8 +174,19 @@ def _run(args: argparse.Namespace) -> int:
     return code or 1
 
 
-def _otlp_port_taken(port: int) -> str:
-    """Who holds the OTLP port and what to do: a serve there takes the spans itself."""
+def _http_port(asked: int | None) -> int | None:
+    """The OTLP/HTTP port: asked, else the environment's, else the standard one.
+
+    A person running a collector wants 4318 even with another gRPC port (the runner
+    would pick a free one then, as tests want).
+    """
+    if asked is not None:
+        return asked
+    return None if os.environ.get(ENV_OTLP_HTTP_PORT) else DEFAULT_OTLP_HTTP_PORT
+
+
+def _otlp_port_taken(port: int, flag: str = "--otlp-port") -> str:
+    """Who holds an OTLP port and what to do: a serve there takes the spans itself."""
     who = holder(port)
     text = f"OTLP port {port} is already in use by {who or 'another process'}: "
     if who and " serve" in who:
@@ -166,9 +194,9 @@ def _otlp_port_taken(port: int) -> str:
             "a plain `grpc-overhead serve` takes OTLP on the standard port itself when no "
             "collector holds it, so services already reach it without a collector. To put "
             "this collector in front, start it first (serve then leaves the port to it) or "
-            "restart serve with --standard-otlp-port off; or pass --otlp-port N"
+            f"restart serve with --standard-otlp-port off --otlp-http-port off; or pass {flag} N"
         )
-    return text + "stop it or choose another port with --otlp-port N"
+    return text + f"stop it or choose another port with {flag} N"
 
 
 #: Signals ``run`` turns into a graceful stop of the collector.

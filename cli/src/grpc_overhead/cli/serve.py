@@ -1,7 +1,8 @@
 """``grpc-overhead serve``: the intake, the store and the web app in one process.
 
     grpc-overhead serve [--store DIR | --clickhouse URL] [--otlp-port 4327] [--host 127.0.0.1]
-                        [--standard-otlp-port 4317 | off] [--app-port 8501 | --no-app]
+                        [--standard-otlp-port 4317 | off] [--otlp-http-port 4318 | off]
+                        [--app-port 8501 | --no-app]
                         [--jaeger-url URL]
                         [--http-port 8123 | --no-http] [--http-host 127.0.0.1]
                         [--http-user U] [--http-password P]
@@ -19,6 +20,11 @@ is taken (a collector, presumably forwarding here) serve names the holder and
 goes on. Whoever chooses the intake port (the demo, tests, a collector
 wiring) wires things explicitly, so ``--otlp-port N`` leaves 4317 alone
 unless ``--standard-otlp-port`` asks for it, and then a taken port is an error.
+
+OTLP/HTTP (``POST /v1/traces``, protobuf or JSON, gzip) follows the same rules on
+OpenTelemetry's standard HTTP port 4318, where the Java agent, the Node SDK and .NET
+send by default: a plain serve takes it when free and names the holder otherwise;
+``--otlp-http-port N`` asks for a port (a taken one is an error), ``off`` for none.
 
 The Streamlit app runs in this same process because a chDB directory belongs
 to one process: it reads the store this process holds. Runs until SIGINT or
@@ -54,13 +60,28 @@ from grpc_overhead.analyzer.http_interface import (
     Credentials,
     HttpInterface,
 )
-from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, Intake, IntakeConfig
+from grpc_overhead.analyzer.intake import (
+    DEFAULT_OTLP_PORT,
+    STANDARD_OTLP_HTTP_PORT,
+    Intake,
+    IntakeConfig,
+)
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.owner import SERVE_INFO_FILE as SERVE_INFO_FILE
 from grpc_overhead.analyzer.store.owner import ServeInfo, remove_serve_info, write_serve_info
 from grpc_overhead.analyzer.store.owner import read_serve_info as read_serve_info
-from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, holder, port_is_free, port_number
+from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, port_is_free, port_number
+from grpc_overhead.cli.serve_ports import (
+    NOT_GIVEN,
+    OtlpPorts,
+    held_by,
+    optional_port,
+    optional_port_or_free,
+    say_http_port,
+    say_standard_port,
+    standard_port_taken,
+)
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
@@ -100,12 +121,22 @@ def parser() -> argparse.ArgumentParser:
     )
     result.add_argument(
         "--standard-otlp-port",
-        type=_optional_port,
+        type=optional_port,
         metavar="N|off",
         help=f"also take OTLP on this port, where OpenTelemetry SDKs send when no endpoint is "
         f"configured. Default: {STANDARD_OTLP_PORT} when --otlp-port is not given and no other "
         "process (a collector) holds it, off otherwise; given explicitly, a taken port is an "
         "error",
+    )
+    result.add_argument(
+        "--otlp-http-port",
+        type=optional_port_or_free,
+        default=NOT_GIVEN,
+        metavar="N|off",
+        help=f"also take OTLP/HTTP (POST /v1/traces, protobuf or JSON, gzip) on this port, "
+        f"where the Java agent, Node and .NET send by default. Default: {STANDARD_OTLP_HTTP_PORT} "
+        "when --otlp-port is not given and no other process holds it, off otherwise; given "
+        "explicitly, a taken port is an error (0 picks a free one)",
     )
     result.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
@@ -128,40 +159,6 @@ def parser() -> argparse.ArgumentParser:
     )
     add_http_arguments(result)
     return result
-
-
-def _optional_port(text: str) -> int:
-    """A port number, or 0 for ``off``."""
-    if text.strip().lower() in {"off", "none", "no"}:
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number or 'off': {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range 1-65535: {value}")
-    return value
-
-
-@dataclass(frozen=True)
-class OtlpPorts:
-    """Where serve takes OTLP: the intake port, and the standard port if wanted."""
-
-    intake: int
-    standard: int | None
-    standard_required: bool
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> OtlpPorts:
-        intake = DEFAULT_OTLP_PORT if args.otlp_port is None else args.otlp_port
-        asked = args.standard_otlp_port  # None: not given; 0: off
-        if asked is None:  # the default: only a plain serve takes the standard port
-            standard = STANDARD_OTLP_PORT if args.otlp_port is None else None
-        else:
-            standard = asked or None
-        if standard == intake:
-            standard = None
-        return cls(intake, standard, bool(asked) and standard is not None)
 
 
 def add_http_arguments(result: argparse.ArgumentParser) -> None:
@@ -244,7 +241,12 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         # Checked first: grpcio would log an error line for a port it cannot bind.
         standard = ports.standard
         extra = (standard,) if standard and port_is_free(standard, args.host) else ()
-        config = IntakeConfig(host=args.host, port=ports.intake, extra_ports=extra)
+        http_port = ports.http
+        if http_port and not ports.http_required and not port_is_free(http_port, args.host):
+            http_port = None  # the standard port is someone else's: said below
+        config = IntakeConfig(
+            host=args.host, port=ports.intake, extra_ports=extra, http_port=http_port
+        )
         intake = Intake(store, config)
         calls_options = CallsOptions.from_schema(intake.schema)  # the store's database
         try:
@@ -252,13 +254,12 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             # Calls are assembled as spans arrive (the view), not when a report asks.
             create_call_tables(store, calls_options)
         except (AnalyzerError, OSError) as error:
-            who = holder(ports.intake) if isinstance(error, OSError) and ports.intake else None
-            held = f" (held by {who}: stop it or pass --otlp-port N)" if who else ""
+            held = held_by(error, ports)
             print(f"grpc-overhead serve: {error}{held}", file=sys.stderr)
             intake.stop()
             return EXIT_USAGE
         if ports.standard is not None and not intake.extra_ports and ports.standard_required:
-            print(f"grpc-overhead serve: {_standard_port_taken(args.host, ports)}", file=sys.stderr)
+            print(f"grpc-overhead serve: {standard_port_taken(args.host, ports)}", file=sys.stderr)
             intake.stop()
             return EXIT_USAGE
         directory = None if args.clickhouse else os.path.abspath(args.store or DEFAULT_STORE_DIR)
@@ -269,10 +270,13 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             intake.stop()
             return EXIT_USAGE
         http_url = http.url if http else ""
-        info = ServeInfo(os.getpid(), intake.address, "", store.description, http_url)
+        info = ServeInfo(
+            os.getpid(), intake.address, "", store.description, http_url, intake.http_url
+        )
         _write_serve_info(directory, info)  # before saying so: readers may start at once
         print(f"intake listening on {intake.address}", flush=True)
-        _say_standard_port(args.host, ports, intake)
+        say_standard_port(args.host, ports, intake)
+        say_http_port(args.host, ports, intake)
         print(f"store: {store.description}", flush=True)
         if http is not None:
             print(f"clickhouse http: {http_url}", flush=True)
@@ -323,30 +327,6 @@ def _served_already(error: AnalyzerError) -> str:
         f"serve` (intake {info.intake}{http}); a store has one serve. Send spans to that "
         "intake and read with report, sql or app (they go through it); or stop it first, "
         "or pass another --store DIR"
-    )
-
-
-def _say_standard_port(host: str, ports: OtlpPorts, intake: Intake) -> None:
-    """Say where services with no endpoint configured end up: here, or at another holder."""
-    if ports.standard is None:
-        return
-    if intake.extra_ports:
-        print(
-            f"OTLP also on {host}:{ports.standard} (the standard port: services with no "
-            "endpoint configured send here)",
-            flush=True,
-        )
-    else:
-        print(f"note: {_standard_port_taken(host, ports)}", flush=True)
-
-
-def _standard_port_taken(host: str, ports: OtlpPorts) -> str:
-    who = holder(ports.standard or 0) or "another process"
-    return (
-        f"the standard OTLP port {host}:{ports.standard} is held by {who}: services with no "
-        f"endpoint configured send there, so it must forward to this intake (port "
-        f"{ports.intake}), as `grpc-overhead collector run --config embedded` does; or stop it, "
-        "or pass --standard-otlp-port N|off"
     )
 
 

@@ -32,6 +32,7 @@ from grpc_overhead.instrumentation import environment
 ENV_BIN = environment.COLLECTOR_BIN
 #: Environment variables read by embedded.yaml and clickhouse.yaml.
 ENV_OTLP_PORT = environment.COLLECTOR_OTLP_PORT
+ENV_OTLP_HTTP_PORT = environment.COLLECTOR_OTLP_HTTP_PORT
 ENV_INTAKE = environment.INTAKE_ENDPOINT
 ENV_HEALTH_PORT = environment.COLLECTOR_HEALTH_PORT
 ENV_STORAGE = environment.COLLECTOR_STORAGE_DIR
@@ -39,6 +40,7 @@ ENV_STORAGE = environment.COLLECTOR_STORAGE_DIR
 DIST_NAME = "otelcol-grpc-overhead"
 CONFIG_NAMES: tuple[str, ...] = ("embedded", "clickhouse", "embedded-jaeger")
 DEFAULT_OTLP_PORT = 4317
+DEFAULT_OTLP_HTTP_PORT = 4318
 DEFAULT_HEALTH_PORT = 13133
 DEFAULT_INTAKE = "127.0.0.1:4327"
 
@@ -228,6 +230,12 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class CollectorProcess:
     """The collector as a child process, for ``with`` blocks and foreground runs.
 
@@ -246,6 +254,7 @@ class CollectorProcess:
         config: str | os.PathLike[str] = "embedded",
         *,
         otlp_port: int | None = None,
+        otlp_http_port: int | None = None,
         intake: str | None = None,
         health_port: int | None = None,
         env: Mapping[str, str] | None = None,
@@ -264,6 +273,12 @@ class CollectorProcess:
         overrides = dict(env or {})
         if otlp_port is not None:
             overrides[ENV_OTLP_PORT] = str(otlp_port)
+        if otlp_http_port is not None:
+            overrides[ENV_OTLP_HTTP_PORT] = str(otlp_http_port)
+        elif otlp_port is not None and ENV_OTLP_HTTP_PORT not in {**os.environ, **overrides}:
+            # Whoever picks the gRPC port (tests, several collectors side by side) would
+            # otherwise have them all reach for 4318: the HTTP receiver takes a free port.
+            overrides[ENV_OTLP_HTTP_PORT] = str(_free_port())
         if intake is not None:
             overrides[ENV_INTAKE] = intake
         if health_port is not None:
@@ -271,6 +286,7 @@ class CollectorProcess:
         self.env_overrides = overrides
         merged = {**os.environ, **overrides}
         self.otlp_port = int(merged.get(ENV_OTLP_PORT) or DEFAULT_OTLP_PORT)
+        self.otlp_http_port = int(merged.get(ENV_OTLP_HTTP_PORT) or DEFAULT_OTLP_HTTP_PORT)
         self.health_port = int(merged.get(ENV_HEALTH_PORT) or DEFAULT_HEALTH_PORT)
         self.intake = merged.get(ENV_INTAKE) or DEFAULT_INTAKE
         storage = merged.get(ENV_STORAGE) or default_storage_dir(self.config, self.otlp_port)
@@ -284,6 +300,11 @@ class CollectorProcess:
     def otlp_endpoint(self) -> str:
         """host:port for OTLP/gRPC senders."""
         return f"127.0.0.1:{self.otlp_port}"
+
+    @property
+    def otlp_http_url(self) -> str:
+        """OTLP/HTTP senders' ``OTEL_EXPORTER_OTLP_ENDPOINT`` (traces go to /v1/traces)."""
+        return f"http://127.0.0.1:{self.otlp_http_port}"
 
     @property
     def health_url(self) -> str:

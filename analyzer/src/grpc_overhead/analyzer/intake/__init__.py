@@ -1,6 +1,6 @@
-"""The intake: OTLP/gRPC spans in, ``otel_traces`` rows out, the collector's way.
+"""The intake: OTLP spans in, ``otel_traces`` rows out, the collector's way.
 
-    receiver (gRPC TraceService/Export, raw bytes)
+    receivers (gRPC TraceService/Export, raw bytes; HTTP POST /v1/traces, protobuf or JSON)
         -> processor (bounded batch queue, a worker per exporter, group commit)
             -> exporters, one per store session (chDB parses protobuf | Python maps)
 
@@ -27,6 +27,7 @@ from typing import Self
 import grpc
 
 from grpc_overhead.analyzer.intake.exporter import Exporter, exporter_for, share_commit_lock
+from grpc_overhead.analyzer.intake.http_receiver import OtlpHttpReceiver
 from grpc_overhead.analyzer.intake.processor import BatchProcessor
 from grpc_overhead.analyzer.intake.receiver import (
     DEFAULT_WAIT_TIMEOUT_S,
@@ -38,8 +39,10 @@ from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store.base import Store
 
 DEFAULT_OTLP_PORT = 4327
+#: OpenTelemetry's standard OTLP/HTTP port, where the Java agent, Node and .NET send.
+STANDARD_OTLP_HTTP_PORT = 4318
 
-__all__ = ["DEFAULT_OTLP_PORT", "Intake", "IntakeConfig", "IntakeStats"]
+__all__ = ["DEFAULT_OTLP_PORT", "STANDARD_OTLP_HTTP_PORT", "Intake", "IntakeConfig", "IntakeStats"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class IntakeConfig:
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT_S
     schema: SchemaOptions | None = None  # None: SchemaOptions.for_store(store)
     extra_ports: tuple[int, ...] = ()
+    #: OTLP/HTTP port (``POST /v1/traces``; 0: a free one); None: no HTTP receiver.
+    http_port: int | None = None
 
 
 class Intake:
@@ -109,6 +114,7 @@ class Intake:
         self.port = 0
         #: The ``config.extra_ports`` the receiver listens on (the others were taken).
         self.extra_ports: list[int] = []
+        self._http: OtlpHttpReceiver | None = None
 
     def start(self) -> int:
         """Create the schema, start the workers and the gRPC server; returns the port."""
@@ -147,7 +153,35 @@ class Intake:
             raise OSError(
                 f"intake cannot listen on {self.config.host}:{self.config.port}: {error}"
             ) from error
+        if self.config.http_port is not None:
+            try:
+                self._http = OtlpHttpReceiver(
+                    self.receiver,
+                    self.config.host,
+                    self.config.http_port,
+                    max_message_bytes=self.config.max_message_bytes,
+                ).start()
+            except OSError as error:
+                self.stop()
+                raise OSError(
+                    f"intake cannot listen for OTLP/HTTP on {self.config.host}:"
+                    f"{self.config.http_port}: {error.strerror or error}"
+                ) from error
         return self.port
+
+    @property
+    def http_port(self) -> int | None:
+        """The OTLP/HTTP port, None when there is no HTTP receiver."""
+        return self._http.port if self._http is not None else None
+
+    @property
+    def http_url(self) -> str:
+        """Where OTLP/HTTP senders post traces ('' without an HTTP receiver)."""
+        if self._http is None:
+            return ""
+        host = self.config.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self._http.port}/v1/traces"
 
     @property
     def address(self) -> str:
@@ -160,6 +194,9 @@ class Intake:
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop taking requests, let waiting ones finish, flush, release."""
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
         if self._server is not None:
             stopped = self._server.stop(grace)
             if self.processor is not None:

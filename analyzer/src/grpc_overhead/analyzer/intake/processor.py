@@ -46,6 +46,10 @@ class Refused(Exception):
     """Not taken (buffer full, store failing, shutting down): the client should retry."""
 
 
+class BufferFull(Refused):
+    """Refused because the memory bound is reached: too much, too fast (HTTP 429)."""
+
+
 class State(enum.Enum):
     QUEUED = "queued"
     TAKEN = "taken"  # in a worker's batch, not yet being stored
@@ -146,7 +150,7 @@ class BatchProcessor:
             if self._stopping:
                 raise Refused("intake is shutting down")
             if self._pending_bytes + len(data) > self.max_pending_bytes:
-                raise Refused(
+                raise BufferFull(
                     f"intake buffer full ({self._pending_bytes >> 20} MiB waiting): "
                     "the store is not keeping up"
                 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -104,34 +104,56 @@ class TraceReceiver:
                 setattr(self._stats, name, getattr(self._stats, name) + value)
 
     def export(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        """``TraceService/Export``: the OTLP/gRPC answer to ``take``'s outcome."""
+        try:
+            outcome = self.take(request, context.time_remaining(), context.is_active)
+        except Refused as refusal:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"grpc-overhead intake: {brief(refusal)}")
+        except Malformed as malformed:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(malformed))
+        return response_bytes(outcome)
+
+    def take(
+        self,
+        request: bytes,
+        time_remaining: float | None,
+        is_active: Callable[[], bool],
+    ) -> RequestOutcome:
+        """Store one encoded ``ExportTraceServiceRequest``; the outcome once it is stored.
+
+        The transport-neutral part of both receivers (gRPC and HTTP). Raises
+        ``Refused`` (not stored: retry later) or ``Malformed`` (not decodable: do not
+        retry). ``time_remaining``: the caller's deadline, None if it has none;
+        ``is_active``: whether the caller is still there to hear the answer.
+        """
         self._count(requests_received=1)
         if not request:
-            return EMPTY_RESPONSE
+            return RequestOutcome()
         try:
             pending = self.processor.submit(request)
-            outcome = self._wait(pending, context)
+            outcome = self._wait(pending, time_remaining, is_active)
         except Refused as refusal:
             self._count(requests_refused=1)
             with self._lock:
                 self._stats.last_error = brief(refusal)
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"grpc-overhead intake: {brief(refusal)}")
+            raise
         if outcome.malformed:
             self._count(requests_rejected=1)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, brief(outcome.error))
+            raise Malformed(brief(outcome.error))
         self._count(
             spans_received=outcome.spans,
             spans_accepted=outcome.accepted,
             spans_rejected=outcome.rejected,
         )
-        if not outcome.rejected:
-            return EMPTY_RESPONSE
-        return ExportTraceServiceResponse(
-            partial_success=ExportTracePartialSuccess(
-                rejected_spans=outcome.rejected, error_message=brief(outcome.error)
-            )
-        ).SerializeToString()
+        return outcome
 
-    def _wait(self, pending: Pending, context: grpc.ServicerContext) -> RequestOutcome:
+    def refuse_malformed(self) -> None:
+        """Count a request the HTTP receiver could not even decode (bad JSON, bad gzip)."""
+        self._count(requests_received=1, requests_rejected=1)
+
+    def _wait(
+        self, pending: Pending, time_remaining: float | None, is_active: Callable[[], bool]
+    ) -> RequestOutcome:
         """Wait for ``pending``'s outcome, answering before the caller's own deadline.
 
         The wait ends ``DEADLINE_MARGIN`` before the caller's deadline (and after
@@ -140,9 +162,8 @@ class TraceReceiver:
         for and remembered, so the caller's retry cannot store it twice.
         """
         timeout = self.wait_timeout
-        remaining = context.time_remaining()
-        if remaining is not None:
-            timeout = max(0.0, min(timeout, remaining - deadline_margin(remaining)))
+        if time_remaining is not None:
+            timeout = max(0.0, min(timeout, time_remaining - deadline_margin(time_remaining)))
         try:
             outcome = pending.wait(timeout)
         except TimeoutError:
@@ -157,9 +178,30 @@ class TraceReceiver:
             except TimeoutError:
                 raise Refused("the store is not answering") from None
         else:
-            if not context.is_active():
+            if not is_active():
                 self.processor.remember(pending)
         return outcome
+
+
+class Malformed(ValueError):
+    """A request that cannot be decoded at all: the sender must not retry it."""
+
+
+def response_bytes(outcome: RequestOutcome) -> bytes:
+    """The encoded ``ExportTraceServiceResponse``: empty, or with ``partial_success``."""
+    if not outcome.rejected:
+        return EMPTY_RESPONSE
+    return response_message(outcome).SerializeToString()
+
+
+def response_message(outcome: RequestOutcome) -> ExportTraceServiceResponse:
+    if not outcome.rejected:
+        return ExportTraceServiceResponse()
+    return ExportTraceServiceResponse(
+        partial_success=ExportTracePartialSuccess(
+            rejected_spans=outcome.rejected, error_message=brief(outcome.error)
+        )
+    )
 
 
 #: Longest wait for a request whose batch is already being written.

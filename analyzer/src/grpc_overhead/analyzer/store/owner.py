@@ -31,6 +31,8 @@ class ServeInfo:
     store: str
     #: Its ClickHouse HTTP interface ('' when off: ``serve --no-http``).
     http_url: str = ""
+    #: Where it takes OTLP/HTTP traces ('' when it does not).
+    otlp_http_url: str = ""
 
 
 def write_serve_info(directory: str, info: ServeInfo) -> None:
@@ -60,6 +62,7 @@ def read_serve_info(directory: str) -> ServeInfo | None:
             str(data["app_url"]),
             str(data["store"]),
             str(data.get("http_url", "")),
+            str(data.get("otlp_http_url", "")),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

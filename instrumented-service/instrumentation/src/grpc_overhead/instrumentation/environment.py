@@ -46,6 +46,7 @@ CLICKHOUSE_URL = "GRPC_OVERHEAD_CLICKHOUSE_URL"
 COLLECTOR_BIN = "GRPC_OVERHEAD_COLLECTOR_BIN"
 JAEGER_ENDPOINT = "GRPC_OVERHEAD_JAEGER_ENDPOINT"
 COLLECTOR_OTLP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_PORT"
+COLLECTOR_OTLP_HTTP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_HTTP_PORT"
 COLLECTOR_HEALTH_PORT = "GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT"
 INTAKE_ENDPOINT = "GRPC_OVERHEAD_INTAKE_ENDPOINT"
 COLLECTOR_STORAGE_DIR = "GRPC_OVERHEAD_COLLECTOR_STORAGE_DIR"
@@ -149,6 +150,11 @@ DOCUMENTED: tuple[Variable, ...] = (
         "address the collector's OTLP receiver binds",
     ),
     Variable(COLLECTOR_OTLP_PORT, "4317", "the collector's OTLP/gRPC port"),
+    Variable(
+        COLLECTOR_OTLP_HTTP_PORT,
+        "4318 (a free port when the OTLP/gRPC port is chosen)",
+        "the collector's OTLP/HTTP port (/v1/traces, protobuf and JSON)",
+    ),
     Variable(COLLECTOR_HEALTH_PORT, "13133", "health_check extension port"),
     Variable("GRPC_OVERHEAD_COLLECTOR_LOG_LEVEL", "info", "the collector's own log level"),
     Variable(
