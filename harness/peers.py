@@ -1,9 +1,11 @@
 """The real gRPC peers as test and benchmark processes: the grpc-go peer
 (``tools/bin/grpc-go-peer``, ``make grpc-go-peer``), traced by gRPC's own OpenTelemetry
 plugin (gRFC A72) or by otelgrpc, and the grpc-java peer (``tools/grpc-java-peer``,
-``make grpc-java-peer``), traced by grpc-opentelemetry (A72). Each runs as a server that
-answers the prediction service's method or as a client that calls any gRPC server, and
-exports OTLP to wherever the caller points it.
+``make grpc-java-peer``), traced by grpc-opentelemetry (A72) or, with ``agent=VERSION``,
+by the OpenTelemetry Java agent alone (``tools/otel-javaagent``, ``make otel-javaagent``)
+with its default settings. Each runs as a server that answers the prediction service's
+method or as a client that calls any gRPC server, and exports OTLP to wherever the caller
+points it.
 
 Messages are opaque to the peer: the client sends the bytes of a serialized
 ``PredictRequest`` and the server answers with those of a ``PredictResponse``, both made
@@ -14,6 +16,8 @@ and a Python server what a Go client sends.
 from __future__ import annotations
 
 import json
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -32,6 +36,11 @@ PREDICT = "/grpc_overhead.prediction.v1.Predictor/Predict"
 A72_SCOPE = "grpc-go"
 OTELGRPC_SCOPE = "go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 JAVA_SCOPE = "grpc-java"
+#: The OpenTelemetry Java agent's jars (``scripts/fetch-otel-javaagent.sh`` pins the
+#: versions) and the instrumentation scope of its gRPC spans.
+JAVAAGENT_DIR = ROOT / "tools" / "otel-javaagent"
+JAVAAGENT_SCRIPT = ROOT / "scripts" / "fetch-otel-javaagent.sh"
+JAVAAGENT_SCOPE = "io.opentelemetry.grpc-1.6"
 
 
 class PeerMissing(RuntimeError):
@@ -44,13 +53,45 @@ def binary() -> Path:
     return BINARY
 
 
-def java_command() -> list[str]:
+def javaagent_versions() -> tuple[str, ...]:
+    """The Java agent versions the fetch script pins (its ``VERSIONS=(...)`` line)."""
+    found = re.search(r"^VERSIONS=\(([^)]*)\)", JAVAAGENT_SCRIPT.read_text(), re.MULTILINE)
+    assert found, f"no VERSIONS=(...) in {JAVAAGENT_SCRIPT}"
+    return tuple(found.group(1).split())
+
+
+def javaagent(version: str) -> Path:
+    jar = JAVAAGENT_DIR / f"opentelemetry-javaagent-{version}.jar"
+    if not jar.is_file():
+        raise PeerMissing(f"{jar} is missing: run `make otel-javaagent` first")
+    return jar
+
+
+def agent_env(service_name: str, endpoint: str | None = None) -> dict[str, str]:
+    """A JVM's environment under the Java agent with its default settings: no OTEL_* (nor
+    GRPC_*) variable but OTEL_SERVICE_NAME and, where given, OTEL_EXPORTER_OTLP_ENDPOINT
+    (a test on a free port; the protocol stays the default, http/protobuf). The agent's
+    metrics and logs exporters stay on too, as in a service started with no settings."""
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("OTEL_", "GRPC_", "JAVA_TOOL_OPTIONS"))}  # fmt: skip
+    env["OTEL_SERVICE_NAME"] = service_name
+    if endpoint is not None:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    return env
+
+
+def java_command(agent: str | None = None) -> list[str]:
+    """The peer's JVM; with ``agent`` (a version) the OpenTelemetry Java agent attached."""
     jar = JAVA_PEER / "grpc-java-peer.jar"
     if not jar.is_file():
         raise PeerMissing(f"{jar} is missing: run `make grpc-java-peer` first")
     classpath = f"{jar}:{JAVA_PEER / 'lib'}/*"
+    # With the agent, C1 only: the agent's start-up (instrumenting every class it loads)
+    # then takes half the CPU (5 s instead of 10 s here); runs with it time no phase.
+    attach = [f"-javaagent:{javaagent(agent)}", "-XX:TieredStopAtLevel=1"] if agent else []
     return [
         "java",
+        *attach,
         "-XX:+UseSerialGC",
         "-Xshare:auto",
         "-cp",
@@ -121,28 +162,45 @@ class GoServer(ServiceProcess):
         return [str(binary()), *self.peer_args]
 
 
-class JavaServer(ServiceProcess):
-    """The grpc-java peer as a server (A72 tracing); ``target`` once started."""
+def _java_args(agent: str | None, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Tracing flag and environment: A72 (the peer's own SDK), or with ``agent`` the peer
+    untraced by itself (``--tracing none``, no experimental switch) and ``env`` as given
+    (``agent_env``): the agent alone instruments it."""
+    if agent:
+        return ["--tracing", "none"], dict(env)
+    return [], java_env(env)
 
-    def __init__(self, response_file: Path, *, env: Mapping[str, str], extra: Sequence[str] = ()):
-        super().__init__(env=java_env(env), startup_timeout_s=60)
+
+class JavaServer(ServiceProcess):
+    """The grpc-java peer as a server (A72 tracing, or the Java agent ``agent`` alone);
+    ``target`` once started."""
+
+    def __init__(
+        self, response_file: Path, *, env: Mapping[str, str], extra: Sequence[str] = (),
+        agent: str | None = None,
+    ) -> None:  # fmt: skip
+        tracing, java = _java_args(agent, env)
+        super().__init__(env=java, startup_timeout_s=90 if agent else 60)
+        self.agent = agent
         self.peer_args = ["--mode", "server", "--method", PREDICT,
-                          "--response-file", str(response_file), *extra]  # fmt: skip
+                          "--response-file", str(response_file), *tracing, *extra]  # fmt: skip
 
     @property
     def command(self) -> list[str]:
-        return [*java_command(), *self.peer_args]
+        return [*java_command(self.agent), *self.peer_args]
 
 
 def run_java_client(
     target: str, request_file: Path, *, calls: int, env: Mapping[str, str],
-    extra: Sequence[str] = (), timeout_s: float = 90,
+    extra: Sequence[str] = (), timeout_s: float = 90, agent: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The grpc-java peer as a client, to completion; its JSON summary (calls, errors)."""
+    """The grpc-java peer as a client (A72, or the Java agent ``agent`` alone), to
+    completion; its JSON summary (calls, errors)."""
+    tracing, java = _java_args(agent, env)
     done = subprocess.run(
-        [*java_command(), "--mode", "client", "--target", target, "--method", PREDICT,
-         "--request-file", str(request_file), "--calls", str(calls), *extra],
-        capture_output=True, text=True, timeout=timeout_s, env=java_env(env),
+        [*java_command(agent), "--mode", "client", "--target", target, "--method", PREDICT,
+         "--request-file", str(request_file), "--calls", str(calls), *tracing, *extra],
+        capture_output=True, text=True, timeout=timeout_s, env=java,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     if done.returncode != 0:

@@ -33,11 +33,25 @@ SKEWED_HOST = "skewed-host"
 
 
 class ServeProcess:
-    """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes)."""
+    """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes).
 
-    def __init__(self, store: Path, otlp_port: int) -> None:
+    With ``otlp_http_port`` (0: a free one) it also takes OTLP/HTTP there
+    (``otlp_http_url``, what an SDK's OTEL_EXPORTER_OTLP_ENDPOINT names); with
+    ``http_port`` its ClickHouse HTTP interface listens there (``http_url``), for
+    reading the store while serve owns it."""
+
+    def __init__(
+        self, store: Path, otlp_port: int, *, otlp_http_port: int | None = None,
+        http_port: int | None = None,
+    ) -> None:  # fmt: skip
         command = [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store),
                    "--otlp-port", str(otlp_port), "--no-app"]  # fmt: skip
+        if otlp_http_port is not None:
+            command += ["--otlp-http-port", str(otlp_http_port)]
+        if http_port is not None:
+            command += ["--http-port", str(http_port)]
+        self.otlp_http_url = ""
+        self.http_url = f"http://127.0.0.1:{http_port}" if http_port else ""
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=offline_env(),
@@ -47,7 +61,12 @@ class ServeProcess:
             line = self.process.stdout.readline()
             if not line:
                 raise RuntimeError(f"serve exited: {self.process.stderr.read()}")
-            if "intake listening on" in line:
+            if line.startswith("OTLP/HTTP listening on "):
+                url = line.split(" on ", 1)[1].strip()
+                self.otlp_http_url = url.removesuffix("/v1/traces")
+            if "intake listening on" in line and otlp_http_port is None:
+                return
+            if self.otlp_http_url:
                 return
         self.stop()
         raise RuntimeError("serve did not start within 60 s")

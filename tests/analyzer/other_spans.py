@@ -68,23 +68,32 @@ def a72_call(
     return spans
 
 
-def semconv_call(ids: int = 9) -> list[Span]:
-    """otelgrpc v0.66.0: one client and one server span, ``message`` events, new semconv."""
+def semconv_call(ids: int = 9, *, older_names: bool = False, sizes: bool = True) -> list[Span]:
+    """otelgrpc v0.66.0: one client and one server span, ``message`` events, new semconv.
+    ``older_names``: the attributes without their ``rpc.`` prefix (``message.type``,
+    ``message.id``, ...) and the older span attributes, as older otelgrpc and the
+    OpenTelemetry Java agent 2.x send them (the agent: no sizes, ``sizes=False``)."""
     trace, client_id, server_id = f"{ids:032x}", f"{ids:08x}00000001", f"{ids:08x}00000002"
     attributes = {
         "rpc.system.name": "grpc",
         "rpc.method": "grpc_overhead.prediction.v1.Predictor/Predict",
         "rpc.response.status_code": "OK",
     }
+    prefix = "" if older_names else "rpc."
+    if older_names:  # the Java agent 2.33.1's span attributes
+        attributes = {"rpc.system": "grpc", "rpc.service": "grpc_overhead.prediction.v1.Predictor",
+                      "rpc.method": "Predict", "rpc.grpc.status_code": "0"}  # fmt: skip
 
     def message(kind: str, at: int, size: int) -> tuple[str, int, dict[str, str]]:
-        return ("message", T0 + at * US, {
-            "rpc.message.type": kind, "rpc.message.id": "1",
-            "rpc.message.compressed_size": str(size),
-            "rpc.message.uncompressed_size": str(size),
-        })  # fmt: skip
+        attributes = {f"{prefix}message.type": kind, f"{prefix}message.id": "1"}
+        if sizes:
+            attributes[f"{prefix}message.compressed_size"] = str(size)
+            attributes[f"{prefix}message.uncompressed_size"] = str(size)
+        return ("message", T0 + at * US, attributes)
 
     scope = "go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+    if older_names and not sizes:
+        scope = "io.opentelemetry.grpc-1.6"
     client = Span(trace, client_id, "", "Client", T0, T0 + 1000 * US, "otel-client", RESOURCE,
                   attributes, [message("SENT", 30, 900), message("RECEIVED", 990, 100)],
                   "Unset", "grpc_overhead.prediction.v1.Predictor/Predict", scope)  # fmt: skip

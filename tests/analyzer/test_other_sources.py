@@ -92,14 +92,25 @@ def test_a72_call_without_its_call_span(store):
     assert call["request_network_us"] == 170 and call["client_attempts"] == 1
 
 
-def test_semconv_message_events(store):
-    seed.insert_spans(store, semconv_call())
+@pytest.mark.parametrize(
+    ("older_names", "sizes"),
+    [(False, True), (True, True), (True, False)],
+    ids=["rpc.message.*", "message.* (older)", "Java agent 2.x (message.*, no sizes)"],
+)
+def test_semconv_message_events(store, older_names, sizes):
+    # Every spelling the semantic conventions have used for a message event's attributes.
+    seed.insert_spans(store, semconv_call(older_names=older_names, sizes=sizes))
     call = _only_call(store)
     assert (call["client_source"], call["server_source"]) == (SEMCONV, SEMCONV)
     assert (call["service"], call["method"]) == ("grpc_overhead.prediction.v1.Predictor", "Predict")
     assert call["status_code"] == 0
     assert call["client_pre_send_us"] == 30 and call["response_receive_us"] == 190
+    assert call["request_network_us"] == 170 and call["server_handler_us"] == 500
     assert _defined(call) == _yields(SEMCONV, SEMCONV)
+    expected_bytes = (900, 100) if sizes else (0, 0)
+    assert (call["request_uncompressed_bytes"], call["response_uncompressed_bytes"]) == (
+        expected_bytes
+    )
 
 
 def test_spans_without_events(store):

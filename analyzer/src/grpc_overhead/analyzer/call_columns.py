@@ -97,8 +97,8 @@ COMPRESSED_UNNAMED = "compressed"
 _COMPRESSION = (
     "if(SpanAttributes['grpc.compression'] != '', SpanAttributes['grpc.compression'],"
     " if(foreign_events AND arrayExists((n, a) -> a['message-size-compressed'] != ''"
-    " OR (n = 'message' AND a['rpc.message.compressed_size'] != ''"
-    " AND a['rpc.message.compressed_size'] != a['rpc.message.uncompressed_size']),"
+    f" OR (n = 'message' AND {src.semconv('compressed_size')} != ''"
+    f" AND {src.semconv('compressed_size')} != {src.semconv('uncompressed_size')}),"
     f" Events.Name, Events.Attributes), '{COMPRESSED_UNNAMED}', ''))"
 )
 #: A call that failed without either side naming the code (an A72 span's status is only

@@ -152,6 +152,7 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
         and "grpc_overhead.transport" in query
         and "StatusMessage" in query  # A72 status codes (call_columns._A72_CODE)
         and "'compressed', '')) AS compression" in query  # call_columns._COMPRESSION
+        and "a['message.type']" in query  # semconv's older spellings (span_sources.semconv)
         and all(f"AS {column.name}" in query for column in COLUMNS)
     )
 

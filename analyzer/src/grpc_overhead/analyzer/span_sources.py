@@ -24,8 +24,14 @@ Four sources describe gRPC calls, each with its own vocabulary:
 * **semantic-convention message events** (otelgrpc up to v0.66.0, the OpenTelemetry
   Java agent): one span per side with events named ``message`` and
   ``rpc.message.type`` SENT/RECEIVED, ``rpc.message.id``,
-  ``rpc.message.(un)compressed_size``; otelgrpc fires them from the same stats
-  callbacks as grpc-go's A72 events. (otelgrpc from v0.67.0 emits no message events.)
+  ``rpc.message.(un)compressed_size``, or the older spellings of the same attributes
+  without the ``rpc.`` prefix (``message.type``, ``message.id``,
+  ``message.(un)compressed_size``), which the Java agent 2.x still sends (2.10.0 to
+  2.33.1: ``message.type`` and ``message.id``, no sizes); every spelling is read.
+  otelgrpc fires them from the same stats callbacks as grpc-go's A72 events; the Java
+  agent from its interceptors, at the same moments: SENT once ``sendMessage`` has
+  serialized the message, RECEIVED when the listener gets it deserialized. (otelgrpc
+  from v0.67.0 emits no message events.)
 * **spans only**: any gRPC span without such events (e.g.
   opentelemetry-instrumentation-grpc): durations only.
 
@@ -61,9 +67,19 @@ IS_GRPC_SPAN = (
 )
 
 _OUR_EVENTS = "['requestCreated', 'serverCallStarted', 'outboundMessageSent', 'inboundMessageRead']"
+
+
+def semconv(attribute: str) -> str:
+    """A ``message`` event's attribute (``type``, ``id``, ``compressed_size``,
+    ``uncompressed_size``) under every spelling the semantic conventions have used:
+    ``rpc.message.<attribute>``, else the older ``message.<attribute>`` ('' when neither)."""
+    current, older = f"a['rpc.message.{attribute}']", f"a['message.{attribute}']"
+    return f"if({current} != '', {current}, {older})"
+
+
 #: Per event: is it a message leaving / arriving? (semconv: ``message`` with a type).
-_OUTBOUND = f"(n IN {A72_OUTBOUND!r} OR (n = 'message' AND a['rpc.message.type'] = 'SENT'))"
-_INBOUND = f"(n IN {A72_INBOUND!r} OR (n = 'message' AND a['rpc.message.type'] = 'RECEIVED'))"
+_OUTBOUND = f"(n IN {A72_OUTBOUND!r} OR (n = 'message' AND {semconv('type')} = 'SENT'))"
+_INBOUND = f"(n IN {A72_INBOUND!r} OR (n = 'message' AND {semconv('type')} = 'RECEIVED'))"
 
 
 def first(event: str) -> str:
@@ -113,10 +129,10 @@ def _bytes_flagged(direction: str, compressed: bool) -> str:
             "if(a['message-size-compressed'] != '', a['message-size-compressed'],"
             " a['message-size'])"
         )
-        semconv = "a['rpc.message.compressed_size']"
+        theirs = semconv("compressed_size")
     else:
-        a72, semconv = "a['message-size']", "a['rpc.message.uncompressed_size']"
-    size = f"toUInt64OrZero(if(n = 'message', {semconv}, {a72}))"
+        a72, theirs = "a['message-size']", semconv("uncompressed_size")
+    size = f"toUInt64OrZero(if(n = 'message', {theirs}, {a72}))"
     return (
         f"toUInt64(arraySum(arrayMap((n, a) -> if({direction}, {size}, 0),"
         " Events.Name, Events.Attributes)))"
@@ -228,10 +244,10 @@ STREAM_SPAN = (
     f" OR {messages('outboundMessageSent', inbound=False)} > 1"
     f" OR {messages('inboundMessageRead', inbound=True)} > 1)"
 )
-#: Each event's message id: ours and semconv ``rpc.message.id`` (1-based), A72
-#: ``sequence-number`` (0-based): either orders a direction's messages.
+#: Each event's message id: ours and semconv ``rpc.message.id`` / ``message.id``
+#: (1-based), A72 ``sequence-number`` (0-based): either orders a direction's messages.
 MESSAGE_IDS = (
-    "arrayMap(a -> toUInt64OrZero(a['rpc.message.id']) + toUInt64OrZero(a['sequence-number']),"
+    f"arrayMap(a -> toUInt64OrZero({semconv('id')}) + toUInt64OrZero(a['sequence-number']),"
     " Events.Attributes)"
 )
 _NO_TIMES = "CAST([], 'Array(Int64)')"

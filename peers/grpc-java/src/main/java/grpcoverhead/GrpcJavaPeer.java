@@ -4,6 +4,9 @@
 // and the instrumented Python prediction service. Tracing is experimental in grpc-java:
 // GRPC_EXPERIMENTAL_ENABLE_OTEL_TRACING=true turns it on (the harness sets it).
 //
+// --tracing none leaves the peer untraced by itself (no SDK, no grpc-opentelemetry): what
+// the OpenTelemetry Java agent, attached with -javaagent, then instruments on its own.
+//
 // Messages are opaque bytes, as in the grpc-go peer: the client sends the bytes of
 // --request-file, the server answers with those of --response-file; --marshal-delay-us
 // spins the CPU while a message is serialized (ground truth).
@@ -87,6 +90,22 @@ public final class GrpcJavaPeer {
             .setRequestMarshaller(marshaller)
             .setResponseMarshaller(marshaller)
             .build();
+    String tracing = args.getOrDefault("tracing", "a72");
+    if (!tracing.equals("a72") && !tracing.equals("none")) {
+      fail(2, "--tracing must be a72 or none, not '" + tracing + "'");
+    }
+    int code;
+    if (tracing.equals("none")) {
+      switch (mode) {
+        case "server" -> code = serve(args, descriptor, null, null);
+        case "client" -> code = client(args, descriptor, null);
+        default -> {
+          fail(2, "--mode must be server or client, not '" + mode + "'");
+          return;
+        }
+      }
+      System.exit(code);
+    }
     OpenTelemetrySdk sdk =
         AutoConfiguredOpenTelemetrySdk.builder()
             .addPropertiesSupplier(
@@ -99,7 +118,6 @@ public final class GrpcJavaPeer {
             .build()
             .getOpenTelemetrySdk();
     GrpcOpenTelemetry grpcOtel = GrpcOpenTelemetry.newBuilder().sdk(sdk).build();
-    int code;
     switch (mode) {
       case "server" -> code = serve(args, descriptor, grpcOtel, sdk);
       case "client" -> code = client(args, descriptor, grpcOtel);
@@ -145,7 +163,9 @@ public final class GrpcJavaPeer {
             .build();
     ServerBuilder<?> builder =
         Grpc.newServerBuilderForPort(0, InsecureServerCredentials.create()).addService(service);
-    grpcOtel.configureServerBuilder(builder);
+    if (grpcOtel != null) {
+      grpcOtel.configureServerBuilder(builder);
+    }
     Server server = builder.build().start();
     Runtime.getRuntime()
         .addShutdownHook(
@@ -157,7 +177,9 @@ public final class GrpcJavaPeer {
                   } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
                   }
-                  sdk.shutdown().join(30, TimeUnit.SECONDS);
+                  if (sdk != null) {
+                    sdk.shutdown().join(30, TimeUnit.SECONDS);
+                  }
                 }));
     // The ready line the Python fixtures wait for.
     System.out.println("listening on 127.0.0.1:" + server.getPort());
@@ -177,7 +199,9 @@ public final class GrpcJavaPeer {
     int calls = Integer.parseInt(args.getOrDefault("calls", "10"));
     ManagedChannelBuilder<?> builder =
         Grpc.newChannelBuilder(target, InsecureChannelCredentials.create());
-    grpcOtel.configureChannelBuilder(builder);
+    if (grpcOtel != null) {
+      grpcOtel.configureChannelBuilder(builder);
+    }
     ManagedChannel channel = builder.build();
     int errors = 0;
     String firstError = "";
