@@ -25,7 +25,9 @@ The peer, the agent and the collector are built or fetched by ``make test``.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -196,3 +198,17 @@ def test_each_call_counted_once_with_its_phases(agent_runs, version, path):
         assert (call["status_code"], call["error"]) == (0, 0)
         defined = {p for p in sources.CATALOGUE_PHASES if call[f"{p}_us"] is not None}
         assert defined == promised, call["TraceId"]
+
+
+def test_the_fetch_is_cached(tmp_path):
+    # Both jars present (make otel-javaagent): the script never calls Maven again.
+    for version in VERSIONS:
+        peers.javaagent(version)
+    fake = tmp_path / "mvn"
+    fake.write_text("#!/bin/sh\necho 'mvn was called' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(peers.JAVAAGENT_SCRIPT)], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0 and "present" in done.stdout, done.stderr
