@@ -35,9 +35,15 @@ SKEWED_HOST = "skewed-host"
 class ServeProcess:
     """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes)."""
 
-    def __init__(self, store: Path, otlp_port: int) -> None:
+    def __init__(self, store: Path, otlp_port: int, otlp_http_port: int | None = None) -> None:
+        """``otlp_http_port``: also take OTLP/HTTP there (0: a free one; ``http_url`` says
+        where); None: gRPC only."""
         command = [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store),
                    "--otlp-port", str(otlp_port), "--no-app"]  # fmt: skip
+        if otlp_http_port is not None:
+            command += ["--otlp-http-port", str(otlp_http_port)]
+        #: Where OTLP/HTTP senders post (``.../v1/traces``), '' without one.
+        self.http_url = ""
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=offline_env(),
@@ -47,10 +53,17 @@ class ServeProcess:
             line = self.process.stdout.readline()
             if not line:
                 raise RuntimeError(f"serve exited: {self.process.stderr.read()}")
-            if "intake listening on" in line:
+            if "OTLP/HTTP listening on " in line:
+                self.http_url = line.split("OTLP/HTTP listening on ", 1)[1].strip()
+            if "store: " in line:  # printed after both listeners
                 return
         self.stop()
         raise RuntimeError("serve did not start within 60 s")
+
+    @property
+    def http_endpoint(self) -> str:
+        """``OTEL_EXPORTER_OTLP_ENDPOINT`` for OTLP/HTTP senders (they add /v1/traces)."""
+        return self.http_url.removesuffix("/v1/traces")
 
     def stop(self) -> None:
         stop_process(self.process)
