@@ -35,9 +35,9 @@ SKEWED_HOST = "skewed-host"
 class ServeProcess:
     """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes)."""
 
-    def __init__(self, store: Path, otlp_port: int) -> None:
+    def __init__(self, store: Path, otlp_port: int, extra: Sequence[str] = ()) -> None:
         command = [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store),
-                   "--otlp-port", str(otlp_port), "--no-app"]  # fmt: skip
+                   "--otlp-port", str(otlp_port), "--no-app", *extra]  # fmt: skip
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=offline_env(),
