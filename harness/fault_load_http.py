@@ -9,6 +9,7 @@ own timeout, a connection cut by a kill -9) leaves the outcome unknown.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import http.client
 import json
@@ -35,15 +36,14 @@ def encode(data: bytes, json_body: bool) -> tuple[bytes, dict[str, str]]:
     for resource in document.get("resourceSpans", []):
         for scope in resource.get("scopeSpans", []):
             for span in scope.get("spans", []):
-                for name in ("traceId", "spanId", "parentSpanId"):
-                    if name in span:  # json_format writes base64; OTLP/JSON wants hex
-                        span[name] = _base64_to_hex(span[name])
+                for item in (span, *span.get("links", [])):
+                    for name in ("traceId", "spanId", "parentSpanId"):
+                        if name in item:  # json_format writes base64; OTLP/JSON wants hex
+                            item[name] = _base64_to_hex(item[name])
     return json.dumps(document).encode(), {"Content-Type": "application/json"}
 
 
 def _base64_to_hex(text: str) -> str:
-    import base64
-
     return base64.b64decode(text).hex()
 
 
