@@ -11,7 +11,7 @@ GRPC_JAVA_PEER := tools/grpc-java-peer/grpc-java-peer.jar
 PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
 INSTRUMENTATION := instrumented-service/instrumentation
 
-.PHONY: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer otel-javaagent protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer otel-javaagent node-peer protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -66,19 +66,25 @@ $(GRPC_JAVA_PEER): scripts/build-grpc-java-peer.sh peers/grpc-java/pom.xml $(she
 otel-javaagent: system-packages
 	@bash scripts/fetch-otel-javaagent.sh
 
+# A real @grpc/grpc-js client/server traced by the OpenTelemetry Node SDK with its defaults
+# (OTLP over HTTP/protobuf), installed by `npm ci` from peers/node/package-lock.json. The
+# script is a no-op when its stamp matches the lock file; main.js is copied on every run.
+node-peer: system-packages
+	bash scripts/build-node-peer.sh
+
 protos: setup
 	$(PYTHON) -m grpc_overhead.prediction.protos.generate
 
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer otel-javaagent
+test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer otel-javaagent node-peer
 	$(VENV)/bin/pytest --durations=25
 
 test-fast: setup
 	$(VENV)/bin/pytest -m unit
 
-bench: setup system-packages collector toxiproxy grpc-go-peer grpc-java-peer otel-javaagent
+bench: setup system-packages collector toxiproxy grpc-go-peer grpc-java-peer otel-javaagent node-peer
 	$(PYTHON) -m bench.run
 
 lint: setup

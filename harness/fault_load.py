@@ -31,6 +31,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from harness import fault_load_http
+
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 INTAKE_REFUSAL = "grpc-overhead intake:"
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -122,10 +124,16 @@ class SenderPlan:
     garbage_every: int = 0
     attempts: int = 6
     pause_s: float = 0.0
+    #: "grpc" (``target`` host:port), "http" (``target`` a /v1/traces URL; gzip'd
+    #: protobuf) or "http-json" (OTLP/JSON).
+    transport: str = "grpc"
 
 
 def send(plan: SenderPlan, ledger: Ledger, stop: threading.Event) -> None:
     """Send ``plan.requests`` requests (fewer if ``stop`` is set), recording every outcome."""
+    if plan.transport != "grpc":
+        _send_http(plan, ledger, stop)
+        return
     channel = grpc.insecure_channel(plan.target)
     export = channel.unary_unary(
         EXPORT, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString
@@ -172,6 +180,27 @@ def _deliver(
                 return last
         stop.wait(min(2.0, 0.1 * 2**attempt) * (0.5 + rng.random()))
     return last
+
+
+def _send_http(plan: SenderPlan, ledger: Ledger, stop: threading.Event) -> None:
+    rng = random.Random(plan.sender)
+    json_body = plan.transport == "http-json"
+    for number in range(plan.requests):
+        if stop.is_set():
+            return
+        if plan.garbage_every and number % plan.garbage_every == plan.garbage_every - 1:
+            fault_load_http.send_garbage(plan.target, number // plan.garbage_every, ledger.attempt)
+            with ledger.lock:
+                ledger.requests["garbage"] += 1
+            continue
+        poison = bool(plan.poison_every) and number % plan.poison_every == 0
+        data, good, bad = build_request(plan.sender, number, plan.spans, poison)
+        outcome = fault_load_http.deliver(
+            plan.target, data, json_body, plan.attempts, plan.deadline_s, ledger.attempt, stop, rng
+        )
+        ledger.record(outcome, good, bad)
+        if plan.pause_s:
+            stop.wait(plan.pause_s)
 
 
 def _send_garbage(export: grpc.UnaryUnaryMultiCallable, ledger: Ledger) -> None:

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +122,11 @@ def flood(scale: Scale, directory: str) -> dict[str, Any]:
     from grpc_overhead.analyzer.intake import Intake, IntakeConfig
     from grpc_overhead.analyzer.store import open_store
 
-    ledger, stop = Ledger(), threading.Event()
+    ledger, over_http, stop = Ledger(), Ledger(), threading.Event()
     kill_attempts = {"tried": 0, "refused": 0}
     store = open_store(directory)
     # A small buffer and short deadlines, so refusals and withdrawals really happen.
-    config = IntakeConfig(port=0, batch_bytes=32 << 10, max_pending_bytes=64 << 10)
+    config = IntakeConfig(port=0, batch_bytes=32 << 10, max_pending_bytes=64 << 10, http_port=0)
     intake = Intake(store, config)
     intake.start()
     create_calls(store, CallsOptions.from_schema(intake.schema))
@@ -148,6 +148,15 @@ def flood(scale: Scale, directory: str) -> dict[str, Any]:
                     garbage_every=7 if sender % 3 == 2 else 0), ledger)
         for sender in range(1, scale.senders + 1)
     ]  # fmt: skip
+    # The same plans over OTLP/HTTP (gzip'd protobuf and JSON), at the same time.
+    plans += [
+        (replace(plan, sender=plan.sender + 50, target=intake.http_url,
+                 transport=("http", "http-json")[plan.sender % 2]), over_http)
+        for plan, _ in plans
+    ]  # fmt: skip
+    # Requests beyond the whole buffer: always 429 (BufferFull), retried, then refused.
+    plans.append((SenderPlan(99, intake.http_url, 3, 1000, attempts=2, transport="http"),
+                  over_http))  # fmt: skip
     started = time.monotonic()
     killer = threading.Thread(target=attempt_kills, daemon=True)
     killer.start()
@@ -169,6 +178,11 @@ def flood(scale: Scale, directory: str) -> dict[str, Any]:
         "intake_spans_stored_counter": stats.spans_inserted,
         "stored_rows": sum(stored.values()),
         "invariants": invariants(ledger, stored),
+        "http": {
+            "requests": dict(over_http.requests),
+            "attempts": dict(over_http.attempts),
+            **invariants(over_http, stored),
+        },
         "reports_readable": reports_readable(directory),
     }
 
@@ -217,25 +231,35 @@ class _Process:
 
 def crash(scale: Scale, directory: str) -> dict[str, Any]:
     intake_port, otlp_port, health_port = free_port(), free_port(), free_port()
+    intake_http, collector_http = free_port(), free_port()
     serve = _Process(
         [GRPC_OVERHEAD, "serve", "--store", directory, "--otlp-port", str(intake_port),
-         "--no-app"], r"intake listening on",
+         "--otlp-http-port", str(intake_http), "--no-app"], r"intake listening on",
     )  # fmt: skip
     collector = _Process(
         [GRPC_OVERHEAD, "collector", "run", "--otlp-port", str(otlp_port),
-         "--otlp-http-port", str(free_port()), "--intake", f"127.0.0.1:{intake_port}", "--health-port", str(health_port)],
+         "--otlp-http-port", str(collector_http), "--intake", f"127.0.0.1:{intake_port}",
+         "--health-port", str(health_port)],
         r"collector ready \(config .*, pid (\d+)\)",
         {ENV_STORAGE: str(Path(directory).with_name("collector-queue"))},
     )  # fmt: skip
     serve.start()
     collector.start()
     direct, through, stop = Ledger(), Ledger(), threading.Event()
+    direct_http, through_http = Ledger(), Ledger()
     endless = 1 << 30  # bounded by ``stop``
     plans = [
         (SenderPlan(sender, f"127.0.0.1:{intake_port}" if sender % 2 else
                     f"127.0.0.1:{otlp_port}", endless, scale.spans // 4 or 1,
                     poison_every=5, pause_s=0.02), direct if sender % 2 else through)
         for sender in range(100, 100 + scale.senders)
+    ]  # fmt: skip
+    plans += [
+        (SenderPlan(sender, f"http://127.0.0.1:{intake_http if sender % 2 else collector_http}"
+                    "/v1/traces", endless, scale.spans // 4 or 1, poison_every=5, pause_s=0.02,
+                    transport=("http", "http-json")[(sender // 2) % 2]),
+         direct_http if sender % 2 else through_http)
+        for sender in range(200, 200 + scale.senders)
     ]  # fmt: skip
     threads = _run_senders(plans, stop)
     faults = {"serve_killed": 0, "collector_killed": 0}
@@ -257,6 +281,7 @@ def crash(scale: Scale, directory: str) -> dict[str, Any]:
     for thread in threads:
         thread.join(120)
     drained_s = _wait_for_drain(through, directory)
+    drained_http_s = _wait_for_drain(through_http, directory)
     collector.stop()  # SIGTERM: what it still holds stays in its on-disk queue
     serve.stop()
     stored = stored_counts(directory)
@@ -266,7 +291,13 @@ def crash(scale: Scale, directory: str) -> dict[str, Any]:
         "faults": faults,
         "direct": {"requests": dict(direct.requests), **invariants(direct, stored)},
         "through_collector": {"requests": dict(through.requests), **through_figures},
+        "direct_http": {"requests": dict(direct_http.requests), **invariants(direct_http, stored)},
+        "through_collector_http": {
+            "requests": dict(through_http.requests),
+            **invariants(through_http, stored),
+        },
         "collector_drained_s": drained_s,
+        "collector_drained_http_s": drained_http_s,
         "reports_readable": reports_readable(directory),
     }
 

@@ -3,9 +3,10 @@
 plugin (gRFC A72) or by otelgrpc, and the grpc-java peer (``tools/grpc-java-peer``,
 ``make grpc-java-peer``), traced by grpc-opentelemetry (A72) or, with ``agent=VERSION``,
 by the OpenTelemetry Java agent alone (``tools/otel-javaagent``, ``make otel-javaagent``)
-with its default settings. Each runs as a server that answers the prediction service's
-method or as a client that calls any gRPC server, and exports OTLP to wherever the caller
-points it.
+with its default settings, and the Node peer (``tools/node-peer``, ``make node-peer``):
+@grpc/grpc-js traced by the OpenTelemetry Node SDK with its defaults (OTLP over
+HTTP/protobuf). Each runs as a server that answers the prediction service's method or as
+a client that calls any gRPC server, and exports OTLP to wherever the caller points it.
 
 Messages are opaque to the peer: the client sends the bytes of a serialized
 ``PredictRequest`` and the server answers with those of a ``PredictResponse``, both made
@@ -31,6 +32,11 @@ from grpc_overhead.prediction.protos import prediction_pb2 as pb
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "tools" / "bin" / "grpc-go-peer"
 JAVA_PEER = ROOT / "tools" / "grpc-java-peer"
+NODE_PEER = ROOT / "tools" / "node-peer"
+PREDICTION_PROTO = (
+    ROOT / "instrumented-service" / "prediction" / "src" / "grpc_overhead" / "prediction"
+    / "protos" / "prediction.proto"
+)  # fmt: skip
 PREDICT = "/grpc_overhead.prediction.v1.Predictor/Predict"
 #: The instrumentation scopes the two tracing modes report (what the analyzer keys on).
 A72_SCOPE = "grpc-go"
@@ -41,6 +47,7 @@ JAVA_SCOPE = "grpc-java"
 JAVAAGENT_DIR = ROOT / "tools" / "otel-javaagent"
 JAVAAGENT_SCRIPT = ROOT / "scripts" / "fetch-otel-javaagent.sh"
 JAVAAGENT_SCOPE = "io.opentelemetry.grpc-1.6"
+NODE_SCOPE = "@opentelemetry/instrumentation-grpc"
 
 
 class PeerMissing(RuntimeError):
@@ -121,6 +128,13 @@ def peer_env(env: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name != "OTEL_EXPORTER_OTLP_TIMEOUT"}
 
 
+def node_command() -> list[str]:
+    script = NODE_PEER / "main.js"
+    if not script.is_file() or not (NODE_PEER / "node_modules").is_dir():
+        raise PeerMissing(f"{NODE_PEER} is missing: run `make node-peer` first")
+    return ["node", str(script), "--proto", str(PREDICTION_PROTO)]
+
+
 def write_messages(directory: Path, entities: int = 20, features: int = 8) -> tuple[Path, Path]:
     """A serialized PredictRequest and PredictResponse of this size, as two files."""
     request = pb.PredictRequest(
@@ -188,6 +202,38 @@ class JavaServer(ServiceProcess):
     @property
     def command(self) -> list[str]:
         return [*java_command(self.agent), *self.peer_args]
+
+
+class NodeServer(ServiceProcess):
+    """The Node peer as a server (NodeSDK defaults: OTLP over HTTP/protobuf); ``target``
+    once started. ``env`` should set OTEL_SERVICE_NAME and, off the default port,
+    OTEL_EXPORTER_OTLP_ENDPOINT (a base URL: the SDK appends ``/v1/traces``)."""
+
+    name = "node-peer server"
+
+    def __init__(self, *, env: Mapping[str, str], extra: Sequence[str] = ()) -> None:
+        super().__init__(env=peer_env(env))
+        self.peer_args = ["--mode", "server", "--listen", "127.0.0.1:0", *extra]
+
+    @property
+    def command(self) -> list[str]:
+        return [*node_command(), *self.peer_args]
+
+
+def run_node_client(
+    target: str, *, calls: int, env: Mapping[str, str], extra: Sequence[str] = (),
+    timeout_s: float = 60,
+) -> dict[str, Any]:  # fmt: skip
+    """The Node peer as a client, to completion (its spans flushed by ``sdk.shutdown()``);
+    its JSON summary (calls, errors, codes)."""
+    done = subprocess.run(
+        [*node_command(), "--mode", "client", "--target", target, "--calls", str(calls), *extra],
+        capture_output=True, text=True, timeout=timeout_s, env=peer_env(env),
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"node-peer client failed ({done.returncode}): {done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_java_client(

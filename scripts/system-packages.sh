@@ -3,6 +3,7 @@
 # chromium: the browser tests (tests/app/test_browser.py) and bench/app.py drive Debian's
 # Chromium through Playwright, whose own browser download cannot work offline.
 # default-jdk-headless + maven: the grpc-java peer (scripts/build-grpc-java-peer.sh).
+# nodejs + npm: the Node peer (scripts/build-node-peer.sh; Node 20 or newer).
 # Runs unattended (CI has no stdin); without root it says what to install instead.
 set -euo pipefail
 
@@ -15,6 +16,8 @@ needed=(
   "curl curl"
   "javac default-jdk-headless"
   "mvn maven"
+  "node nodejs"
+  "npm npm"
 )
 missing=()
 for pair in "${needed[@]}"; do

@@ -33,25 +33,25 @@ SKEWED_HOST = "skewed-host"
 
 
 class ServeProcess:
-    """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes).
-
-    With ``otlp_http_port`` (0: a free one) it also takes OTLP/HTTP there
-    (``otlp_http_url``, what an SDK's OTEL_EXPORTER_OTLP_ENDPOINT names); with
-    ``http_port`` its ClickHouse HTTP interface listens there (``http_url``), for
-    reading the store while serve owns it."""
+    """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes)."""
 
     def __init__(
-        self, store: Path, otlp_port: int, *, otlp_http_port: int | None = None,
-        http_port: int | None = None,
+        self, store: Path, otlp_port: int, otlp_http_port: int | None = None, *,
+        clickhouse_http_port: int | None = None,
     ) -> None:  # fmt: skip
+        """``otlp_http_port``: also take OTLP/HTTP there (0: a free one; ``http_url`` says
+        where); None: gRPC only. ``clickhouse_http_port``: serve's ClickHouse HTTP
+        interface there (``clickhouse_url``), to read the store while serve owns it."""
         command = [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store),
                    "--otlp-port", str(otlp_port), "--no-app"]  # fmt: skip
         if otlp_http_port is not None:
             command += ["--otlp-http-port", str(otlp_http_port)]
-        if http_port is not None:
-            command += ["--http-port", str(http_port)]
-        self.otlp_http_url = ""
-        self.http_url = f"http://127.0.0.1:{http_port}" if http_port else ""
+        self.clickhouse_url = ""
+        if clickhouse_http_port is not None:
+            command += ["--http-port", str(clickhouse_http_port)]
+            self.clickhouse_url = f"http://127.0.0.1:{clickhouse_http_port}"
+        #: Where OTLP/HTTP senders post (``.../v1/traces``), '' without one.
+        self.http_url = ""
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=offline_env(),
@@ -61,15 +61,17 @@ class ServeProcess:
             line = self.process.stdout.readline()
             if not line:
                 raise RuntimeError(f"serve exited: {self.process.stderr.read()}")
-            if line.startswith("OTLP/HTTP listening on "):
-                url = line.split(" on ", 1)[1].strip()
-                self.otlp_http_url = url.removesuffix("/v1/traces")
-            if "intake listening on" in line and otlp_http_port is None:
-                return
-            if self.otlp_http_url:
+            if "OTLP/HTTP listening on " in line:
+                self.http_url = line.split("OTLP/HTTP listening on ", 1)[1].strip()
+            if "store: " in line:  # printed after both listeners
                 return
         self.stop()
         raise RuntimeError("serve did not start within 60 s")
+
+    @property
+    def http_endpoint(self) -> str:
+        """``OTEL_EXPORTER_OTLP_ENDPOINT`` for OTLP/HTTP senders (they add /v1/traces)."""
+        return self.http_url.removesuffix("/v1/traces")
 
     def stop(self) -> None:
         stop_process(self.process)

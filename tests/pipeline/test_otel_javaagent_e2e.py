@@ -120,8 +120,8 @@ def agent_runs(tmp_path_factory) -> dict:
     default_port = _port_free(STANDARD_OTLP_HTTP_PORT)
     intake_port = free_port()
     serve = ServeProcess(
-        store, intake_port, http_port=free_port(),
-        otlp_http_port=STANDARD_OTLP_HTTP_PORT if default_port else 0,
+        store, intake_port, STANDARD_OTLP_HTTP_PORT if default_port else 0,
+        clickhouse_http_port=free_port(),
     )  # fmt: skip
     pairs = [(version, path) for version in VERSIONS for path in PATHS]
     collector = CollectorProcess(
@@ -131,7 +131,7 @@ def agent_runs(tmp_path_factory) -> dict:
     try:
         with collector:
             endpoints = {
-                "serve": None if default_port else serve.otlp_http_url,
+                "serve": None if default_port else serve.http_endpoint,
                 "collector": collector.otlp_http_url,
             }
             # The four JVM pairs side by side: JVM start-up dominates, not the calls.
@@ -144,10 +144,10 @@ def agent_runs(tmp_path_factory) -> dict:
             expected = {_service(*pair, role): CALLS for pair in pairs
                         for role in ("client", "server")}  # fmt: skip
             waited = time.monotonic()
-            counts = _wait_for_spans(serve.http_url, expected)
+            counts = _wait_for_spans(serve.clickhouse_url, expected)
             print(f"spans waited {time.monotonic() - waited:.1f} s; 4318 free: {default_port}")
             keys = _query(
-                serve.http_url,
+                serve.clickhouse_url,
                 "SELECT DISTINCT arrayJoin(arrayFlatten(arrayMap(a -> mapKeys(a),"
                 " Events.Attributes))) FROM otel_traces WHERE ScopeName = "
                 f"'{peers.JAVAAGENT_SCOPE}' AND ServiceName LIKE 'javaagent-%'",

@@ -4,7 +4,7 @@ A flood with short deadlines, poison and KILL attempts against a real intake,
 then ``serve`` and ``collector run`` as processes, each killed with SIGKILL
 and restarted under load. Checked: acknowledged ⊆ stored, refused ∩ stored =
 ∅, poison never stored, no span stored twice on any path, and
-``report``/``sql`` still read the store.
+``report``/``sql`` still read the store. Every path twice: OTLP/gRPC and OTLP/HTTP.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ def test_faults_lose_nothing_acknowledged_and_store_nothing_refused(
     assert flood["intake_spans_stored_counter"] == flood["stored_rows"]
     assert flood["kill_attempts"]["tried"] == flood["kill_attempts"]["refused"] > 0
     assert flood["reports_readable"]
+    # The same senders over OTLP/HTTP (gzip'd protobuf and JSON), at the same time.
+    over_http = flood["http"]
+    assert over_http["spans_acknowledged"] > 0 and over_http["poison_spans"] > 0
+    assert over_http["requests"].get("refused", 0) > 0, over_http
+    assert over_http["attempts"].get("http-429", 0) > 0, over_http
+    assert any(kind.startswith("garbage-http-4") for kind in over_http["attempts"]), over_http
+    assert (over_http["lost"], over_http["refused_but_stored"]) == (0, 0), over_http
+    assert (over_http["poison_stored"], over_http["duplicates"]) == (0, 0), over_http
 
     assert crash["faults"] == {"serve_killed": QUICK.kills, "collector_killed": QUICK.kills}
     direct, through = crash["direct"], crash["through_collector"]
@@ -42,4 +50,9 @@ def test_faults_lose_nothing_acknowledged_and_store_nothing_refused(
     # A kill -9 between a commit and its answer, and a collector resending re-cut batches
     # after its own kill -9: the intake stores each span once all the same.
     assert (direct["duplicates"], through["duplicates"]) == (0, 0), crash
+    for path in ("direct_http", "through_collector_http"):
+        numbers = crash[path]
+        assert numbers["spans_acknowledged"] > 0, (path, numbers)
+        assert (numbers["lost"], numbers["refused_but_stored"]) == (0, 0), (path, numbers)
+        assert (numbers["poison_stored"], numbers["duplicates"]) == (0, 0), (path, numbers)
     assert crash["reports_readable"]

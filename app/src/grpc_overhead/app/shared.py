@@ -362,9 +362,10 @@ def _auto_refresh() -> None:
 SEND_DATA = (
     "Send spans to the intake: run `grpc-overhead demo`, or run your services under "
     "`opentelemetry-instrument` with grpc-overhead-instrumentation installed: with no endpoint "
-    "configured they send to localhost:4317, which a plain `grpc-overhead serve` takes itself "
-    "when no collector holds it. Otherwise point an OpenTelemetry Collector's `otlp` exporter "
-    "(or any OTLP/gRPC SDK exporter) at the intake address `grpc-overhead serve` prints "
+    "configured they send to localhost:4317 (OTLP/gRPC) or localhost:4318 (OTLP/HTTP: the Java "
+    "agent, Node, .NET), which a plain `grpc-overhead serve` takes itself when no collector "
+    "holds them. Otherwise point an OpenTelemetry Collector's `otlp` exporter (or any SDK "
+    "exporter) at the intake addresses `grpc-overhead serve` prints "
     '(see the README\'s "Instrument your own service").'
 )
 

@@ -11,11 +11,8 @@ behaviour through the environment of the child process and never rewrites YAML.
 from __future__ import annotations
 
 import collections
-import ctypes
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +23,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from grpc_overhead.collector.child import free_port as _free_port
+from grpc_overhead.collector.child import port_is_free as _port_is_free
+from grpc_overhead.collector.child import terminate_with_parent as _terminate_with_parent
 from grpc_overhead.instrumentation import environment
 
 #: Overrides the binary location, for a collector built or installed elsewhere.
@@ -216,24 +216,6 @@ def default_storage_dir(config: Path, otlp_port: int) -> Path:
     """
     state = os.environ.get("XDG_STATE_HOME", "").strip() or Path.home() / ".local" / "state"
     return Path(state) / "grpc-overhead" / f"collector-{config.stem}-{otlp_port}"
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # Like the collector (Go sets SO_REUSEADDR): a port left in TIME_WAIT
-        # by a previous run is free, only a listener makes it busy.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class CollectorProcess:
@@ -448,20 +430,3 @@ class CollectorProcess:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _terminate_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when the process that started it dies.
-
-    Linux only (``prctl``); elsewhere a no-op. Covers the one case a parent
-    cannot handle itself, its own SIGKILL: the collector then shuts down
-    instead of living on as an orphan that holds the OTLP and health ports.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
