@@ -52,7 +52,8 @@ def _start(collector_bin: Path) -> tuple[subprocess.Popen, int, list[str]]:
     health = free_port()
     wrapper = subprocess.Popen(
         [GRPC_OVERHEAD, "collector", "run", "--otlp-port", str(free_port()),
-         "--otlp-http-port", str(free_port()), "--health-port", str(health), "--intake", f"127.0.0.1:{free_port()}"],
+         "--otlp-http-port", str(free_port()), "--health-port", str(health),
+         "--intake", f"127.0.0.1:{free_port()}"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
