@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -14,7 +16,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from grpc_overhead.analyzer.intake import Intake, IntakeConfig
 from grpc_overhead.analyzer.intake.rows import COLUMNS, request_rows
+from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.analyzer.store.base import Store
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -187,3 +191,16 @@ def with_invalid_utf8(data: bytes, marker: str, replacement: bytes) -> bytes:
 
 def double_bits(number: float) -> bytes:
     return struct.pack("<d", number)
+
+
+def running_intake(directory: Path, **config: Any) -> Iterator[tuple[Store, Intake]]:
+    """A store on ``directory`` and an intake on any free port(s), until the generator ends
+    (a module fixture's body: ``yield from running_intake(...)``)."""
+    store = open_store(directory / "store")
+    intake = Intake(store, IntakeConfig(port=0, flush_interval=0.02, **config))
+    intake.start()
+    try:
+        yield store, intake
+    finally:
+        intake.stop()
+        store.close()

@@ -15,13 +15,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from grpc_overhead.analyzer.intake import Intake, IntakeConfig
-from grpc_overhead.analyzer.store import open_store
+from grpc_overhead.analyzer.intake import Intake
 from grpc_overhead.analyzer.store.base import Store
 from tests.analyzer.otlp_requests import (
     attributes,
     python_rows,
     request,
+    running_intake,
     span,
     stored_rows,
     stub,
@@ -34,14 +34,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, Intake]]:
-    store = open_store(tmp_path_factory.mktemp("intake") / "store")
-    intake = Intake(store, IntakeConfig(port=0, flush_interval=0.02))
-    intake.start()
-    try:
-        yield store, intake
-    finally:
-        intake.stop()
-        store.close()
+    yield from running_intake(tmp_path_factory.mktemp("intake"))
 
 
 @pytest.fixture

@@ -29,10 +29,16 @@ from opentelemetry.trace import SpanKind
 
 from grpc_overhead.analyzer.intake import Intake, IntakeConfig
 from grpc_overhead.analyzer.schema import SchemaOptions
-from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.analyzer.store.base import Store
 from harness.fault_load_http import encode
-from tests.analyzer.otlp_requests import python_rows, request, span, stored_rows, tricky_request
+from tests.analyzer.otlp_requests import (
+    python_rows,
+    request,
+    running_intake,
+    span,
+    stored_rows,
+    tricky_request,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -44,14 +50,7 @@ SPAN_ID = "eee19b7ec3c1b174"
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, Intake]]:
-    store = open_store(tmp_path_factory.mktemp("intake-http") / "store")
-    intake = Intake(store, IntakeConfig(port=0, http_port=0, flush_interval=0.02))
-    intake.start()
-    try:
-        yield store, intake
-    finally:
-        intake.stop()
-        store.close()
+    yield from running_intake(tmp_path_factory.mktemp("intake-http"), http_port=0)
 
 
 @pytest.fixture
