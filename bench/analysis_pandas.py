@@ -155,7 +155,9 @@ def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.
 
     for name in (*ONE_WAY, *CLOCK_FREE):
         p[name] = p[name].where(~((same | (name in CLOCK_FREE)) & (p[name] < 0)))
-    for name in STREAM_PHASES:  # the generated calls are unary: NULL, as in SQL
+    # The generated calls are unary and carry no connection wait or lag probe: NULL, as in
+    # SQL (these raised KeyError since issues 19-21 added them).
+    for name in ("client_connect", "client_dispatch", *STREAM_PHASES):
         p[name] = pd.Series(np.full(len(rows), np.nan))
     frame = pd.DataFrame({name: p[name] for name in ALL_PHASES})
     frame["service"], frame["method"] = rows["service"].to_numpy(), rows["method"].to_numpy()

@@ -72,7 +72,10 @@ def bounded(phase: Phase) -> Phase:
         shared = "1"
     else:
         return phase
-    return replace(phase, defined=f"({phase.defined}) AND NOT ({shared} AND ({phase.value}) < 0)")
+    # The value by its alias (``per_call_sql`` selects it as ``{name}_value``): computed once.
+    return replace(
+        phase, defined=f"({phase.defined}) AND NOT ({shared} AND {phase.name}_value < 0)"
+    )
 
 
 def request_receive(offset: str, connect: str) -> Phase:
