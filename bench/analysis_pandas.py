@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from grpc_overhead.analyzer.phase_bounds import CLOCK_FREE, ONE_WAY, REQUEST_GAP
 from grpc_overhead.analyzer.phases import ALL_PHASES
+from grpc_overhead.analyzer.result_columns import STREAM_PHASES
 from grpc_overhead.analyzer.store.base import Store
 
 PANDAS_COLUMNS = (
@@ -17,7 +19,7 @@ PANDAS_COLUMNS = (
     "server_inbound_message_ns, server_inbound_message_read_ns, predictions_made_ns, "
     "server_outbound_message_ns, server_outbound_message_sent_ns, "
     "server_outbound_message_sent_last_ns, server_residence_ns, client_attempt_start_ns, "
-    "request_created_ns, client_deadline_budget_ns, server_deadline_budget_ns"
+    "request_created_ns, client_deadline_budget_ns, server_deadline_budget_ns, client_events"
 )
 
 
@@ -106,6 +108,14 @@ def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.
     p["response_network_raw"] = p["response_network"]
     p["request_network"] = p["request_network_raw"] - offset  # the best estimates
     p["response_network"] = p["response_network_raw"] + offset
+    # phase_bounds: the request gap for our clients only, no one-way phase negative on a
+    # shared clock (before unattributed, which needs them).
+    ours = rows["client_events"].to_numpy() == 1
+    for name in REQUEST_GAP:
+        p[name] = p[name].where(ours)
+    for name in ("request_network", "request_network_raw", "response_network",
+                 "response_network_raw"):  # fmt: skip
+        p[name] = p[name].where(~(same & (p[name] < 0)))
     p["request_network_corrected"] = p["request_network"]
     p["response_network_corrected"] = p["response_network"]
     p["server_dispatch"] = pd.Series(np.full(len(rows), np.nan))
@@ -133,14 +143,22 @@ def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.
     p["server_receive"] = span(server_read, column["server_call_started_ns"])
     p["server_handler"] = span(column["server_outbound_message_sent_ns"], server_read)
     p["server_tail"] = span(column["server_end_ns"], column["server_outbound_message_sent_last_ns"])
+    p["request_receive"] = span(server_read, column["client_outbound_message_sent_ns"]) - offset
     p["response_receive"] = span(client_read, column["server_outbound_message_sent_ns"]) + offset
-    sent, started = column["client_outbound_message_sent_ns"], column["server_call_started_ns"]
+    sent = column["client_outbound_message_sent_ns"]
+    started = np.where(ours, column["server_call_started_ns"], server_read)
     replied = column["server_outbound_message_sent_ns"]
     defined = (received != 0) & (sent != 0) & (replied != 0) & (started != 0)
     p["network_round_trip"] = pd.Series(
         np.where(defined, (received - sent) - (replied - started), np.nan)
     )
 
+    for name in (*ONE_WAY, *CLOCK_FREE):
+        p[name] = p[name].where(~((same | (name in CLOCK_FREE)) & (p[name] < 0)))
+    # The generated calls are unary and carry no connection wait or lag probe: NULL, as in
+    # SQL (these raised KeyError since issues 19-21 added them).
+    for name in ("client_connect", "client_dispatch", *STREAM_PHASES):
+        p[name] = pd.Series(np.full(len(rows), np.nan))
     frame = pd.DataFrame({name: p[name] for name in ALL_PHASES})
     frame["service"], frame["method"] = rows["service"].to_numpy(), rows["method"].to_numpy()
     grouped = frame.groupby(["service", "method"], observed=True)

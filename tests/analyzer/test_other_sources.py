@@ -17,7 +17,7 @@ from grpc_overhead.analyzer.insights import sources
 from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.span_sources import A72, A72_JAVA, SEMCONV, SPANS_ONLY
 from tests.analyzer import seed
-from tests.analyzer.other_spans import a72_call, semconv_call
+from tests.analyzer.other_spans import T0, US, a72_call, semconv_call
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
 
 pytestmark = pytest.mark.unit
@@ -50,14 +50,18 @@ def test_a72_go_call_phases(store, old_names):
     assert (call["service"], call["method"]) == ("grpc_overhead.prediction.v1.Predictor", "Predict")
     assert call["client_scope"] == "grpc-go" and call["client_language"] == "go"
     assert call["status_code"] == 0 and call["error"] == 0
+    # A grpc-go client sends the headers before serializing: server start - client sent is
+    # no wire time (request_network NULL); sent -> read is bounded (request_receive), and
+    # the round trip counts from the server's read.
     expected = {
-        "total": 1200, "client_pre_send": 30, "request_network": 170, "server_receive": 100,
+        "total": 1200, "client_pre_send": 30, "server_receive": 100, "request_receive": 270,
         "server_handler": 500, "server_tail": 10, "server_residence": 600,
-        "response_receive": 200, "network_round_trip": 370, "server_duration": 610,
+        "response_receive": 200, "network_round_trip": 470, "server_duration": 610,
         "client_server_gap": 590,
     }  # fmt: skip
     assert {phase: call[f"{phase}_us"] for phase in expected} == expected
     assert _defined(call) == _yields(A72, A72) == set(expected)
+    assert math.isnan(call["request_network_us"]) and math.isnan(call["request_network_raw_us"])
     assert (call["request_uncompressed_bytes"], call["response_uncompressed_bytes"]) == (900, 100)
 
 
@@ -80,7 +84,7 @@ def test_retries_are_attempts_of_one_call(store):
     assert call["client_attempts"] == 3
     assert call["error"] == 0 and call["status_code"] == 0
     # Phases are the successful attempt's (and its server half's).
-    assert call["client_pre_send_us"] == 30 and call["request_network_us"] == 170
+    assert call["client_pre_send_us"] == 30 and call["request_receive_us"] == 270
     assert call["server_handler_us"] == 500 and call["total_us"] == 1200
 
 
@@ -89,7 +93,7 @@ def test_a72_call_without_its_call_span(store):
     seed.insert_spans(store, spans)
     call = _only_call(store)
     assert math.isnan(call["total_us"])  # the call span says how long the call took
-    assert call["request_network_us"] == 170 and call["client_attempts"] == 1
+    assert call["request_receive_us"] == 270 and call["client_attempts"] == 1
 
 
 @pytest.mark.parametrize(
@@ -125,7 +129,10 @@ def test_the_catalogue_says_why_a_phase_is_missing():
     table = sources.phase_sources(A72, "grpc-overhead").set_index("phase")
     assert table.loc["processing", "unavailable"] == ""
     assert "one event per message" in table.loc["client_serialize", "unavailable"]
-    assert table.loc["request_network", "from"].startswith('client: "Outbound message"')
+    assert table.loc["request_receive", "from"].startswith('client: "Outbound message"')
+    assert "headers before serializing" in table.loc["request_network", "unavailable"]
+    ours = sources.phase_sources("grpc-overhead", A72).set_index("phase")
+    assert ours.loc["request_network", "from"].startswith("client: outboundMessageSent")
     missing = sources.phase_sources(SPANS_ONLY, "").set_index("phase")
     assert "server span missing" in missing.loc["server_duration", "unavailable"]
 
@@ -143,3 +150,22 @@ def test_a72_compressed_messages_mark_the_call_compressed(store):
     assert (compressed["compression"], plain["compression"]) == ("compressed", "")
     assert compressed["request_compressed_bytes"] == 60
     assert compressed["request_uncompressed_bytes"] == 900
+
+
+def test_a_network_phase_out_of_order_on_one_clock_is_null_not_negative(store):
+    # The attempt's "Outbound message" stamped after the server read the request (a thread
+    # preempted between handing the message over and stamping the event): on one host's
+    # clock sent -> read would be -50 us. It is NULL, and the explorer says why.
+    spans = a72_call(ids=13)
+    for span in spans:
+        if span.name.startswith("Attempt."):
+            span.events = [(n, T0 + 450 * US if n == "Outbound message" else t, a)
+                           for n, t, a in span.events]  # fmt: skip
+    seed.insert_spans(store, spans)
+    call = _only_call(store)
+    assert call["client_host"] == call["server_host"]
+    assert math.isnan(call["request_receive_us"])
+    assert call["network_round_trip_us"] == 150 and call["client_pre_send_us"] == 350
+    why = sources.call_sources(call).set_index("phase")
+    assert why.loc["request_receive", "unavailable"] == sources.OUT_OF_ORDER
+    assert why.loc["response_receive", "unavailable"] == ""

@@ -25,6 +25,9 @@ def test_the_explorer_shows_an_a72_call(served_store):
     assert origins.loc["client_pre_send", "value_us"] == 30
     assert origins.loc["client_pre_send", "from"].startswith("client: Attempt. span start")
     assert "one event per message" in origins.loc["client_serialize", "unavailable"]
+    # grpc-go sends the headers before serializing: no request_network, request_receive.
+    assert "headers before serializing" in origins.loc["request_network", "unavailable"]
+    assert origins.loc["request_receive", "value_us"] == 270
     # The chosen attempt's and the server's A72 events, with their message numbers.
     events = at.dataframe[2].value
     assert set(events["event"]) == {"Outbound message", "Inbound message"}

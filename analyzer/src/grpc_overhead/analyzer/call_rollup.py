@@ -39,8 +39,10 @@ from grpc_overhead.analyzer.store.base import Store, table_exists
 
 #: Bump when a rollup table's columns or meaning change: the rollups are rebuilt.
 #: 1: phase and offset rollups (no version table); 2: + grpc_settled_calls; 3: A72 status
-#: codes and attempts that reached no server never a call of their own (1970's minute).
-ROLLUP_VERSION = 3
+#: codes and attempts that reached no server never a call of their own (1970's minute);
+#: 4: phase_bounds (request_network only for our clients, request_receive, no network
+#: phase negative on a shared clock).
+ROLLUP_VERSION = 4
 VERSION_TABLE = "grpc_rollup_version"
 SETTLED_CALLS_TABLE = "grpc_settled_calls"
 

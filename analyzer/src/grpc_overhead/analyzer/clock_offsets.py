@@ -64,6 +64,7 @@ from grpc_overhead.analyzer.calls import (
 )
 from grpc_overhead.analyzer.dispatch import DISPATCH_CANDIDATE_COLUMNS
 from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.phase_bounds import SERVER_REQUEST_SEEN
 from grpc_overhead.analyzer.store.base import Store
 
 DOMAIN_HOST = "host"
@@ -112,9 +113,12 @@ DERIVED_COLUMNS = (
     *DISPATCH_CANDIDATE_COLUMNS,
 )
 
+#: t2 is the server's first sight of the request that certainly follows t1: the call's
+#: start for our clients, the request's read for grpc-go/grpc-java ones, which send the
+#: headers before serializing (``phase_bounds``).
 _USE_EVENTS = (
     "call_type IN ('unary_unary', '') AND client_outbound_message_sent_ns != 0"
-    " AND server_call_started_ns != 0 AND server_outbound_message_sent_last_ns != 0"
+    f" AND {SERVER_REQUEST_SEEN} != 0 AND server_outbound_message_sent_last_ns != 0"
     " AND client_received_response_last_ns != 0"
 )
 
@@ -142,7 +146,7 @@ samples AS (
         client_domain, server_domain, window_start_ns, same_domain, pair_key, window_key,
         {_USE_EVENTS} AS use_events,
         if(use_events, client_outbound_message_sent_ns, client_start_ns) AS t1,
-        if(use_events, server_call_started_ns, server_start_ns) AS t2,
+        if(use_events, {SERVER_REQUEST_SEEN}, server_start_ns) AS t2,
         if(use_events, server_outbound_message_sent_last_ns, server_end_ns) AS t3,
         if(use_events, client_received_response_last_ns, client_end_ns) AS t4,
         if(same_domain, 0., ((t2 - t1) + (t3 - t4)) / 2) AS offset_ns,

@@ -29,6 +29,7 @@ from dataclasses import replace
 import pandas as pd
 
 from grpc_overhead.analyzer import interceptor_chain as chain
+from grpc_overhead.analyzer import phase_bounds as bounds
 from grpc_overhead.analyzer import span_sources as src
 from grpc_overhead.analyzer.call_columns import CALL_STATUS
 from grpc_overhead.analyzer.calls import (
@@ -120,7 +121,8 @@ PHASES: tuple[Phase, ...] = (
     # After the request was handed to gRPC, before a transport could send it.
     Phase("client_connect", _CONNECT_VALUE, CONNECT_MEASURED),
     # The best estimate: less the client's connection wait and the server's dispatch
-    # wait, clock-corrected.
+    # wait, clock-corrected; only where the client serialized before the headers left
+    # (phase_bounds: grpc-go and grpc-java send them first, request_receive bounds it).
     Phase(
         "request_network",
         f"{_REQUEST_GAP.value} - {_CONNECT_VALUE} - {_DISPATCH_VALUE} - {_OFFSET}",
@@ -195,6 +197,8 @@ PHASES: tuple[Phase, ...] = (
     _between("server_handler", "server_outbound_message_sent_ns", src.SERVER_READ),
     # Last response handed to the transport -> server span end (status, trailers).
     _between("server_tail", "server_end_ns", "server_outbound_message_sent_last_ns"),
+    # Request handed to the client's transport -> read by the server (less the connection).
+    bounds.request_receive(_OFFSET, _CONNECT_VALUE),
     # Response handed to the server's transport -> read and deserialized by the client,
     # clock-corrected: response_network + client_deserialize where both are known.
     Phase(
@@ -202,20 +206,14 @@ PHASES: tuple[Phase, ...] = (
         f"{src.CLIENT_READ} - server_outbound_message_sent_ns + {_OFFSET}",
         f"{src.CLIENT_READ} != 0 AND server_outbound_message_sent_ns != 0",
     ),
-    # (client receive - client send) - (server send - server receive): the network both
-    # ways, from two durations on one clock each (no clock agreement needed).
-    Phase(
-        "network_round_trip",
-        f"({src.CLIENT_RECEIVE} - client_outbound_message_sent_ns)"
-        " - (server_outbound_message_sent_ns - server_call_started_ns)",
-        f"{src.CLIENT_RECEIVE} != 0 AND client_outbound_message_sent_ns != 0"
-        " AND server_outbound_message_sent_ns != 0 AND server_call_started_ns != 0",
-    ),
+    # The network both ways from two durations on one clock each (no clock agreement).
+    bounds.network_round_trip(),
 )
 # Streams: the phases that assume one message each way are NULL, the stream phases follow.
+# No network phase is shown negative where its events cannot bound it (phase_bounds).
 PHASES = (
     *(replace(p, defined=f"({p.defined}) AND NOT {IS_STREAM}") if p.name in UNARY_ONLY else p
-      for p in PHASES),
+      for p in map(bounds.bounded, PHASES)),
     *(Phase(*phase) for phase in stream_phases()),
 )  # fmt: skip
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES

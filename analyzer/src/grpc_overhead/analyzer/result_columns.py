@@ -68,6 +68,7 @@ EXTRA_PHASES: tuple[str, ...] = (
     "server_receive",
     "server_handler",
     "server_tail",
+    "request_receive",
     "response_receive",
     "network_round_trip",
     # Streams (client-, server-streaming, bidi), per call: the median over the call's

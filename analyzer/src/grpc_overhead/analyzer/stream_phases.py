@@ -49,6 +49,7 @@ UNARY_ONLY: tuple[str, ...] = (
     "client_pre_send",
     "server_receive",
     "server_handler",
+    "request_receive",
     "response_receive",
     "network_round_trip",
 )

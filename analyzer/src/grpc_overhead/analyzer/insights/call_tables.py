@@ -17,6 +17,7 @@ COARSE_PHASES = (
     "server_receive",
     "server_handler",
     "server_tail",
+    "request_receive",
     "response_receive",
     "network_round_trip",
 )

@@ -31,11 +31,11 @@ from grpc_overhead.analyzer.clock_offsets import (
     query_parameters,
     window_sources,
 )
-from grpc_overhead.analyzer.insights.instances import phase
 from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phases import per_call_sql
 from grpc_overhead.analyzer.rollup import settled_range, settled_until
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.stream_phases import IS_STREAM
 
 #: Windows shown per pair at most (the most recent); 10 080 = a week of minutes.
 MAX_WINDOWS = 10_080
@@ -124,7 +124,13 @@ def window_calls(
     with a ``service:`` domain for its missing side).
     """
     options = options or CallsOptions()
-    network = " OR ".join(phase(name).defined for name in ("request_network", "response_network"))
+    # Calls with the events of a one-way phase (the phases' own conditions also hold the
+    # bounds of phase_bounds, which need the clock: these are the events only).
+    network = (
+        "((server_call_started_ns != 0 AND client_outbound_message_sent_ns != 0)"
+        " OR (client_received_response_ns != 0 AND server_outbound_message_sent_ns != 0))"
+        f" AND NOT {IS_STREAM}"
+    )
     # Windows and domains only (no offset): stored rows of settled minutes, the rest raw.
     rows, bound = rows_for(store, filters, options, clock=False, clock_options=clock)
     sql = (

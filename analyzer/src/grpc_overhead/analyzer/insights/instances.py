@@ -60,7 +60,7 @@ MIN_SHARED_BUCKETS = 3
 def phase(name: str) -> Phase:
     """A phase of ``phases.PHASES`` that needs no other phase and no clock offset."""
     found = _PHASES[name]
-    if "_value" in found.value or "clock" in found.defined:
+    if "_value" in found.value + found.defined or "clock" in found.defined:
         raise ValueError(f"phase {name} depends on other phases; use phases.per_call_sql")
     return found
 

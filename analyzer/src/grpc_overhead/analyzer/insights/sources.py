@@ -10,10 +10,14 @@ The catalogue here is the README's table per source ("Any language").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.insights.rows import rows_for
+from grpc_overhead.analyzer.phase_bounds import CLOCK_FREE, ONE_WAY
 from grpc_overhead.analyzer.span_sources import A72, A72_JAVA, OURS, SEMCONV, SOURCES, SPANS_ONLY
 from grpc_overhead.analyzer.store.base import Store
 
@@ -47,6 +51,19 @@ _ATTEMPT = {
     SEMCONV: "client span start",
 }
 _ONE_EVENT = "one event per message, taken after (de)serialization: no event marks its start"
+#: Why server start - client sent is no network time for grpc-go/grpc-java clients.
+_HEADERS_FIRST = (
+    "sends the headers before serializing the request, and the server span starts on the"
+    " headers: its start may precede the client's send and bounds no wire time"
+    " (request_receive does: network + the server's receive)"
+)
+#: A network phase whose events came out of order on a shared clock (phase_bounds).
+OUT_OF_ORDER = (
+    "this call's events came out of order (negative on a shared clock): they do not bound"
+    " the phase, which is NULL rather than negative"
+)
+#: The network phases NULL on a call where they would be negative (phase_bounds).
+NEVER_NEGATIVE = (*ONE_WAY, *CLOCK_FREE)
 _NO_EVENTS = "spans without message events: durations only"
 _OURS_ONLY = "needs grpc-overhead's events ({})"
 
@@ -62,7 +79,7 @@ _NEEDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "client_pre_send": ({s: f"{_ATTEMPT[s]} -> {_SEND[s]}" for s in _SEND}, {}),
     "client_serialize": ({OURS: "outboundMessage -> outboundMessageSent"}, {}),
     "client_connect": ({OURS: "channel connectivity (READY)"}, {}),
-    "request_network": (_SEND, _START),
+    "request_network": ({OURS: "outboundMessageSent (before the headers)"}, _START),
     "server_dispatch": ({OURS: "deadline budget"}, {OURS: "deadline budget"}),
     "server_queue": (
         {},
@@ -86,13 +103,14 @@ _NEEDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "server_handler": ({}, {s: f"{_READ[s]} -> {_SEND[s]}" for s in _READ}),
     "server_tail": ({}, {s: f"{_SEND[s]} -> server span end" for s in _SEND}),
     "server_residence": ({}, {s: f"{_START[s]} -> {_SEND[s]}" for s in _SEND}),
+    "request_receive": (_SEND, _READ),
     "response_network": ({OURS: "clientReceivedResponse", A72_JAVA: _JAVA_READ}, _SEND),
     "response_receive": (_READ, _SEND),
     "client_dispatch": ({OURS: "lag probe (GIL / event loop)"}, {}),
     "client_deserialize": ({OURS: "clientReceivedResponse -> inboundMessageRead"}, {}),
     "network_round_trip": (
         {s: f"{_SEND[s]}, {_READ[s]}" for s in _SEND},
-        {s: f"{_START[s]}, {_SEND[s]}" for s in _SEND},
+        {s: f"{_START[s]} (client ours) or {_READ[s]}, {_SEND[s]}" for s in _SEND},
     ),
 }
 #: The phases the explorer and the README list per source, in call order.
@@ -102,6 +120,8 @@ CATALOGUE_PHASES: tuple[str, ...] = tuple(_NEEDS)
 def _reason(phase: str, side: str, source: str, needs: dict[str, str]) -> str:
     if source == SPANS_ONLY:
         return f"{side}: {_NO_EVENTS}"
+    if phase == "request_network" and side == "client":
+        return f"client: {source} {_HEADERS_FIRST}"
     if OURS in needs and len(needs) <= 2:
         why = _ONE_EVENT if source in (A72, A72_JAVA, SEMCONV) else "not recorded"
         return f"{side}: {_OURS_ONLY.format(needs[OURS])}; {source} has {why}"
@@ -135,6 +155,20 @@ def phase_sources(client_source: str, server_source: str) -> pd.DataFrame:
         (phase, *phase_source(phase, client_source, server_source)) for phase in CATALOGUE_PHASES
     ]
     return pd.DataFrame.from_records(records, columns=["phase", "from", "unavailable"])
+
+
+def call_sources(call: Mapping[str, Any]) -> pd.DataFrame:
+    """``phase_sources`` for one call (a row of ``phases.calls``), with the value of each
+    phase (``value_us``) and why a network phase its sources define is NULL for this call
+    (``OUT_OF_ORDER``: negative on a shared clock, ``phase_bounds``)."""
+    frame = phase_sources(call["client_source"], call["server_source"])
+    values = [call[f"{phase}_us"] for phase in frame["phase"]]
+    frame.insert(1, "value_us", values)
+    unary = call.get("call_type", "") in ("", "unary_unary")
+    for index, (phase, value) in enumerate(zip(frame["phase"], values, strict=True)):
+        if phase in NEVER_NEGATIVE and unary and frame.at[index, "from"] and pd.isna(value):
+            frame.at[index, "unavailable"] = OUT_OF_ORDER
+    return frame
 
 
 def source_table() -> pd.DataFrame:

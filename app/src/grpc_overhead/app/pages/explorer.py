@@ -348,8 +348,7 @@ with st.expander(
     expanded=call["client_source"] != call["server_source"]
     or call["client_source"] != "grpc-overhead",
 ):
-    origins = sources.phase_sources(call["client_source"], call["server_source"])
-    origins.insert(1, "value_us", [call[f"{phase}_us"] for phase in origins["phase"]])
+    origins = sources.call_sources(call)
     st.dataframe(
         origins,
         hide_index=True,
@@ -361,7 +360,10 @@ with st.expander(
         "Each side's events decide which phases a call has: gRPC's own tracing (A72) and "
         "semconv message events mark one moment per message (after serialization when sent; "
         "after deserialization when read, except grpc-java's, before it), so the finer "
-        "phases of our instrumentation are empty for them and the coarser ones are shown."
+        "phases of our instrumentation are empty for them and the coarser ones are shown. "
+        "A network phase is never shown negative: where a call's events cannot bound it "
+        "(e.g. a grpc-go or grpc-java client sends the headers before serializing), it is "
+        "empty and the reason is given."
     )
 if not math.isnan(call["unattributed_us"]) and call["call_type"] not in ("", "unary_unary"):
     st.caption(
