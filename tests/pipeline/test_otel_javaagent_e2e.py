@@ -32,6 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -51,7 +52,7 @@ CALLS = 100
 STANDARD_OTLP_HTTP_PORT = 4318
 #: The phases semconv message events define (span_sources; the catalogue says the same).
 MESSAGE_EVENT_PHASES = {
-    "client_pre_send", "request_network", "server_receive", "server_handler", "server_tail",
+    "client_pre_send", "request_receive", "server_receive", "server_handler", "server_tail",
     "server_residence", "response_receive", "network_round_trip",
 }  # fmt: skip
 SPAN_PHASES = {"total", "server_duration", "client_server_gap"}
@@ -187,6 +188,7 @@ def test_each_call_counted_once_with_its_phases(agent_runs, version, path):
     promised = sources.phase_sources(SEMCONV, SEMCONV)
     promised = set(promised[promised["unavailable"] == ""]["phase"])
     assert promised == SPAN_PHASES | MESSAGE_EVENT_PHASES
+    missing: Counter[str] = Counter()
     for call in calls:
         # Both halves in one call: the server span was assembled with its client span.
         assert call["server_service"] == _service(version, path, "server")
@@ -197,7 +199,12 @@ def test_each_call_counted_once_with_its_phases(agent_runs, version, path):
         )  # fmt: skip
         assert (call["status_code"], call["error"]) == (0, 0)
         defined = {p for p in sources.CATALOGUE_PHASES if call[f"{p}_us"] is not None}
-        assert defined == promised, call["TraceId"]
+        # A phase whose events came out of order on this call (a preempted thread stamped
+        # its "sent" late) is NULL for it rather than negative (phase_bounds): only those.
+        assert defined <= promised, call["TraceId"]
+        assert promised - defined <= set(sources.NEVER_NEGATIVE), call["TraceId"]
+        missing.update(promised - defined)
+    assert all(count <= CALLS // 10 for count in missing.values()), missing
 
 
 def test_the_fetch_is_cached(tmp_path):

@@ -22,9 +22,11 @@ start and the difference is no time at all. Two cases:
   clock (both halves in one clock domain, ``same_domain``) such a call's network phase
   would come out negative: it is NULL for that call instead (its events do not bound
   it), never shown negative, never clamped to a made-up 0. Clock-free phases
-  (``network_round_trip``, ``client_server_gap``) follow the same rule whatever the
-  clocks. Across clock domains a corrected phase may be negative within the offset's
-  uncertainty and is shown: the raw and corrected values say so side by side.
+  (``network_round_trip``, ``client_server_gap``, and the coarse one-side phases
+  ``client_pre_send``, ``server_receive``, ``server_handler``, ``server_tail``) follow the
+  same rule whatever the clocks. Across clock domains a corrected phase may be negative
+  within the offset's uncertainty and is shown: the raw and corrected values say so side
+  by side.
 
 The app, ``report``, ``findings``, the ``grpc_call_phases`` view and Grafana all read the
 same ``{phase}_defined`` expressions, so they all skip such a value the same way; the
@@ -53,8 +55,18 @@ ONE_WAY = (
     "request_receive",
     "response_receive",
 )
-#: Network phases that need no clock agreement: never negative on any clock.
-CLOCK_FREE = ("network_round_trip", "client_server_gap")
+#: Phases that need no clock agreement: never negative on any clock. The network ones,
+#: and the coarse phases between two events of one side, which A72 and semconv sources
+#: stamp after the fact (otelgrpc's server span has been seen to end 50 us before its
+#: own "sent" event: server_tail -50 us).
+CLOCK_FREE = (
+    "network_round_trip",
+    "client_server_gap",
+    "client_pre_send",
+    "server_receive",
+    "server_handler",
+    "server_tail",
+)
 
 
 #: The phases from ``server start - client sent``: defined for our clients only.

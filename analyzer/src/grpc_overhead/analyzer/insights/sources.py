@@ -62,7 +62,7 @@ OUT_OF_ORDER = (
     "this call's events came out of order (negative on a shared clock): they do not bound"
     " the phase, which is NULL rather than negative"
 )
-#: The network phases NULL on a call where they would be negative (phase_bounds).
+#: The phases NULL on a call where they would be negative (phase_bounds).
 NEVER_NEGATIVE = (*ONE_WAY, *CLOCK_FREE)
 _NO_EVENTS = "spans without message events: durations only"
 _OURS_ONLY = "needs grpc-overhead's events ({})"
