@@ -118,10 +118,10 @@ def test_collector_run_on_a_port_serve_holds_says_so(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-PLAIN_SERVE_WITH_4317_TAKEN = """
+PLAIN_SERVE_WITH_A_PORT_TAKEN = """
 python -c 'import socket, time
-s = socket.socket(); s.bind(("127.0.0.1", 4317)); s.listen(); time.sleep(120)' &
-timeout 30 bash -c 'until (: </dev/tcp/127.0.0.1/4317) 2>/dev/null; do sleep 0.2; done'
+s = socket.socket(); s.bind(("127.0.0.1", PORT)); s.listen(); time.sleep(120)' &
+timeout 30 bash -c 'until (: </dev/tcp/127.0.0.1/PORT) 2>/dev/null; do sleep 0.2; done'
 grpc-overhead serve --store ./store --no-app > serve.out 2>&1 &
 timeout 60 bash -c 'until grep -q "^app: off" serve.out; do sleep 0.2; done'
 kill %2; wait %2
@@ -129,16 +129,29 @@ cat serve.out
 """
 
 
-def test_plain_serve_leaves_a_taken_standard_port_and_says_who_holds_it(tmp_path: Path) -> None:
-    """The default path: intake on 4327, 4317 held by someone else (a collector, say)."""
+@pytest.mark.parametrize(
+    ("port", "note", "not_said"),
+    [
+        (4317, "note: the standard OTLP port 127.0.0.1:4317 is held by pid ", "OTLP also on"),
+        (4318, "note: the standard OTLP/HTTP port 127.0.0.1:4318 is held by pid ",
+         "OTLP/HTTP listening"),
+    ],
+    ids=["grpc-4317", "http-4318"],
+)  # fmt: skip
+def test_plain_serve_leaves_a_taken_standard_port_and_says_who_holds_it(
+    tmp_path: Path, port: int, note: str, not_said: str
+) -> None:
+    """The default path: intake on 4327, a standard port held by someone else (a
+    collector, say)."""
     env = quickstart.clean_env(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     )
-    run = quickstart.run_block(PLAIN_SERVE_WITH_4317_TAKEN, tmp_path, env, 120, ports=(4317, 4327))
+    script = PLAIN_SERVE_WITH_A_PORT_TAKEN.replace("PORT", str(port))
+    run = quickstart.run_block(script, tmp_path, env, 120, ports=(4317, 4318, 4327))
     assert run.returncode == 0, run.output
     assert "intake listening on 127.0.0.1:4327" in run.output
-    assert "note: the standard OTLP port 127.0.0.1:4317 is held by pid " in run.output
+    assert note in run.output
     assert "(python -c import socket, time" in run.output  # the holder's command line
-    assert "OTLP also on" not in run.output
+    assert not_said not in run.output
     assert "Failed to add port" not in run.output  # grpcio is not asked for a port in use
     assert "intake stopped:" in run.output  # went on, then stopped cleanly

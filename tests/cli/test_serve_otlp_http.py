@@ -1,5 +1,6 @@
 """OTLP/HTTP on ``serve``: the standard port 4318 by the defaults-that-meet rules, and
-OTLP/JSON posted with curl, stored and read back with ``grpc-overhead sql``.
+OTLP/JSON posted with curl, stored and read back with ``grpc-overhead sql`` (a taken 4318:
+tests/cli/test_default_ports.py, beside a taken 4317).
 
 The default behaviour (a plain ``serve`` takes 4318) runs in a network namespace of its
 own (``harness.quickstart``), where 4318 is free whatever the machine runs.
@@ -85,28 +86,6 @@ def test_plain_serve_takes_otlp_http_on_4318_and_stores_what_curl_posts(tmp_path
         ("Server", "eee19b7ec3c1b174", 2_000_000),
     ]
     assert {row["ServiceName"] for row in rows} == {"curl"}
-
-
-PLAIN_SERVE_WITH_4318_TAKEN = """
-python -c 'import socket, time
-s = socket.socket(); s.bind(("127.0.0.1", 4318)); s.listen(); time.sleep(120)' &
-timeout 30 bash -c 'until (: </dev/tcp/127.0.0.1/4318) 2>/dev/null; do sleep 0.2; done'
-grpc-overhead serve --store ./store --no-app > serve.out 2>&1 &
-timeout 60 bash -c 'until grep -q "^app: off" serve.out; do sleep 0.2; done'
-kill %2; wait %2
-cat serve.out
-"""
-
-
-def test_plain_serve_leaves_a_taken_4318_and_says_who_holds_it(tmp_path: Path) -> None:
-    run = quickstart.run_block(
-        PLAIN_SERVE_WITH_4318_TAKEN, tmp_path, _env(), 120, ports=(4317, 4318, 4327)
-    )
-    assert run.returncode == 0, run.output
-    assert "note: the standard OTLP/HTTP port 127.0.0.1:4318 is held by pid " in run.output
-    assert "(python -c import socket, time" in run.output  # the holder's command line
-    assert "OTLP/HTTP listening" not in run.output
-    assert "intake stopped:" in run.output  # went on, then stopped cleanly
 
 
 @pytest.fixture
