@@ -11,6 +11,8 @@ import gzip
 import http.client
 import itertools
 import json
+import socket
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -331,3 +333,24 @@ def test_one_connection_carries_many_requests_and_chunked_bodies(
     finally:
         connection.close()
     assert count(store) == 6
+
+
+def test_a_connection_flood_gets_503_not_a_thread_each(store: Store) -> None:
+    """Connections beyond the cap are answered 503 (Retry-After) at once and closed; once
+    the idle ones go, requests are stored again."""
+    config = IntakeConfig(port=0, http_port=0, http_max_connections=4)
+    with Intake(store, config) as capped:
+        idle = [socket.create_connection(("127.0.0.1", capped.http_port)) for _ in range(4)]
+        try:
+            time.sleep(0.2)  # the server has taken the four (a thread each)
+            status, headers, answer = post(capped.http_url, fresh(), PROTOBUF)
+            assert (status, headers["Retry-After"]) == (503, "1"), answer
+            assert b"too many open connections" in answer
+        finally:
+            for connection in idle:
+                connection.close()
+        deadline = time.monotonic() + 10
+        while post(capped.http_url, fresh(), PROTOBUF)[0] != 200:
+            assert time.monotonic() < deadline, "the cap was never released"
+            time.sleep(0.1)
+    assert count(store) == 1

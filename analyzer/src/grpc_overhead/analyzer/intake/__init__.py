@@ -27,7 +27,7 @@ from typing import Self
 import grpc
 
 from grpc_overhead.analyzer.intake.exporter import Exporter, exporter_for, share_commit_lock
-from grpc_overhead.analyzer.intake.http_receiver import OtlpHttpReceiver
+from grpc_overhead.analyzer.intake.http_receiver import MAX_CONNECTIONS, OtlpHttpReceiver
 from grpc_overhead.analyzer.intake.processor import BatchProcessor
 from grpc_overhead.analyzer.intake.receiver import (
     DEFAULT_WAIT_TIMEOUT_S,
@@ -80,6 +80,8 @@ class IntakeConfig:
     extra_ports: tuple[int, ...] = ()
     #: OTLP/HTTP port (``POST /v1/traces``; 0: a free one); None: no HTTP receiver.
     http_port: int | None = None
+    #: Open OTLP/HTTP connections at most; beyond, an immediate 503 (Retry-After).
+    http_max_connections: int = MAX_CONNECTIONS
 
 
 class Intake:
@@ -160,6 +162,8 @@ class Intake:
                     self.config.host,
                     self.config.http_port,
                     max_message_bytes=self.config.max_message_bytes,
+                    workers=self.config.workers,
+                    max_connections=self.config.http_max_connections,
                 ).start()
             except OSError as error:
                 self.stop()

@@ -22,6 +22,7 @@ holds as on gRPC: the 200 is sent after the batch holding the request is committ
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -47,6 +48,8 @@ JSON = "application/json"
 RETRY_AFTER_S = 1
 #: Longest silence while reading a request: a sender that stalls mid-body is dropped.
 READ_TIMEOUT_S = 30.0
+#: Open connections at most (SDK exporters keep one each); beyond, an immediate 503.
+MAX_CONNECTIONS = 256
 _OTHER_SIGNALS = {"/v1/metrics": "metrics", "/v1/logs": "logs", "/v1/profiles": "profiles"}
 
 
@@ -60,15 +63,19 @@ class OtlpHttpReceiver:
         port: int,
         *,
         max_message_bytes: int = 64 << 20,
+        workers: int = 32,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         handler = type(
             "OtlpHttpHandler",
             (_Handler,),
             {"receiver": receiver, "max_message_bytes": max_message_bytes},
         )
-        server_class = _Server6 if ":" in host else ThreadingHTTPServer
+        server_class = _Server6 if ":" in host else _Server
         self._server = server_class((host, port), handler)
         self._server.daemon_threads = True
+        self._server.connections = threading.BoundedSemaphore(max_connections)
+        self._server.working = threading.BoundedSemaphore(workers)
         self._thread: threading.Thread | None = None
 
     @property
@@ -89,8 +96,46 @@ class OtlpHttpReceiver:
             self._thread.join(5)
 
 
-class _Server6(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, as many as ``connections`` allows, and as many requests
+    read and stored at once as ``working`` allows (the gRPC receiver's worker count).
+
+    A hostile or runaway sender opening connections gets an immediate 503 beyond the cap
+    instead of a thread each; bodies (up to ``max_message_bytes`` each) are read by
+    ``working`` threads at most, so memory stays bounded as on gRPC.
+    """
+
+    connections: threading.BoundedSemaphore
+    working: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.connections.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(_TOO_MANY_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.connections.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
+
+
+class _Server6(_Server):
     address_family = socket.AF_INET6
+
+
+_TOO_MANY_CONNECTIONS = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n"
+    b"Connection: close\r\nContent-Length: 48\r\n\r\n"
+    b"grpc-overhead intake: too many open connections\n"
+)
 
 
 class _Answer(Exception):
@@ -115,8 +160,9 @@ class _Handler(BaseHTTPRequestHandler):
             path = self.path.split("?", 1)[0]
             if path != TRACES_PATH:
                 raise self._not_here(path)
-            body = self._body()
-            outcome = self.receiver.take(body, None, self._still_connected)
+            with self.server.working:  # type: ignore[attr-defined]
+                body = self._body()
+                outcome = self.receiver.take(body, None, self._still_connected)
         except _Answer as answer:
             self._error(answer, json_wanted)
             return
