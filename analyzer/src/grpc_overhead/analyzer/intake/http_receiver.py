@@ -23,6 +23,7 @@ holds as on gRPC: the 200 is sent after the batch holding the request is committ
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
 import socket
 import threading
@@ -40,6 +41,8 @@ from grpc_overhead.analyzer.intake.receiver import (
     TraceReceiver,
     response_message,
 )
+
+log = logging.getLogger(__name__)
 
 TRACES_PATH = "/v1/traces"
 PROTOBUF = "application/x-protobuf"
@@ -125,6 +128,11 @@ class _Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.connections.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A sender that vanished mid-request (reset, broken pipe): a line in the log at
+        debug level, never a traceback on serve's terminal."""
+        log.debug("OTLP/HTTP connection from %s failed", client_address, exc_info=True)
 
 
 class _Server6(_Server):
