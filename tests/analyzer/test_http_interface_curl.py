@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import time
 import tracemalloc
@@ -20,13 +19,8 @@ from grpc_overhead.analyzer.store.base import QueryLimits, Store
 from tests.analyzer import seed
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        shutil.which("curl") is None,
-        reason="needs curl on PATH (make test installs it: scripts/system-packages.sh)",
-    ),
-]
+# curl comes with `make test` (scripts/system-packages.sh); without it these fail, loudly.
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
