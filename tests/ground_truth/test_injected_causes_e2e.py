@@ -23,19 +23,44 @@ pytestmark = pytest.mark.e2e
 #: inject (a delay in the wrong direction, queuing counted as processing, ...).
 REDUCED_SLACK = 2.0
 
+#: A scenario that misses is measured once more, from scratch, and judged on that second run
+#: alone. A misattribution is systematic and misses twice; what a loaded CI machine adds to
+#: one 25-call p50 (a TLS handshake that lost the CPU, busy threads' GIL hand-offs landing
+#: on the request side) does not repeat run after run. Both runs are printed.
+ATTEMPTS = 2
+
 
 def within_slack(check) -> bool:
     return abs(check.error_us) <= REDUCED_SLACK * check.tolerance_us
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
-def test_injected_cause_is_recovered(tmp_path, name):
-    result = SCENARIOS[name](tmp_path, REDUCED)
-    print(result.describe())  # visible with -s, and in the failure message below
-    assert result.checks, "a scenario that checks nothing cannot fail"
-    failures = [c for c in result.checks if not c.limit and not within_slack(c)]
-    assert not failures, result.describe()
+def problems(result) -> list[str]:
+    """What keeps a run from passing: a miss beyond the slack, or a limit left alone."""
+    found = [
+        f"{c.case}: {c.quantity}" for c in result.checks if not c.limit and not within_slack(c)
+    ]
     # A documented limit never stands alone: what IS recoverable there is checked too.
     for limited in result.limits:
         companions = [c for c in result.checks if c.case == limited.case and not c.limit]
-        assert companions and all(within_slack(c) for c in companions), result.describe()
+        if not companions:
+            found.append(f"{limited.case}: a limit with nothing recoverable checked beside it")
+        found += [f"{c.case}: {c.quantity}" for c in companions if not within_slack(c)]
+    return found
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_injected_cause_is_recovered(tmp_path, name):
+    described = []
+    for attempt in range(1, ATTEMPTS + 1):
+        workdir = tmp_path / f"attempt-{attempt}"
+        workdir.mkdir()
+        result = SCENARIOS[name](workdir, REDUCED)
+        described.append(f"-- attempt {attempt} of {ATTEMPTS}\n{result.describe()}")
+        print(described[-1])  # visible with -s, and in the failure message below
+        assert result.checks, "a scenario that checks nothing cannot fail"
+        missed = problems(result)
+        if not missed:
+            return
+    pytest.fail(
+        f"missed in all {ATTEMPTS} runs (last: {'; '.join(missed)})\n" + "\n".join(described)
+    )
