@@ -6,6 +6,7 @@
                         [--jaeger-url URL]
                         [--http-port 8123 | --no-http] [--http-host 127.0.0.1]
                         [--http-user U] [--http-password P]
+                        [--retention 7d] [--rollup-retention 90d] [--max-store-gb 20]
 
 Point the collector's ``otlp`` exporter (or any OTLP/gRPC SDK exporter) at
 the intake; spans land in ``otel_traces`` exactly as the collector's
@@ -37,6 +38,11 @@ On an embedded store, serve also speaks ClickHouse's HTTP interface
 so do ``report``, ``sql`` and ``app`` started against the same directory,
 which serve owns. While it runs, serve writes ``DIR/grpc-overhead-serve.json``
 (its pid, intake, app and HTTP URLs: ``store.owner``) so they find it.
+
+Nothing expires unless asked: ``--retention`` drops spans and calls that long after they
+started (the tables' TTL, applied by the engine's merges), ``--rollup-retention`` the
+per-minute rollups, and ``--max-store-gb`` keeps an embedded store within a disk budget by
+dropping the oldest spans and calls first (``analyzer.retention``).
 """
 
 from __future__ import annotations
@@ -81,6 +87,11 @@ from grpc_overhead.cli.serve_ports import (
     say_http_port,
     say_standard_port,
     standard_port_taken,
+)
+from grpc_overhead.cli.serve_retention import (
+    StoreKeeper,
+    add_retention_arguments,
+    retention_from_args,
 )
 from grpc_overhead.instrumentation import environment
 
@@ -158,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
         f"(default ${environment.JAEGER_URL})",
     )
     add_http_arguments(result)
+    add_retention_arguments(result)
     return result
 
 
@@ -219,6 +231,11 @@ def start_http(args: argparse.Namespace, store: Store) -> HttpInterface | None:
 def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = None) -> int:
     args = parser().parse_args(argv)
     ports = OtlpPorts.from_args(args)
+    try:
+        retention = retention_from_args(args)
+    except BadInput as error:
+        print(f"grpc-overhead serve: {error}", file=sys.stderr)
+        return EXIT_USAGE
     stop = stop or threading.Event()
     if not args.no_app:
         from grpc_overhead.app.server import AppServerError, check_port
@@ -285,7 +302,11 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         # The embedded store has exactly one owner, this process: it rolls settled
         # minutes up. On a ClickHouse server several processes may run; none settles
         # there, so no minute is ever rolled up twice.
-        loop = SettleLoop(store, calls_options, SETTLE_INTERVAL_S if directory else None)
+        keeper = StoreKeeper(store, calls_options, retention)
+        if retention.active:
+            keeper()  # the TTLs are in place before the first span is said to be stored
+            print(f"retention: {retention.describe()}", flush=True)
+        loop = SettleLoop(store, calls_options, SETTLE_INTERVAL_S if directory else None, keeper)
         try:
             if args.no_app:
                 print("app: off (--no-app)", flush=True)
@@ -368,6 +389,8 @@ class SettleLoop:
     store: Store
     options: CallsOptions
     every_s: float | None
+    #: Retention and the disk budget, looked after between settles (it paces itself).
+    keeper: StoreKeeper | None = None
 
     def __call__(self, stop: threading.Event) -> None:
         last_settle = time.monotonic()
@@ -375,6 +398,8 @@ class SettleLoop:
             if self.every_s and time.monotonic() - last_settle >= self.every_s:
                 last_settle = time.monotonic()
                 _settle(self.store, self.options)
+            if self.keeper is not None:
+                self.keeper()
 
 
 def _write_serve_info(directory: str | None, info: ServeInfo) -> None:
