@@ -37,13 +37,13 @@ class ServeProcess:
 
     def __init__(
         self, store: Path, otlp_port: int, otlp_http_port: int | None = None, *,
-        clickhouse_http_port: int | None = None,
+        clickhouse_http_port: int | None = None, extra_args: Sequence[str] = (),
     ) -> None:  # fmt: skip
         """``otlp_http_port``: also take OTLP/HTTP there (0: a free one; ``http_url`` says
         where); None: gRPC only. ``clickhouse_http_port``: serve's ClickHouse HTTP
         interface there (``clickhouse_url``), to read the store while serve owns it."""
         command = [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store),
-                   "--otlp-port", str(otlp_port), "--no-app"]  # fmt: skip
+                   "--otlp-port", str(otlp_port), "--no-app", *extra_args]  # fmt: skip
         if otlp_http_port is not None:
             command += ["--otlp-http-port", str(otlp_http_port)]
         self.clickhouse_url = ""

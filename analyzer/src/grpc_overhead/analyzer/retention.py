@@ -32,6 +32,8 @@ DEFAULT_TTL_MERGE_WAIT_S = 14_400
 #: A budget that is exceeded is brought back down to this share of itself, so that the
 #: next few seconds of spans do not exceed it again at once.
 BUDGET_TARGET = 0.8
+#: Passes of one look at the budget (each on what the one before left).
+BUDGET_PASSES = 4
 #: At most this share of the raw data goes in one pass (the newest is never all dropped).
 MAX_DROP_SHARE = 0.95
 #: Outdated parts (replaced by a merge or a deletion) are removed after this many seconds
@@ -208,10 +210,27 @@ class BudgetPass:
 
 
 def keep_within_budget(store: Store, options: CallsOptions, max_bytes: int) -> BudgetPass:
-    """Drop the oldest raw data when the store outgrew ``max_bytes`` (else do nothing)."""
+    """Drop the oldest raw data when the store outgrew ``max_bytes`` (else do nothing).
+
+    Bytes are not quite proportional to spans (each part has a fixed cost, and the
+    tables compress differently), so a pass that leaves the store over its budget is
+    followed by another, on what is left, up to ``BUDGET_PASSES``."""
     size = store_bytes(store, options)
-    if size <= max_bytes:
-        return BudgetPass(size, max_bytes)
+    done = BudgetPass(size, max_bytes)
+    for _ in range(BUDGET_PASSES):
+        if size <= max_bytes:
+            break
+        cutoff = _drop_oldest(store, options, size, max_bytes)
+        if cutoff is None:
+            break
+        done = BudgetPass(done.bytes_before, max_bytes, cutoff)
+        size = store_bytes(store, options)
+    return done
+
+
+def _drop_oldest(store: Store, options: CallsOptions, size: int, max_bytes: int) -> datetime | None:
+    """Drop the oldest share of the raw data that brings ``size`` to the target; the
+    cut-off (None: no span left to drop)."""
     share = min(MAX_DROP_SHARE, (size - BUDGET_TARGET * max_bytes) / size)
     found = store.query(
         "SELECT count() AS spans, "
@@ -220,13 +239,14 @@ def keep_within_budget(store: Store, options: CallsOptions, max_bytes: int) -> B
         {"share": share},
     )
     if not int(found["spans"].iloc[0]):
-        return BudgetPass(size, max_bytes)  # nothing raw left: rollups alone, said by serve
-    cutoff = datetime.fromtimestamp(int(found["cutoff"].iloc[0]), UTC)
+        return None  # nothing raw left: rollups alone, said by serve
+    # One second past the quantile: the cut-off drops whole seconds, the quantile's own too.
+    cutoff = datetime.fromtimestamp(int(found["cutoff"].iloc[0]) + 1, UTC)
     engines = _engines(store, options)
     for table in timed_tables(options):
         if table.raw and table.name in engines:
             _drop_before(store, options, table, cutoff, engines[table.name])
-    return BudgetPass(size, max_bytes, cutoff)
+    return cutoff
 
 
 def _drop_before(
