@@ -1,7 +1,7 @@
 """``serve --retention --max-store-gb`` on a real serve process, flooded over OTLP/gRPC.
 
-Spans carry 1 KB of random bytes each (nothing the codecs can shrink), stamped from 25
-minutes ago to now, about twice a 2 MB budget (hex noise compresses by half); spans two hours old go with a 30-minute
+Spans carry 1 KB of hex noise each (it compresses by half, no more), stamped from 25
+minutes ago to now: about twice a 2 MB budget. Spans two hours old go with a 30-minute
 retention. Every export must be acknowledged (the budget makes room, it never refuses),
 the store must come back within its budget, and the newest spans must all be there, before
 and after a pass: a flood against a budget keeps storing new spans.
