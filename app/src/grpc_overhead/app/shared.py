@@ -321,19 +321,29 @@ def _choice(
     return None if selected == ANY else selected
 
 
-_RUN_STARTED = "_page_run_started"
-_RUN_ENDED = "_page_run_ended"
+_RUN_MARKS = "_page_run_marks"
 
 
 @contextlib.contextmanager
 def page_run() -> Iterator[None]:
     """Mark a whole page run's start and end (``main.py`` wraps the navigation in it), so
-    auto-refresh knows whether a run is going on and how long the page has been still."""
-    st.session_state[_RUN_STARTED] = time.monotonic()
+    auto-refresh knows whether a run is going on and how long the page has been still.
+
+    The marks are a plain dict kept in the session state: after ``st.stop()`` (every empty
+    state) any ``st.`` call raises the stop again, so writing ``st.session_state`` in the
+    ``finally`` never happened, the end of such a run was never marked, and a page opened
+    before the first spans arrived never refreshed to show them."""
+    marks = page_run_marks()
+    marks["started"] = time.monotonic()
     try:
         yield
-    finally:  # st.stop() and reruns end a run too
-        st.session_state[_RUN_ENDED] = time.monotonic()
+    finally:  # st.stop() and reruns end a run too; no st. call here (see above)
+        marks["ended"] = time.monotonic()
+
+
+def page_run_marks() -> dict[str, float]:
+    """This session's ``{"started": ..., "ended": ...}`` (monotonic seconds)."""
+    return st.session_state.setdefault(_RUN_MARKS, {})
 
 
 def refresh_due(started: float | None, ended: float | None, now: float) -> bool:
@@ -349,8 +359,8 @@ def refresh_due(started: float | None, ended: float | None, now: float) -> bool:
 def _auto_refresh() -> None:
     @st.fragment(run_every=REFRESH_S)
     def ticker() -> None:
-        state = st.session_state
-        if refresh_due(state.get(_RUN_STARTED), state.get(_RUN_ENDED), time.monotonic()):
+        marks = page_run_marks()
+        if refresh_due(marks.get("started"), marks.get("ended"), time.monotonic()):
             st.rerun(scope="app")
 
     with st.sidebar:
