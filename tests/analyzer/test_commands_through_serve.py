@@ -58,8 +58,11 @@ def test_report_reads_through_serve(served):
     store, _ = served
     done = command("report", "--store", str(store), "--format", "json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["calls"] == CALLS
+    document = json.loads(done.stdout)
+    assert document["calls"] == CALLS
     assert "in use by" not in done.stderr
+    # The size comes through the HTTP interface too (system.parts, read-only).
+    assert document["store"]["calls"] == CALLS and document["store"]["bytes_per_call"] > 0
 
 
 def test_sql_reads_through_serve_and_passes_formats_through(served):

@@ -42,8 +42,16 @@ def mixed_calls(store) -> None:
 def test_json_contract(store):
     mixed_calls(store)
     document = json.loads(json.dumps(to_json(build_report(store))))
-    assert {"calls", "methods", "clock_offsets", "status_codes", "sides"} == set(document)
+    assert {"calls", "methods", "clock_offsets", "status_codes", "sides", "store"} == set(document)
     assert document["calls"] == 10
+    size = document["store"]  # the whole store's, per table and per call
+    assert size["calls"] == 10
+    tables = {entry["table"]: entry for entry in size["tables"]}
+    assert tables["otel_traces"]["rows"] == 20 and tables["grpc_calls"]["rows"] > 0
+    assert size["bytes_on_disk"] == sum(entry["bytes_on_disk"] for entry in size["tables"])
+    assert size["bytes_per_call"] == round(size["bytes_on_disk"] / 10, 1)
+    for entry in size["tables"]:
+        assert entry["bytes_per_call"] == round(entry["bytes_on_disk"] / 10, 1)
     two_sided = {"two_sided": 10, "server_only": 0, "client_only": 0, "missing": None}
     assert document["sides"] == two_sided
     methods = {(m["service"], m["method"]): m for m in document["methods"]}
@@ -106,6 +114,7 @@ def test_csv_and_table(store):
     assert "predict.Predictor/Predict: 4 calls" in text
     assert "unattributed" in text and "client_server_gap" in text
     assert "host-b" in text and "38,000.0" in text
+    assert "bytes per call over 10 calls" in text and "biggest tables: " in text
 
 
 @pytest.mark.unit
@@ -223,6 +232,8 @@ def test_command_on_a_real_store(module_store, tmp_path):
     document = json.loads(result.stdout)
     assert document["calls"] == 7
     assert [m["method"] for m in document["methods"]] == ["Health", "Predict"]
+    assert document["store"]["calls"] == 10  # the store's size is the whole store's
+    assert "grpc_settled_calls" in {entry["table"] for entry in document["store"]["tables"]}
 
     result = run_cli("--store", directory, "--format", "csv", "--method", "Get")
     assert result.returncode == 0, result.stderr

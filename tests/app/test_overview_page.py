@@ -37,6 +37,12 @@ def test_headline_numbers_come_from_the_calls(served_store):
     assert shown["p99 total"] == "8.69 ms"
     # 1 - (10 x 2,000 + 5 x 8,000) / (10 x 2,689 + 5 x 8,689)
     assert shown["Not processing"] == "14.7 %"
+    # The store's size in the sidebar: every table, bytes per call over the 15 calls.
+    size = " ".join(caption.value for caption in at.sidebar.caption)
+    assert "**Store: " in size and "per call (15 calls)" in size
+    tables = at.table[0].value
+    assert tables.loc["otel_traces", "rows"] == "30"  # a client and a server span each
+    assert (tables["per_call"] != "n/a").all() and "(total)" in tables.index
 
 
 def test_phases_per_method_stack_to_the_total(served_store):

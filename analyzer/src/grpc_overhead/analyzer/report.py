@@ -10,7 +10,9 @@ returns a ``Report``; ``to_json``/``render_table``/``to_csv`` only format it.
                   "phases": {PHASE: {"p50_us", "p90_us", "p99_us", "mean_us"}}}],
      "clock_offsets": [{"client_host", "server_host", "offset_us", "uncertainty_us", "calls"}],
      "status_codes": [{"code", "status", "calls", "share"}],
-     "sides": {"two_sided", "server_only", "client_only"}}
+     "sides": {"two_sided", "server_only", "client_only"},
+     "store": {"calls", "parts", "rows", "bytes_on_disk", "uncompressed_bytes",
+               "bytes_per_call", "tables": [{"table", ...the same}]}}
 
 Every phase of the design table is present for every method, null where it
 is undefined (e.g. calls without transport events). Each method also carries
@@ -39,6 +41,11 @@ and client-only (the server is not) calls; ``missing`` names the half those call
 ("client", "server", "client and server": some of each; null when none). The clock
 offsets follow the filters too (``--run``, ``--method``...): their ``calls`` are the
 filtered calls that yield an estimate.
+
+``store`` is the whole store's size, whatever the filters (``store_size``): its
+database's bytes on disk and per stored call, in total and per table, so a reader
+sizing a disk for their traffic finds it where they read the rest; the table ends
+with it, the CSV (phases only) leaves it out.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ from grpc_overhead.analyzer.shapes import SHAPE_COLUMNS, method_shapes, undefine
 from grpc_overhead.analyzer.snapshot import snapshot_ns
 from grpc_overhead.analyzer.status import NOT_RECORDED, overall, status_codes
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store_size import SIZE_COLUMNS, size_json, size_text, store_size
 
 STATISTICS = ("p50_us", "p90_us", "p99_us", "mean_us")
 STATUS_FRAME = ("service", "method", "status_code", "status", "calls", "share")
@@ -99,6 +107,9 @@ class Report:
         rows = self.sides[(self.sides["service"] == service) & (self.sides["method"] == method)]
         return _sides(rows)
 
+    #: ``store_size.SIZE_COLUMNS``: the store's bytes per table and per call (empty: unknown)
+    size: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SIZE_COLUMNS))
+
     def method_status(self, service: str, method: str) -> pd.DataFrame:
         rows = self.status[(self.status["service"] == service) & (self.status["method"] == method)]
         return rows.reset_index(drop=True)
@@ -127,6 +138,7 @@ def build_report(
         status_codes(store, filters, options=options),
         method_shapes(store, filters, options=options),
         sides(store, filters, options=options, by_method=True),
+        store_size(store, filters, options=options),
     )
 
 
@@ -220,6 +232,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "clock_offsets": offsets,
         "status_codes": _status_list(overall(report.status)) if len(report.status) else [],
         "sides": _sides(report.sides),
+        "store": size_json(report.size) if len(report.size) else None,
     }
 
 
@@ -341,6 +354,9 @@ def render_table(report: Report, width: int | None = None) -> str:
         hint = no_host_hint(report.offsets)
         if hint:
             console.print(hint, highlight=False, soft_wrap=True)
+    if len(report.size):
+        console.print()
+        console.print(size_text(report.size), highlight=False, soft_wrap=True, end="")
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 

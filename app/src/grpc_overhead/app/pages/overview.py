@@ -6,7 +6,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from grpc_overhead.analyzer import status
+from grpc_overhead.analyzer import status, store_size
 from grpc_overhead.analyzer.insights import overview
 from grpc_overhead.analyzer.insights import streams as stream_insights
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
@@ -240,4 +240,28 @@ else:
         height=shared.ALL_ROWS,
         column_config={"share": st.column_config.NumberColumn("share", format="percent")},
         key="overview_status_table",
+    )
+
+# What keeping these calls costs, in the sidebar where it stays in view: the whole store,
+# whatever the filters. Cached longer than the charts: sizes move slowly, and counting
+# every call stored is a pass over all of them.
+sizes = shared.load_slow(store_size.store_size)
+whole = store_size.total_row(sizes)
+st.sidebar.caption(
+    f"**Store: {formatting.size(whole['bytes_on_disk'])}** on disk, "
+    f"{formatting.size(whole['bytes_per_call'])} per call "
+    f"({formatting.count(whole['calls'])} calls)"
+)
+with st.sidebar.expander("Store size per table"):
+    st.table(
+        sizes.assign(
+            on_disk=sizes["bytes_on_disk"].map(formatting.size),
+            uncompressed=sizes["uncompressed_bytes"].map(formatting.size),
+            per_call=sizes["bytes_per_call"].map(formatting.size),
+            rows=sizes["rows"].map(formatting.count),
+        )[["table", "rows", "on_disk", "uncompressed", "per_call"]].set_index("table")
+    )
+    st.caption(
+        "Active parts of every table of the store's database, compressed as stored; per "
+        "call: bytes on disk over every call stored (settled and live)."
     )
