@@ -67,3 +67,40 @@ def test_serve_shows_calls_that_arrived_through_its_intake(tmp_path: Path):
     assert code == 0, serve.text()
     assert "intake stopped:" in serve.text()
     assert not (store / SERVE_INFO_FILE).exists()
+
+
+def test_a_page_opened_before_the_first_call_shows_it_without_a_reload(tmp_path: Path):
+    """The freshness path: the Overview is open on an empty store (its empty state stops
+    the page run), calls arrive, and auto-refresh alone must bring them on screen."""
+    store, intake_port = tmp_path / "store", free_port()
+    serve = start_serve(store, intake_port, offline_env())
+    try:
+        with chromium() as browser:
+            page = browser.new_page()
+            open_page(page, f"{serve.url}/overview?run={RUN}")
+            assert (
+                "No calls stored yet" in page.locator('[data-testid="stAlert"]').first.inner_text()
+            )
+            # The exporters' own 10 s timeout: a first store on a busy machine may take longer
+            # than offline_env's 0.5 s, and a lost half would be a call never shown.
+            endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{intake_port}"}
+            service_env = offline_env(
+                exporter_timeout_s=None, OTEL_SERVICE_NAME="predictor", **endpoint
+            )
+            with ServiceProcess(["--workers", "2"], env=service_env) as service:
+                result = run_load(
+                    "--target", service.target, "--calls", "3", "--concurrency", "1",
+                    "--run-id", RUN,
+                    env=offline_env(exporter_timeout_s=None, OTEL_SERVICE_NAME="loadgen",
+                                    **endpoint),
+                )  # fmt: skip
+                assert result.returncode == 0, result.stderr
+            shown = None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and shown != 3:
+                page.wait_for_timeout(250)  # no reload, no click: the page reruns itself
+                shown = calls_metric(page)
+            assert shown == 3, "auto-refresh never brought the calls on screen"
+            assert page.locator(EXCEPTION).count() == 0
+    finally:
+        serve.stop()

@@ -183,7 +183,7 @@ TIME_FILTER = (
 #: counts as one-sided (``SHOWN_FILTER``). The two halves of a call end within the call's
 #: own duration, then wait in their processes' export batches (our instrumentation: 1 s,
 #: ``GRPC_OVERHEAD_EXPORT_INTERVAL_MS``; the OpenTelemetry SDK's BatchSpanProcessor: 5 s),
-#: in the collector's exporter queue (embedded: 1 s; clickhouse: 5 s ``flush_timeout``)
+#: in the collector's exporter queue (embedded: 0.2 s; clickhouse: 5 s ``flush_timeout``)
 #: and the intake's batch (50 ms): the peer of a half lands at most about 10 s after it.
 HOLD_BACK_NS = 10 * 1_000_000_000
 #: Seconds, to set it otherwise (a pipeline that batches longer, or 0 for none).

@@ -26,14 +26,16 @@ from grpc_overhead.analyzer.insights import catalog, sources
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.app import runtime, url_filters
 
-#: Seconds an analyzer answer is reused. Under the 5 s freshness target.
-TTL_S = 2.0
+#: Seconds an analyzer answer is reused (and the live snapshot's step). Each of these three
+#: adds to the time a call takes to show (the 2 s freshness target): a call waits up to
+#: ``REFRESH_S`` for the next tick, then for the answer cached before it to expire.
+TTL_S = 1.0
 #: Seconds between reruns when auto-refresh is on (the ticker's period).
-REFRESH_S = 3.0
+REFRESH_S = 1.0
 #: Seconds a page stays still after its run before auto-refresh reruns it: a page whose
 #: run takes longer than ``REFRESH_S`` (Phases under load: 12-17 s) would otherwise be
 #: rerun the moment it finished, for ever, and never be readable or "loaded".
-MIN_IDLE_S = 2.0
+MIN_IDLE_S = 0.5
 #: Filter choices change slowly; listing them is not worth redoing on every rerun.
 CHOICES_TTL_S = 15.0
 #: A store nobody writes to (``grpc-overhead app``) gives the same answers all day.
