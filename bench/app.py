@@ -63,7 +63,7 @@ from grpc_overhead.cli.processes import offline_env
 from harness.browser import PAGES, chromium, open_page, start_app, wait_loaded
 
 PAGE_TARGET_S = 2.0
-FRESHNESS_TARGET_S = 5.0
+FRESHNESS_TARGET_S = 2.0
 CALLS = 1_000_000
 TITLES = dict(PAGES)
 #: cold: first load per app start; load: a full load later; switch: a click in the sidebar.

@@ -48,14 +48,18 @@ def _collector(intake_port: int) -> Any:
         return None
 
 
-def freshness(probes: int, timeout_s: float = 60.0) -> dict[str, Any]:
+def freshness(
+    probes: int, timeout_s: float = 60.0, *, through_collector: bool = True
+) -> dict[str, Any]:
+    """``through_collector``: SDK -> collector (embedded config) -> serve, when the collector
+    is built; False: SDK -> serve directly."""
     directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-fresh-"))
     intake_port = free_port()
     shown_at: dict[str, tuple[str, int]] = {}
     serve = start_serve(directory / "store", intake_port, offline_env())
     collector = None
     try:
-        collector = _collector(intake_port)
+        collector = _collector(intake_port) if through_collector else None
         endpoint = (
             f"http://{collector.otlp_endpoint}" if collector else f"http://127.0.0.1:{intake_port}"
         )
@@ -140,3 +144,71 @@ def _client_ends(store: Path) -> dict[str, int]:
     if done.returncode != 0:
         raise RuntimeError(f"reading the freshness store failed: {done.stderr}")
     return {row["run_id"]: int(row["end_ns"]) for row in json.loads(done.stdout)}
+
+
+#: Issue 25's targets: call end to the call on screen, with auto-refresh.
+MEDIAN_TARGET_S = 2.0
+P90_TARGET_S = 3.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.app_freshness [--probes N]``: both paths, one after the other, on
+    this machine as it is (the load average is printed beside the figures)."""
+    import argparse
+    import os
+
+    from bench.common import machine_info, markdown_table, publish
+
+    parser = argparse.ArgumentParser(prog="bench.app_freshness", description=__doc__)
+    parser.add_argument("--probes", type=int, default=12, help="probes per path (half reload)")
+    parser.add_argument("--quick", action="store_true", help="4 probes per path; printed")
+    args = parser.parse_args(argv)
+    probes = 4 if args.quick else args.probes
+    load_at_start = os.getloadavg()[0]
+    paths = {
+        "SDK -> serve": freshness(probes, through_collector=False),
+        "SDK -> collector -> serve": freshness(probes, through_collector=True),
+    }
+    results = {
+        "machine": machine_info(("chdb", "streamlit", "opentelemetry-sdk")),
+        "load_average_1m_at_start": round(load_at_start, 2),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "median_target_s": MEDIAN_TARGET_S,
+        "p90_target_s": P90_TARGET_S,
+        "paths": paths,
+    }
+    rows = []
+    for path, found in paths.items():
+        for mode, values in found["modes"].items():
+            met = (
+                values["median_s"] is not None
+                and values["median_s"] < MEDIAN_TARGET_S
+                and values["p90_s"] < P90_TARGET_S
+            )
+            rows.append([path if found["through_collector"] or "collector" not in path
+                         else f"{path} (collector not built: direct)", mode,
+                         values["median_s"], values["p90_s"], values["max_s"],
+                         len(values["samples_s"]), found["not_shown_within_s"]["count"],
+                         "met" if met else "not met"])  # fmt: skip
+    machine = results["machine"]
+    markdown = "\n".join([
+        f"### App freshness ({machine['date'][:10]}; {machine['cpu_count']} CPUs; load average "
+        f"{results['load_average_1m_at_start']} at the start, "
+        f"{results['load_average_1m_at_end']} at the end)",
+        "",
+        "Call end (the client span's end) to the call shown on the Overview filtered to its "
+        f"run, in Chromium; {probes} probes per path, alternately reloading the page and "
+        "leaving it open on auto-refresh (opened before the call). Targets: median < "
+        f"{MEDIAN_TARGET_S:g} s, p90 < {P90_TARGET_S:g} s.",
+        "",
+        markdown_table(
+            ["path", "watching", "median s", "p90 s", "max s", "calls", "not shown", "target"],
+            rows,
+        ),
+        "",
+    ])  # fmt: skip
+    return publish("app_freshness", results, markdown, quick=args.quick)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
