@@ -165,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     probes = 4 if args.quick else args.probes
     load_at_start = os.getloadavg()[0]
+    machine = machine_info(("chdb", "streamlit", "opentelemetry-sdk"))  # before the run
     paths = {
         "SDK -> serve": freshness(probes, through_collector=False),
         "SDK -> collector -> serve": freshness(probes, through_collector=True),
     }
     results = {
-        "machine": machine_info(("chdb", "streamlit", "opentelemetry-sdk")),
+        "machine": machine,
         "load_average_1m_at_start": round(load_at_start, 2),
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "median_target_s": MEDIAN_TARGET_S,
@@ -190,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
                          values["median_s"], values["p90_s"], values["max_s"],
                          len(values["samples_s"]), found["not_shown_within_s"]["count"],
                          "met" if met else "not met"])  # fmt: skip
-    machine = results["machine"]
     markdown = "\n".join([
         f"### App freshness ({machine['date'][:10]}; {machine['cpu_count']} CPUs; load average "
         f"{results['load_average_1m_at_start']} at the start, "
