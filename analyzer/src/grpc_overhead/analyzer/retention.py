@@ -23,6 +23,7 @@ from grpc_overhead.analyzer import call_rollup, rollup, runs
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.store import Store
+from grpc_overhead.analyzer.store_size import table_sizes
 
 #: A retention shorter than this would expire calls before they settle into rollups.
 MIN_RETENTION = timedelta(minutes=5)
@@ -186,12 +187,7 @@ def _database(options: CallsOptions) -> str:
 
 def store_bytes(store: Store, options: CallsOptions) -> int:
     """Bytes on disk of the database's active parts (what its data takes now)."""
-    found = store.query(
-        "SELECT sum(bytes_on_disk) AS bytes FROM system.parts WHERE active AND database = "
-        + _database(options),
-        {"database": options.database},
-    )
-    return int(found["bytes"].iloc[0] or 0)
+    return int(table_sizes(store, options)["bytes_on_disk"].sum())
 
 
 @dataclass(frozen=True)

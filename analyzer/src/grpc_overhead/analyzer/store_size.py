@@ -72,6 +72,16 @@ def stored_calls(
     return int(sides(store, everything, options=options)["calls"].sum())
 
 
+def table_sizes(store: Store, options: CallsOptions) -> pd.DataFrame:
+    """Per table of the store's database: parts, rows, bytes on disk and uncompressed, from
+    ``system.parts`` alone (cheap: the retention keeper reads it every few seconds)."""
+    tables = store.query(_PARTS_SQL, {"database": options.database}, readonly=True)
+    tables = tables.rename(columns=_RENAMED)
+    numbers = list(_RENAMED.values())
+    tables[numbers] = tables[numbers].astype("int64")
+    return tables
+
+
 def store_size(
     store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
 ) -> pd.DataFrame:
@@ -81,10 +91,8 @@ def store_size(
     biggest first, and a last ``TOTAL`` row summing them. ``calls`` is the same on
     every row (``stored_calls``; ``filters``: its snapshot only)."""
     options = options or CallsOptions()
-    tables = store.query(_PARTS_SQL, {"database": options.database}, readonly=True)
-    tables = tables.rename(columns=_RENAMED)
+    tables = table_sizes(store, options)
     numbers = list(_RENAMED.values())
-    tables[numbers] = tables[numbers].astype("int64")
     total = pd.DataFrame([{"table": TOTAL, **{n: int(tables[n].sum()) for n in numbers}}])
     frame = pd.concat([tables, total], ignore_index=True) if len(tables) else total
     calls = stored_calls(store, filters, options=options)
