@@ -18,6 +18,7 @@ from grpc_overhead.analyzer.store import (
     check_free,
     table_exists,
 )
+from grpc_overhead.analyzer.store.base import ENGINE_SETTINGS, QueryLimits
 from grpc_overhead.analyzer.store.embedded import ChdbSession
 
 pytestmark = pytest.mark.e2e
@@ -47,6 +48,26 @@ def test_one_table_existence_helper(store: ChdbStore) -> None:
     assert table_exists(store, "kept", "other")
     assert not table_exists(store, "here", "other")
     assert not table_exists(store, "it's `odd`", "other")  # bound, never formatted
+
+
+def test_every_connection_runs_with_the_engine_settings(store: ChdbStore) -> None:
+    # Set on each connection before readonly: the store's own, its read-only one, a
+    # session and a user's query (which ends in readonly=1, so no query could set them).
+    reads = " , ".join(f"getSetting('{name}') AS `{name}`" for name in ENGINE_SETTINGS)
+    session = store.session()
+    try:
+        found = [
+            store.query(f"SELECT {reads}"),
+            store.query(f"SELECT {reads}", readonly=True),
+            session.query(f"SELECT {reads}"),
+            store.user_query(f"SELECT {reads}", QueryLimits()),
+        ]
+    finally:
+        store.close_session(session)
+    for frame in found:
+        assert {name: int(frame[name].iloc[0]) for name in ENGINE_SETTINGS} == ENGINE_SETTINGS
+    limited = store.user_query("SELECT getSetting('readonly') AS r", QueryLimits())
+    assert int(limited["r"].iloc[0]) == 1  # still read-only after them
 
 
 def test_session_is_a_second_connection_closed_with_the_store(store: ChdbStore) -> None:

@@ -30,6 +30,7 @@ an existing store upgrades by itself.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
@@ -58,7 +59,12 @@ ALGORITHM = (
 )
 
 
-def rows_sql(options: CallsOptions | None = None, clock: bool = False, keys: str = "") -> str:
+def rows_sql(
+    options: CallsOptions | None = None,
+    clock: bool = False,
+    keys: str = "",
+    phases: Collection[str] | None = None,
+) -> str:
     """One row per call matching the filters: every column of ``grpc_calls``,
     ``call_start_ns``, ``algorithm``, and per phase ``{name}_value`` (ns) and
     ``{name}_defined``: ``phases.per_call_sql`` with these columns. Parameters:
@@ -66,8 +72,10 @@ def rows_sql(options: CallsOptions | None = None, clock: bool = False, keys: str
 
     One-way phases are the best estimates: exact where both halves share a clock;
     with ``clock`` (calls across hosts) corrected by the offset estimate too.
+    ``phases``: only those (``per_call_sql``).
     """
-    return per_call_sql(options, clock=clock, columns=("*", f"{ALGORITHM} AS algorithm"), keys=keys)
+    columns = ("*", f"{ALGORITHM} AS algorithm")
+    return per_call_sql(options, clock=clock, columns=columns, keys=keys, phases=phases)
 
 
 def _plain_engine(options: CallsOptions) -> str:

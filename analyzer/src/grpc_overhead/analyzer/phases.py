@@ -23,7 +23,7 @@ Quantiles are ``quantilesTDigest``: see ``QUANTILES``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 import pandas as pd
@@ -31,6 +31,8 @@ import pandas as pd
 from grpc_overhead.analyzer import interceptor_chain as chain
 from grpc_overhead.analyzer import phase_bounds as bounds
 from grpc_overhead.analyzer import span_sources as src
+from grpc_overhead.analyzer.breakdown_frame import BREAKDOWN_COLUMNS as BREAKDOWN_COLUMNS
+from grpc_overhead.analyzer.breakdown_frame import long_breakdown
 from grpc_overhead.analyzer.call_columns import CALL_STATUS
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
@@ -57,6 +59,8 @@ from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
 from grpc_overhead.analyzer.phase_terms import Phase as Phase
 from grpc_overhead.analyzer.phase_terms import between as _between
 from grpc_overhead.analyzer.phase_terms import derived as _derived
+from grpc_overhead.analyzer.phase_terms import inline_own_value, needed, references
+from grpc_overhead.analyzer.phase_terms import phases_read as phases_read
 from grpc_overhead.analyzer.result_columns import ALL_PHASES as ALL_PHASES
 from grpc_overhead.analyzer.result_columns import CALL_COLUMNS as CALL_COLUMNS
 from grpc_overhead.analyzer.result_columns import CALL_IDENTITY as CALL_IDENTITY
@@ -219,6 +223,18 @@ PHASES = (
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES
 
 
+#: Phases computed from other phases (``unattributed`` from a dozen): ``per_call_sql``
+#: computes them one query level above the rest, from those columns, so the engine does
+#: not expand each alias into its whole expression where it is used.
+DERIVED_PHASES = frozenset(phase.name for phase in PHASES if references(phase))
+assert not any(references(p) & DERIVED_PHASES for p in PHASES), "one level of derived phases"
+
+
+def needed_phases(phases: Collection[str]) -> frozenset[str]:
+    """``phases`` and the phases they are computed from; ValueError for an unknown name."""
+    return needed(PHASES, phases)
+
+
 def _status_columns() -> tuple[str, ...]:
     return (
         f"{CALL_STATUS} AS status_code",
@@ -239,10 +255,15 @@ def per_call_sql(
     clock: bool = True,
     columns: Sequence[str] | None = None,
     keys: str = "",
+    phases: Collection[str] | None = None,
 ) -> str:
     """The one per-call query: a row per call, each phase as ``{name}_value`` and
     ``{name}_defined`` (ns), after ``columns`` (only the calls ``keys`` names, if
-    given: ``calls.calls_source``).
+    given: ``calls.calls_source``). ``phases``: only these (and what they are
+    computed from, ``needed_phases``), for a reader that knows what it reads:
+    the engine analyzes every phase expression of a query, which costs more than
+    reading a few thousand calls (the Overview: 1.2 s of analysis for all phases,
+    0.5 s for its 19).
 
     ``clock=True`` estimates clock offsets (a second pass over every call) and,
     with the default ``columns``, adds the offset applied (``clock_offset_ns``,
@@ -255,13 +276,21 @@ def per_call_sql(
 
     Parameters: ``CallFilters.parameters()`` + ``ClockOptions.parameters()``.
     """
-    phases = []
+    wanted = needed_phases(phases) if phases is not None else frozenset(ALL_PHASES)
+    selected, derived = [], []
     for phase in PHASES:
-        if clock or not phase.only_with_clock:
-            phases += [
-                f"{phase.value} AS {phase.name}_value",
-                f"{phase.defined} AS {phase.name}_defined",
-            ]
+        if phase.name in wanted and (clock or not phase.only_with_clock):
+            if phase.name in DERIVED_PHASES:
+                selected += [f"0 AS {phase.name}_value", f"0 AS {phase.name}_defined"]
+                derived += [
+                    f"{phase.value} AS {phase.name}_value",
+                    f"{inline_own_value(phase)} AS {phase.name}_defined",
+                ]
+            else:
+                selected += [
+                    f"{phase.value} AS {phase.name}_value",
+                    f"{phase.defined} AS {phase.name}_defined",
+                ]
     default = columns is None
     if columns is None:
         columns = (*CALL_COLUMNS, "call_start_ns", *_status_columns())
@@ -274,13 +303,11 @@ def per_call_sql(
         source = with_dispatch(with_clock)
     else:
         source = unclocked_calls(CALL_FILTER)
-    return (
-        "WITH\n"
-        + ",\n".join(ctes)
-        + "\nSELECT\n    "
-        + ",\n    ".join([*columns, *phases])
-        + f"\nFROM {source}"
-    )
+    sql = "SELECT\n    " + ",\n    ".join([*columns, *selected]) + f"\nFROM {source}"
+    if derived:
+        replaced = ",\n    ".join(derived)
+        sql = f"SELECT * REPLACE (\n    {replaced}\n)\nFROM (\n{sql}\n)"
+    return "WITH\n" + ",\n".join(ctes) + "\n" + sql
 
 
 def calls(
@@ -382,19 +409,6 @@ def breakdown_sql(
     )
 
 
-BREAKDOWN_COLUMNS = (
-    "service",
-    "method",
-    "calls",
-    "phase",
-    "phase_calls",
-    "p50_us",
-    "p90_us",
-    "p99_us",
-    "mean_us",
-)
-
-
 def phase_breakdown(
     store: Store,
     filters: CallFilters | None = None,
@@ -416,33 +430,3 @@ def phase_breakdown(
     raw = not settled or rows_to_scan(store, options, parameters)
     sql = breakdown_sql(options, rollup=bool(settled), raw=raw)
     return long_breakdown(store.query(sql, parameters, readonly=True))
-
-
-def long_breakdown(wide: pd.DataFrame) -> pd.DataFrame:
-    """The wide result of ``breakdown_sql`` (ns) as ``BREAKDOWN_COLUMNS`` rows (µs)."""
-    records = []
-    for row in wide.itertuples(index=False):
-        values = row._asdict()
-        for name in ALL_PHASES:
-            count = int(values[f"{name}_defined"])
-            quantiles = values[f"{name}_quantiles"]
-            defined = count > 0 and quantiles is not None and len(quantiles) == 3
-            p50, p90, p99 = (q / 1000 for q in quantiles) if defined else (None,) * 3
-            mean = values[f"{name}_mean"]
-            records.append(
-                (
-                    values["service"],
-                    values["method"],
-                    int(values["calls"]),
-                    name,
-                    count,
-                    p50,
-                    p90,
-                    p99,
-                    mean / 1000 if defined and mean is not None else None,
-                )
-            )
-    frame = pd.DataFrame.from_records(records, columns=list(BREAKDOWN_COLUMNS))
-    for column in ("p50_us", "p90_us", "p99_us", "mean_us"):
-        frame[column] = frame[column].astype("float64")
-    return frame

@@ -119,7 +119,8 @@ def instance_load(
     step_s = bucket_seconds(*span, target=buckets) if span else 60
     total, server = phase("total"), phase("server_duration")
     # No one-way phase here: the raw part needs no clock estimate.
-    rows, bound = rows_for(store, filters, options, clock=False)
+    # Its phases are written out over the call's columns (``phase``): none computed.
+    rows, bound = rows_for(store, filters, options, clock=False, phases=())
     sql = (
         "SELECT multiIf(grouping(dialled) = 0, 'overlap', grouping(bucket_ns) = 0, 'bucket',"
         " 'instance') AS level, bucket_ns, instance, server_group, dialled,"

@@ -32,7 +32,7 @@ from grpc_overhead.analyzer.insights.rows import (
     rows_for,
     time_span,
 )
-from grpc_overhead.analyzer.phases import QUANTILE_FUNCTION
+from grpc_overhead.analyzer.phases import QUANTILE_FUNCTION, phases_read
 from grpc_overhead.analyzer.status import CALL_STATUS, with_names
 from grpc_overhead.analyzer.store.base import Store
 
@@ -85,7 +85,6 @@ def overview(
             return f"avgIf(toFloat64({expression}), {COMPLETE}) / 1000"
         return f"{QUANTILE_FUNCTION}If(0.5)(toFloat64({expression}), {COMPLETE})[1] / 1000"
 
-    rows, bound = rows_for(store, filters, options)
     network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
     sql = (
         "SELECT multiIf(grouping(status_code) = 0, 'status', grouping(service) = 0, 'method',"
@@ -114,11 +113,13 @@ def overview(
         f"    avgIf({overhead}, network_overhead_defined) AS overhead_mean_us\n"
         "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
         f" AS bucket_ns, {CALL_STATUS} AS status_code"
-        f" FROM ({rows}))\n"
+        " FROM ({rows}))\n"
         "GROUP BY GROUPING SETS\n"
         "    ((), (service, method), (bucket_ns), (service, method, status_code))\n"
         "ORDER BY level, calls DESC, service, method, bucket_ns"
     )
+    rows, bound = rows_for(store, filters, options, phases=phases_read(sql))
+    sql = sql.replace("{rows}", rows)
     frame = store.query(sql, {**bound, "bucket_ns": step_s * 1_000_000_000}, readonly=True)
     frame = frame[(frame["calls"] > 0) | (frame["level"] == ALL)].reset_index(drop=True)
     frame["bucket_s"] = step_s

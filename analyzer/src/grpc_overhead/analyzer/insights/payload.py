@@ -35,7 +35,7 @@ from grpc_overhead.analyzer.insights.rows import (
     halves,
     rows_for,
 )
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, QUANTILE_FUNCTION
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, QUANTILE_FUNCTION, phases_read
 from grpc_overhead.analyzer.store.base import Store
 
 BYTES_PER_MB = 1_000_000
@@ -150,7 +150,7 @@ def by_algorithm(
         "total_mean_ns / 1000 AS total_mean_us",
         *(f"{name}_ns / 1000 AS {name}_us" for name in STACKED_PHASES),
     ]
-    rows, bound = rows_for(store, filters, options)
+    rows, bound = rows_for(store, filters, options, phases=phases_read(states))
     sql = (
         "SELECT if(grouping(algorithm) = 1, {all:String}, algorithm) AS label,"
         " multiIf(grouping(service) = 1, 'all', grouping(run_id) = 1, 'method_runs', 'method')"
@@ -337,7 +337,7 @@ def payload_sample(
     phases = [
         f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in FITTED_PHASES
     ]
-    rows, bound = rows_for(store, filters, options)
+    rows, bound = rows_for(store, filters, options, phases=phases_read(*phases))
     sql = (
         "SELECT service, method, algorithm,\n"
         f"    {REQUEST_BYTES} AS request_bytes, {RESPONSE_BYTES} AS response_bytes,\n    "

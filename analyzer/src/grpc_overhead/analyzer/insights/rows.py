@@ -18,6 +18,7 @@ expressions, the same merged-calls CTE, the same filters and parameters.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -35,7 +36,13 @@ from grpc_overhead.analyzer.calls import (
     rows_to_scan,
 )
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES
+from grpc_overhead.analyzer.phases import (
+    ALL_PHASES,
+    CONSECUTIVE_PHASES,
+    PHASES,
+    needed_phases,
+    phases_read,
+)
 from grpc_overhead.analyzer.rollup import settled_range
 from grpc_overhead.analyzer.store.base import Store
 
@@ -64,6 +71,7 @@ def rows_for(
     *,
     clock: bool | None = None,
     clock_options: ClockOptions | None = None,
+    phases: Collection[str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(SQL, bound values): ``rows_sql`` rows of the calls ``filters`` keep; settled
     minutes read from ``grpc_settled_calls`` (the same rows, stored when they
@@ -74,16 +82,25 @@ def rows_for(
     it is needed (``needs_clock``); False for a caller that reads no one-way phase.
     ``clock_options``: bound too; other than the defaults, everything is raw (the
     stored rows have the default windows).
+    ``phases``: only these phases' columns (``phases.per_call_sql``; ``phases_read``
+    finds them in a query's text), where a query reads a few.
     """
     options = options or CallsOptions()
     if clock is None:
         clock = needs_clock(store, filters, options)
-    raw = rows_sql(options, clock=clock, keys=keys)
+    raw = rows_sql(options, clock=clock, keys=keys, phases=phases)
     settled = _settled(store, filters, clock_options, options)
     bound = query_parameters(filters, clock_options, settled)
     if not settled:
         return raw, bound
     columns = call_rollup.settled_columns(store, options)
+    if phases is not None:
+        left_out = {
+            f"`{name}_{part}`"
+            for name in set(ALL_PHASES) - needed_phases(phases)
+            for part in ("value", "defined")
+        }
+        columns = [column for column in columns if column not in left_out]
     stored = call_rollup.settled_rows_sql(columns, options)
     if not rows_to_scan(store, options, bound):
         return stored, bound
@@ -176,11 +193,11 @@ def sides(
     ``CLIENT_ONLY``) among the calls the filters keep, so a page can say why a phase
     that needs both sides is missing for them; ``by_method``: one row per (service,
     method), for ``report``. Neither side needs a clock estimate: none is computed."""
-    rows, bound = rows_for(store, filters, options, clock=False)
     counts = (
         f"count() AS calls, countIf({SERVER_ONLY}) AS server_only_calls,"
         f" countIf({CLIENT_ONLY}) AS client_only_calls"
     )
+    rows, bound = rows_for(store, filters, options, clock=False, phases=phases_read(counts))
     if by_method:
         sql = (
             f"SELECT service, method, {counts} FROM ({rows})"

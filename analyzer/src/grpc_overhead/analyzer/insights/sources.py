@@ -186,7 +186,7 @@ def source_mix(
 ) -> pd.DataFrame:
     """Calls per (client source, server source, languages, scopes) among the filtered calls
     (settled minutes from their stored rows: ``rows.rows_for``)."""
-    rows, bound = rows_for(store, filters, options, clock=False)
+    rows, bound = rows_for(store, filters, options, clock=False, phases=())
     sql = (
         "SELECT client_source, server_source, client_language, server_language,"
         " client_scope, server_scope, count() AS calls\n"

@@ -54,6 +54,7 @@ from grpc_overhead.analyzer.errors import (
     StoreUnavailable,
 )
 from grpc_overhead.analyzer.store.base import (
+    ENGINE_SETTINGS,
     Abandoned,
     Backend,
     Columns,
@@ -129,6 +130,11 @@ class ChdbStore(Store):
     def _connect(self, connection_string: str) -> Any:
         import chdb
 
+        # The engine settings first: a ``readonly=1`` after them would refuse any change.
+        path, _, settings = connection_string.partition("?")
+        connection_string = f"{path}?{urlencode(ENGINE_SETTINGS)}" + (
+            f"&{settings}" if settings else ""
+        )
         with _captured_stderr() as captured:
             try:
                 return chdb.connect(connection_string)

@@ -37,6 +37,7 @@ from grpc_overhead.analyzer.errors import (
     StoreUnavailable,
 )
 from grpc_overhead.analyzer.store.base import (
+    ENGINE_SETTINGS,
     Abandoned,
     Backend,
     Columns,
@@ -169,7 +170,10 @@ class ClickHouseHttpStore(Store):
     ) -> bytes:
         if self._closed.is_set():
             raise StoreUnavailable(f"{self.description} is closed", location=self.url)
-        query = dict(settings)
+        # A ClickHouse server takes the engine settings (before readonly); serve's read-only
+        # interface refuses settings and runs its own store's.
+        engine = {k: str(v) for k, v in ENGINE_SETTINGS.items()} if self.backend.writable else {}
+        query = {**engine, **settings}
         if self._database and "database" not in query:
             query["database"] = self._database
         for name, value in bind_parameters(parameters).items():

@@ -25,6 +25,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer.errors import BadInput, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.store.base import (
+    ENGINE_SETTINGS,
     Abandoned,
     Backend,
     Columns,
@@ -179,7 +180,10 @@ class ClickHouseServerStore(Store):
         with self._lock:
             try:
                 return self._client.execute(
-                    sql, dict(parameters or {}), settings=settings, **options
+                    sql,
+                    dict(parameters or {}),
+                    settings={**ENGINE_SETTINGS, **(settings or {})},  # readonly stays last
+                    **options,
                 )
             except Exception as exc:
                 raise self._translate(exc, sql, parameters) from exc
