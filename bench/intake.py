@@ -24,15 +24,11 @@ per span (every thread, the engine's background merges included), which the
 machine's other tenants disturb far less than wall time, and the rate that CPU
 cost allows on two dedicated cores.
 
-Per-stage numbers, in the same run, on one batch of 4 collector-sized
-requests: protobuf parse into staging, the per-request counts query, the
-check for spans the store has already (each span is stored once; measured
-with a million other spans in the store), the
-mapping (INSERT ... SELECT into a Null table), the write (into the exporter's
-table, minus the mapping), and the fixed cost of one batch (the same
-statements on a one-span batch: mostly query analysis of the mapping). Plus
-``plain_insert_rows_per_second``: stored rows copied into a second table with
-the exporter's schema, the write cost alone. Writes
+Per-stage numbers, in the same run (``bench.intake_stages``): the CPU of
+each statement of the store path (parse, counts, the check for spans stored
+already, mapping, write, the calls view, merges), per span and per batch.
+Plus ``plain_insert_rows_per_second``: stored rows copied into a second table
+with the exporter's schema, the write cost alone. Writes
 ``bench/results/intake.{json,md}``.
 """
 
@@ -44,19 +40,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.common import machine_info, markdown_table, median, publish, rounded
-from bench.intake_requests import (
-    realistic_request,
-    send,
-)
-from grpc_overhead.analyzer import schema
+from bench.intake_requests import send
+from bench.intake_stages import markdown_lines, stage_numbers
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
-from grpc_overhead.analyzer.intake import Intake, IntakeConfig, protobuf_sql
-from grpc_overhead.analyzer.intake.exporter import ProtobufSqlExporter, RequestOutcome
+from grpc_overhead.analyzer.intake import Intake, IntakeConfig
 from grpc_overhead.analyzer.store import open_store
 
 TARGET_SPANS_PER_SECOND = 150_000
@@ -166,107 +158,6 @@ def end_to_end(rounds: int, workloads: dict[str, dict[str, int]]) -> dict[str, A
     return summary
 
 
-# -- stages -------------------------------------------------------------------------------
-
-
-def stage_numbers(requests_per_batch: int = 4, repeats: int = 5) -> dict[str, Any]:
-    """CPU per span of each store stage, on one batch of collector-sized requests."""
-    spans_per_request = WORKLOADS["collector"]["spans_per_request"]
-    batch = [realistic_request(spans_per_request, 100 + seed) for seed in range(requests_per_batch)]
-    spans = len(batch) * spans_per_request
-    one_span = [realistic_request(1, 7)]
-    with tempfile.TemporaryDirectory(prefix="bench-intake-stages-") as directory:
-        store = open_store(os.path.join(directory, "store"))
-        try:
-            exporter = ProtobufSqlExporter(store)
-            exporter.start()
-            traces = schema.SchemaOptions().qualified_traces_table()
-            transform = protobuf_sql.transform_insert(traces)
-            store.command("CREATE TABLE bench_null AS otel_traces ENGINE = Null")
-            into_null = transform.replace(traces, "bench_null")
-            chunks = [c for i, data in enumerate(batch) for c in protobuf_sql.framed(data, i)]
-            # No request withdrawn, no span stored already.
-            every = {"kept": list(range(len(batch))), "stored": [], "repeated": []}
-
-            def stage() -> None:
-                store.command(protobuf_sql.TRUNCATE_STAGING)
-                store.insert_encoded(exporter._statement, "Protobuf", chunks, exporter._settings)
-
-            def duplicates() -> None:
-                exporter._skip_duplicates(every["kept"], [RequestOutcome() for _ in batch])
-
-            keys = ("parse", "counts", "duplicates", "mapping", "mapping_and_write", "batch_fixed")
-            samples: dict[str, list[float]] = {key: [] for key in keys}
-            # The check for spans stored already (each span once), on new spans, with the
-            # store holding a million spans of its own: before anything of the batch is.
-            store.command(MILLION_SPANS)
-            stage()
-            samples["duplicates"] = [_cpu(duplicates) for _ in range(repeats)]
-            store.command("TRUNCATE TABLE otel_traces")  # the other stages as before
-            for _ in range(repeats):
-                samples["parse"].append(_cpu(stage))
-                samples["counts"].append(_cpu(lambda: store.query(protobuf_sql.REQUEST_COUNTS)))
-                samples["mapping"].append(_cpu(lambda: store.command(into_null, every)))
-                samples["mapping_and_write"].append(_cpu(lambda: store.command(transform, every)))
-                store.command(protobuf_sql.TRUNCATE_STAGING)  # export expects it empty
-                samples["batch_fixed"].append(_cpu(lambda: exporter.export(one_span)))
-            exporter.shutdown()
-            per_span = {
-                key: median(values) / spans * 1e6
-                for key, values in samples.items()
-                if key != "batch_fixed"
-            }
-            copy_options = schema.SchemaOptions(traces_table="bench_insert_copy")
-            schema.create_schema(store, copy_options)
-            rows = int(store.query("SELECT count() AS n FROM otel_traces")["n"][0])
-            copy = f"INSERT INTO {copy_options.qualified_traces_table()} SELECT * FROM otel_traces"
-            insert_seconds = median([_wall(lambda: store.command(copy)) for _ in range(3)])
-        finally:
-            store.close()
-    return {
-        "spans_per_batch": spans,
-        "cpu_us_per_span": {
-            "parse": rounded(per_span["parse"], 2),
-            "counts": rounded(per_span["counts"], 2),
-            "duplicates": rounded(per_span["duplicates"], 2),
-            "mapping": rounded(per_span["mapping"], 2),
-            "write": rounded(per_span["mapping_and_write"] - per_span["mapping"], 2),
-            "total": rounded(
-                per_span["parse"]
-                + per_span["counts"]
-                + per_span["duplicates"]
-                + per_span["mapping_and_write"],
-                2,
-            ),
-        },
-        "batch_fixed_cpu_ms": rounded(median(samples["batch_fixed"]) * 1e3, 1),
-        "plain_insert_rows_per_second": round(rows / insert_seconds),
-    }
-
-
-#: A million spans of the last two hours (the duplicates check reads the store).
-MILLION_SPANS = """\
-INSERT INTO otel_traces (Timestamp, TraceId, SpanId, SpanName, ServiceName, SpanKind, Duration)
-SELECT now64(9) - toIntervalMillisecond(number % 7200000),
-    lower(hex(concat(reinterpretAsFixedString(cityHash64(number, 1)),
-                     reinterpretAsFixedString(cityHash64(number, 2))))),
-    lower(hex(reinterpretAsFixedString(cityHash64(number, 3)))),
-    concat('span-', toString(number % 8)), 'svc', 'Client', 1000
-FROM numbers(1000000)"""
-
-
-def _cpu(action: Callable[[], object]) -> float:
-    started = time.process_time()
-    action()
-    return time.process_time() - started
-
-
-def _wall(action: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
-
-
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Intake throughput",
@@ -284,6 +175,7 @@ def markdown(result: dict[str, Any]) -> str:
                     name,
                     config,
                     numbers["spans_per_second"],
+                    numbers["ratio_to_plain_insert"],
                     numbers["intake_cpu_us_per_span"],
                     numbers["two_core_capacity_spans_per_second"],
                     numbers["spans_per_batch"],
@@ -295,6 +187,7 @@ def markdown(result: dict[str, Any]) -> str:
                 "workload",
                 "configuration",
                 "spans/s",
+                "ratio to plain insert",
                 "intake CPU us/span",
                 "2-core capacity spans/s",
                 "spans/batch",
@@ -302,16 +195,7 @@ def markdown(result: dict[str, Any]) -> str:
             rows,
         )
     )
-    stages = result["stages"]
-    lines += [
-        f"Store stages (CPU us/span, batch of {stages['spans_per_batch']} spans):",
-        "",
-        markdown_table(list(stages["cpu_us_per_span"]), [list(stages["cpu_us_per_span"].values())]),
-        f"Fixed cost of one batch: {stages['batch_fixed_cpu_ms']} ms CPU. "
-        f"Plain insert into the exporter's schema: "
-        f"{stages['plain_insert_rows_per_second']:,} rows/s.",
-        "",
-    ]
+    lines += markdown_lines(result["stages"])
     return "\n".join(lines)
 
 
@@ -323,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args.add_argument(
         "--workloads", default=",".join(WORKLOADS), help="comma-separated subset of workloads"
+    )
+    args.add_argument(
+        "--stages-only", action="store_true", help="the per-stage numbers only (implies --quick)"
     )
     args.add_argument("--send-to", type=int, help=argparse.SUPPRESS)
     args.add_argument("--spans-per-request", type=int, default=512, help=argparse.SUPPRESS)
@@ -341,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
     workloads = {name: dict(WORKLOADS[name]) for name in chosen}
     rounds = options.rounds
+    options.quick = options.quick or options.stages_only
     if options.quick:
         rounds = 1
         for workload in workloads.values():
@@ -350,8 +238,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "target_spans_per_second": TARGET_SPANS_PER_SECOND,
         "rounds": rounds,
     }
-    result["end_to_end"] = end_to_end(rounds, workloads)
-    result["stages"] = stage_numbers()
+    result["end_to_end"] = {} if options.stages_only else end_to_end(rounds, workloads)
+    result["stages"] = stage_numbers(repeats=3 if options.quick else 5)
+    plain = result["stages"]["plain_insert_rows_per_second"]
+    for workload in result["end_to_end"].values():
+        for numbers in workload["configs"].values():
+            numbers["ratio_to_plain_insert"] = rounded(numbers["spans_per_second"] / plain, 3)
     result["machine"]["load_average_1m_at_end"] = os.getloadavg()[0]
     return publish("intake", result, markdown(result), quick=options.quick)
 

@@ -284,12 +284,23 @@ HAVING copies > 1 OR stored
 """
 
 
+#: ``optimize_on_insert = 0``: ``grpc_calls`` (an AggregatingMergeTree fed by the calls
+#: view) would otherwise sort and aggregate every inserted block by its key, column by
+#: column, to collapse the rare call whose two halves arrive in the same batch: about a
+#: quarter of the view's CPU per span (bench.intake_stages). The halves are merged by
+#: every read and by the background merges anyway; ``otel_traces`` (plain MergeTree)
+#: does nothing on insert either way.
+INSERT_SETTINGS = "optimize_on_insert = 0"
+
+
 def transform_insert(qualified_table: str, *, once: bool = False) -> str:
     """``INSERT INTO <otel_traces> SELECT ...`` from the staging table, valid spans only.
 
     Spans whose ``_SPAN_KEY`` is in ``{stored:Array(String)}`` are left out (a
     retry of what is stored already: see ``DUPLICATES``); with ``once``, a span staged
     several times whose key is in ``{repeated:Array(String)}`` is stored once.
+
+    ``INSERT_SETTINGS`` hold for the materialized views the insert feeds too.
     """
     s = "item.4"
     key = _SPAN_KEY
@@ -329,6 +340,7 @@ SELECT
     arrayMap(l -> {_attributes("l.attributes")}, {s}.links)
 {_STAGED_SPANS}
 AND NOT has({{stored:Array(String)}}, {key}){limit}
+SETTINGS {INSERT_SETTINGS}
 """
 
 
