@@ -109,5 +109,11 @@ def test_sources_languages_and_phases(stored_calls, client):
         if client_source == A72_JAVA:
             assert call["client_scope"] == peers.JAVA_SCOPE and call["client_attempts"] == 1
         defined = {p for p in sources.CATALOGUE_PHASES if call[f"{p}_us"] is not None}
-        assert defined == promised
+        expected = promised
+        if call["server_duration_us"] > call["total_us"]:
+            # grpc-java's server span can end after its client has the answer (its
+            # server_tail, trailers and close, took 4-6 ms in failing runs): a negative
+            # gap is never shown (phase_bounds.CLOCK_FREE), every other phase still is.
+            expected = promised - {"client_server_gap"}
+        assert defined == expected
         assert call["request_uncompressed_bytes"] > 0 and call["response_uncompressed_bytes"] > 0
