@@ -52,6 +52,7 @@ twice; there, let one process do it.
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -243,11 +244,14 @@ def settle(
     now_ns: int | None = None,
     max_rows_per_round: int = MAX_ROWS_PER_ROUND,
     arrival_margin_ns: int = ARRIVAL_MARGIN_NS,
+    stop: threading.Event | None = None,
 ) -> int:
     """Re-roll minutes with late arrivals, then roll up every whole minute older than
     ``delay`` not rolled up yet, in rounds; returns the minutes newly rolled up.
 
-    Idempotent per minute: the watermark moves with the states it covers.
+    Idempotent per minute: the watermark moves with the states it covers. ``stop``
+    set ends it between rounds (a process shutting down while it rolls up a big
+    store): the run is not recorded, so the next one looks at the same arrivals.
     """
     options = options or CallsOptions()
     create_rollups(store, options)
@@ -262,6 +266,8 @@ def settle(
         start = end if first is None else first // WINDOW_NS * WINDOW_NS
     settled = 0
     for round_start, round_end in plan_rounds(store, options, start, end, max_rows_per_round):
+        if stop is not None and stop.is_set():
+            return settled
         _roll(store, options, round_start, round_end)
         settled += (round_end - round_start) // WINDOW_NS
     _finish_run(store, options, started_ns, max(start, end), arrival_margin_ns)

@@ -9,6 +9,8 @@ same object (Streamlit runs the page scripts in threads of this process).
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from grpc_overhead.analyzer.calls import CallsOptions
@@ -62,16 +64,59 @@ def served() -> Served | None:
         return _served
 
 
-def prepare(store: Store, options: CallsOptions) -> str:
+def prepare(store: Store, options: CallsOptions, *, settle_now: bool = True) -> str:
     """Make ``store`` ready for the pages, as ``report`` does: '' when ready, else why not.
 
     The calls' tables and views (idempotent) and settled minutes, where this
     process may write them; a store read through ``serve`` is prepared by serve.
+    ``settle_now=False`` leaves the settling to the caller (``BackgroundSettle``).
     """
     if not table_exists(store, options.traces_table, options.database):
         return f"{store.description}: no {options.traces_table} table"
     if store.backend.writable:
         create_call_tables(store, options)
-    if store.backend.owns_data:  # no other process settles it
+    if settle_now and store.backend.owns_data:  # no other process settles it
         settle(store, options)
     return ""
+
+
+class BackgroundSettle:
+    """Settled minutes rolled up beside the app, not before it.
+
+    A store nobody settled (imported, generated, or written by a serve that never
+    ran long enough) takes a minute per million calls to roll up on two cores; the
+    app answers meanwhile, its pages computing the unsettled minutes raw (the same
+    values, more slowly) and getting faster once the roll-up lands. ``stop`` ends
+    it between rounds, so quitting the app does not wait for a whole store.
+    """
+
+    def __init__(
+        self, store: Store, options: CallsOptions, report: Callable[[str], None] | None = None
+    ) -> None:
+        self.store, self.options, self.report = store, options, report
+        self.stop_event = threading.Event()
+        self.error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name="settle", daemon=True)
+
+    def start(self) -> BackgroundSettle:
+        if self.store.backend.owns_data:  # no other process settles it
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            minutes = settle(self.store, self.options, stop=self.stop_event)
+        except Exception as error:  # reported by the caller; pages read raw meanwhile
+            self.error = error
+            return
+        if self.report is not None and not self.stop_event.is_set():
+            self.report(
+                f"settled minutes rolled up ({minutes} new) in {time.monotonic() - started:.1f} s"
+            )
+
+    def stop(self, timeout_s: float = 300.0) -> None:
+        """Stop between rounds and wait for the round in progress."""
+        self.stop_event.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
