@@ -52,6 +52,7 @@ from urllib.parse import urlparse
 
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from bench import app_start
 from bench.analysis import generate
 from bench.app_freshness import freshness
 from bench.common import log, machine_info, markdown_table, median, publish
@@ -391,7 +392,10 @@ def main(argv: list[str] | None = None) -> int:
         "page_loads": loads,
         "freshness": freshness(args.probes),
     }
-    return publish("app", results, markdown(results), quick=args.quick)
+    code = publish("app", results, markdown(results), quick=args.quick)
+    # The start on a store nobody settled, its own results (bench/results/app_start.md).
+    before = ["--before", args.before] if args.before else []
+    return code or app_start.main(["--quick"] if args.quick else before)
 
 
 if __name__ == "__main__":

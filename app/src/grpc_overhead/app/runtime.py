@@ -105,11 +105,16 @@ class BackgroundSettle:
 
     def _run(self) -> None:
         started = time.monotonic()
+        # Its own session: on the store's connection, every page query would queue
+        # behind each round of the roll-up (the first Overview then waited for all of it).
+        session = self.store.session()
         try:
-            minutes = settle(self.store, self.options, stop=self.stop_event)
+            minutes = settle(session, self.options, stop=self.stop_event)
         except Exception as error:  # reported by the caller; pages read raw meanwhile
             self.error = error
             return
+        finally:
+            self.store.close_session(session)
         if self.report is not None and not self.stop_event.is_set():
             self.report(
                 f"settled minutes rolled up ({minutes} new) in {time.monotonic() - started:.1f} s"
