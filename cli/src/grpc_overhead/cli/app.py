@@ -8,10 +8,11 @@ this app reads it through serve's ClickHouse HTTP interface (serve records
 where in ``DIR/grpc-overhead-serve.json``); a serve started with --no-http
 cannot be read, and the message says where its own app runs. Nothing is
 received here; like ``report``, the command prepares what the analysis reads
-where it owns the store: the calls view before it serves, the roll-up of settled
-minutes beside the app (a store nobody settled, a million calls of it, took 13-17 s
+where it owns the store: the calls view before it serves, and the roll-up of
+settled minutes before it serves when it takes seconds (up to 100,000 call halves
+not rolled up), beside the app otherwise: a million calls nobody settled took 25 s
 to roll up before the app answered; its pages now compute those minutes raw until
-the roll-up lands).
+the roll-up lands (bench/app_start.py).
 """
 
 from __future__ import annotations
@@ -103,11 +104,15 @@ def open_for_app(args: argparse.Namespace) -> Store:
 
 
 def prepare(store: Store, options: CallsOptions) -> None:
-    """What ``report`` does before reading, but the roll-up of settled minutes: the
-    calls view (idempotent); the roll-up runs beside the app (``BackgroundSettle``)."""
+    """What ``report`` does before reading but the roll-up of settled minutes (``run``
+    decides whether it runs before the app or beside it): the calls view (idempotent)."""
     missing = runtime.prepare(store, options, settle_now=False)
     if missing:
         raise AppCommandError(f"{missing}. {INTAKE_HINT}")
+
+
+def _say(message: str) -> None:
+    print(f"grpc-overhead app: {message}", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,11 +122,12 @@ def run(args: argparse.Namespace) -> int:
     settling: runtime.BackgroundSettle | None = None
     try:
         prepare(store, options)
-        settling = runtime.BackgroundSettle(
-            store,
-            options,
-            report=lambda message: print(f"grpc-overhead app: {message}", flush=True),
-        ).start()
+        if not store.backend.owns_data:
+            pass  # read through serve, which rolls it up
+        elif runtime.unsettled_halves(store, options) <= runtime.FOREGROUND_SETTLE_HALVES:
+            runtime.prepare(store, options)  # seconds at most: pages read it from the start
+        else:
+            settling = runtime.BackgroundSettle(store, options, report=_say).start()
         server = AppServer(
             Served(store, options, jaeger_url=args.jaeger_url, live=False),
             host=args.host,
