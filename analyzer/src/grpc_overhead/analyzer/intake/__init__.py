@@ -55,8 +55,11 @@ class IntakeConfig:
     calls view: ``bench.intake_stages``), so under load a batch takes up to
     32 MiB (four collector-sized requests of ~7 MiB, not two): intake CPU per
     span -14 %, peak RSS +9 % (bench.intake, collector workload, calls view).
-    ``max_pending_bytes``: the memory bound; beyond it requests are refused
-    (UNAVAILABLE) until the store catches up. ``max_message_bytes``: largest
+    ``max_pending_bytes``: what accepted requests may hold; beyond it requests
+    are refused (UNAVAILABLE) until the store catches up. It is one term of
+    serve's memory bound, with ``workers`` x request size (a request is received
+    whole before it can be refused) and each export worker's batch in the engine:
+    docs/reliability.md, "Memory under a flood" (``bench.memory``). ``max_message_bytes``: largest
     accepted request (the collector's default batches stay far below).
     ``workers``: gRPC handler threads (each waits for its request's batch).
     ``wait_timeout``: longest wait for the store before a request is refused
