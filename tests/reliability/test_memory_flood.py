@@ -20,7 +20,6 @@ pytestmark = pytest.mark.e2e
 def test_a_flood_at_twice_the_target_rate_keeps_every_answer_true() -> None:
     figures = run(QUICK)
     for name, phase in figures["phases"].items():
-        assert phase["requests"]["acknowledged"] > 0, (name, phase)
         # Only OK and the intake's refusal: no RESOURCE_EXHAUSTED (not retryable without
         # RetryInfo), no INTERNAL, no cut connection. A sender's own deadline is allowed.
         assert set(phase["status_codes"]) <= {"OK", "UNAVAILABLE", "DEADLINE_EXCEEDED"}, phase
