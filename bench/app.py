@@ -362,6 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--probes", type=int, default=10, help="freshness probes")
     parser.add_argument(
+        "--no-start",
+        action="store_true",
+        help="skip bench.app_start (the start on an unsettled store: its own results file)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="100k calls, 1 start, 1 repeat, 4 probes; printed"
     )
     args = parser.parse_args(argv)
@@ -395,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     code = publish("app", results, markdown(results), quick=args.quick)
     # The start on a store nobody settled, its own results (bench/results/app_start.md).
     before = ["--before", args.before] if args.before else []
-    return code or app_start.main(["--quick"] if args.quick else before)
+    if code or args.no_start:
+        return code
+    return app_start.main(["--quick"] if args.quick else before)
 
 
 if __name__ == "__main__":
