@@ -8,6 +8,7 @@ run id while the browser shows the Overview filtered to that run (see ``bench.ap
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -48,15 +49,42 @@ def _collector(intake_port: int) -> Any:
         return None
 
 
+#: Seconds a page is left open on auto-refresh, nothing arriving, while serve's CPU is read.
+IDLE_S = 20.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _idle_page_cpu_share(page: Any, url: str, pid: int) -> float:
+    """Share of one core serve spends while ``url`` stays open on auto-refresh and nothing
+    arrives (the reruns' queries): the cost of a tab left open on a live serve."""
+    open_page(page, url)
+    page.wait_for_timeout(3000)  # the first run and its follow-ups are over
+    before = _cpu_seconds(pid)
+    page.wait_for_timeout(IDLE_S * 1000)
+    return (_cpu_seconds(pid) - before) / IDLE_S
+
+
 def freshness(
-    probes: int, timeout_s: float = 60.0, *, through_collector: bool = True
+    probes: int,
+    timeout_s: float = 60.0,
+    *,
+    through_collector: bool = True,
+    python: str = sys.executable,
 ) -> dict[str, Any]:
     """``through_collector``: SDK -> collector (embedded config) -> serve, when the collector
-    is built; False: SDK -> serve directly."""
+    is built; False: SDK -> serve directly. ``python``: the interpreter (and so the
+    checkout) serve runs with; the services and their instrumentation are this one's."""
     directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-fresh-"))
     intake_port = free_port()
     shown_at: dict[str, tuple[str, int]] = {}
-    serve = start_serve(directory / "store", intake_port, offline_env())
+    idle_cpu = None
+    serve = start_serve(directory / "store", intake_port, offline_env(), python=python)
     collector = None
     try:
         collector = _collector(intake_port) if through_collector else None
@@ -98,6 +126,8 @@ def freshness(
                         break
                 load.wait(60)
                 log(f"  probe {run} ({mode}): {'shown' if run in shown_at else 'NOT shown'}")
+            if shown_at:  # the Overview of a run with a call, left open
+                idle_cpu = _idle_page_cpu_share(page, url, serve.process.pid)
     finally:
         if collector is not None:
             collector.stop()
@@ -125,6 +155,7 @@ def freshness(
         "not_shown_within_s": {"count": missing, "timeout_s": timeout_s},
         "stored_without_client_half": no_client_half,
         "page_query_s": _round(page_query_s),
+        "idle_page_cpu_share": _round(idle_cpu, 3),
         "modes": {
             mode: {
                 **_delays(median(values), median(delivery[mode]), page_query_s),
@@ -220,25 +251,34 @@ P90_TARGET_S = 3.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.app_freshness [--probes N]``: both paths, one after the other, on
-    this machine as it is (the load average is printed beside the figures)."""
+    """``python -m bench.app_freshness [--probes N] [--before PYTHON]``: both paths, one
+    after the other (with ``--before``, each on both code paths in turn), on this machine as
+    it is (the load average is printed beside the figures)."""
     import argparse
-    import os
 
     from bench.common import machine_info, markdown_table, publish
 
     parser = argparse.ArgumentParser(prog="bench.app_freshness", description=__doc__)
     parser.add_argument("--probes", type=int, default=12, help="probes per path (half reload)")
     parser.add_argument("--quick", action="store_true", help="4 probes per path; printed")
+    parser.add_argument(
+        "--before", metavar="PYTHON", help="also run serve with another checkout's interpreter"
+    )
     args = parser.parse_args(argv)
     probes = 4 if args.quick else args.probes
     load_at_start = os.getloadavg()[0]
     machine = machine_info(("chdb", "streamlit", "opentelemetry-sdk"))  # before the run
-    paths = {
-        "SDK -> serve": freshness(probes, through_collector=False),
-        "SDK -> collector -> serve": freshness(probes, through_collector=True),
-    }
+    codes = {"": sys.executable}
+    if args.before:
+        codes = {"before": args.before, "after": sys.executable}
+    paths = {}
+    for path, through_collector in (("SDK -> serve", False), ("SDK -> collector -> serve", True)):
+        for code, python in codes.items():  # code paths one after the other, per path
+            log(f"{path} {code}".rstrip())
+            name = f"{path} ({code})" if code else path
+            paths[name] = freshness(probes, through_collector=through_collector, python=python)
     results = {
+        "before": args.before,
         "machine": machine,
         "load_average_1m_at_start": round(load_at_start, 2),
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
@@ -259,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                          values["median_s"], values["p90_s"], values["max_s"],
                          *_delay_cells(values.get("delays_s")),
                          len(values["samples_s"]), found["not_shown_within_s"]["count"],
-                         "met" if met else "not met"])  # fmt: skip
+                         found["idle_page_cpu_share"], "met" if met else "not met"])  # fmt: skip
     markdown = "\n".join([
         f"### App freshness ({machine['date'][:10]}; {machine['cpu_count']} CPUs; load average "
         f"{results['load_average_1m_at_start']} at the start, "
@@ -271,12 +311,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{MEDIAN_TARGET_S:g} s, p90 < {P90_TARGET_S:g} s. The median's parts: delivery "
         "(call end to both halves stored: the SDK's 1 s export interval, the collector's "
         "200 ms flush, the intake and the calls view), the Overview's query (timed on the "
-        "same store afterwards), and the rest (auto-refresh every 1 s once the page is still "
-        "for 0.5 s, the 1 s answer cache, the page's other queries, rendering).",
+        "same store afterwards), and the rest (the wait for a rerun: as soon as the intake has "
+        "stored a batch and the page has been still for 0.5 s; the page's other queries, "
+        f"rendering). Idle CPU: serve's CPU, as a share of one core, over {IDLE_S:g} s with the "
+        "Overview of a run with one call left open on auto-refresh and nothing arriving."
+        + (f" `before`: serve run by `{args.before}`." if args.before else ""),
         "",
         markdown_table(
             ["path", "watching", "median s", "p90 s", "max s", "delivery s", "Overview query s",
-             "refresh + render s", "calls", "not shown", "target"],
+             "refresh + render s", "calls", "not shown", "idle CPU", "target"],
             rows,
         ),
         "",

@@ -216,13 +216,16 @@ def start_app(store: Path, env: dict[str, str], python: str = sys.executable) ->
     return start_command(args, env, python=python)
 
 
-def start_serve(store: Path, otlp_port: int, env: dict[str, str]) -> RunningApp:
+def start_serve(
+    store: Path, otlp_port: int, env: dict[str, str], python: str = sys.executable
+) -> RunningApp:
     """``grpc-overhead serve --store STORE --otlp-port N --app-port 0 --http-port 0``
-    (intake + app + HTTP interface, on free ports: 8123 stays free on a shared machine)."""
+    (intake + app + HTTP interface, on free ports: 8123 stays free on a shared machine);
+    ``python``: as ``start_command``'s."""
     return start_command(
         ["serve", "--store", str(store), "--otlp-port", str(otlp_port), "--app-port", "0",
          "--http-port", "0"],
-        env,
+        env, python=python,
     )  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """Auto-refresh lets every page settle: a rerun only after the page has been still.
 
-The rule (``shared.refresh_due``) against Streamlit's behaviour: a ``run_every``
+The rule (``refresh.refresh_due``) against Streamlit's behaviour: a ``run_every``
 fragment's timer keeps ticking while a page runs; the ticks are queued and run
 as soon as the page's run ends. The old ticker reran the app on such a tick,
 so a page whose run took longer than the period (Phases under load: 12-17 s)
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpc_overhead.app import shared
+from grpc_overhead.app import refresh
 
 pytestmark = pytest.mark.unit
 
@@ -21,22 +21,43 @@ START = 1000.0
 
 def test_never_inside_a_page_run():
     # The ticker also runs as part of every page run: that must not rerun the page.
-    assert not shared.refresh_due(START, None, START + 60)
-    assert not shared.refresh_due(START + 10, START + 5, START + 60)
+    assert not refresh.refresh_due(START, None, START + 60)
+    assert not refresh.refresh_due(START + 10, START + 5, START + 60)
 
 
 def test_a_tick_queued_during_a_long_run_waits_for_the_next_one():
     ended = START + 14.0  # a 14 s run: four ticks fell inside it, one arrives at its end
-    assert not shared.refresh_due(START, ended, ended + 0.01)
-    assert not shared.refresh_due(START, ended, ended + shared.MIN_IDLE_S - 0.01)
-    assert shared.refresh_due(START, ended, ended + shared.MIN_IDLE_S)
+    assert not refresh.refresh_due(START, ended, ended + 0.01)
+    assert not refresh.refresh_due(START, ended, ended + refresh.MIN_IDLE_S - 0.01)
+    assert refresh.refresh_due(START, ended, ended + refresh.MIN_IDLE_S)
 
 
 def test_a_quick_page_still_refreshes_every_period():
     ended = START + 0.4
-    assert shared.refresh_due(START, ended, START + shared.REFRESH_S)
-    assert shared.MIN_IDLE_S < shared.REFRESH_S
+    assert refresh.refresh_due(START, ended, START + refresh.REFRESH_S)
+    assert refresh.MIN_IDLE_S < refresh.REFRESH_S
 
 
 def test_before_any_run_ended_nothing_is_due():
-    assert not shared.refresh_due(None, None, START)
+    assert not refresh.refresh_due(None, None, START)
+
+
+def test_a_stored_batch_reruns_a_still_page_without_waiting_for_the_timer():
+    ended = START + 0.1
+    soon = ended + refresh.MIN_IDLE_S
+    assert soon - START < refresh.REFRESH_S  # the timer alone would wait
+    assert not refresh.refresh_due(START, ended, soon)
+    assert refresh.refresh_due(START, ended, soon, changed=True)
+    assert refresh.POLL_S < refresh.REFRESH_S  # the counter is looked at more often
+
+
+def test_a_stored_batch_never_interrupts_a_run_or_a_page_just_drawn():
+    assert not refresh.refresh_due(START, None, START + 60, changed=True)
+    ended = START + 14.0
+    assert not refresh.refresh_due(START, ended, ended + refresh.MIN_IDLE_S - 0.01, changed=True)
+
+
+def test_without_the_timer_only_a_stored_batch_reruns_the_page():
+    ended = START + 0.4
+    assert not refresh.refresh_due(START, ended, START + 60, timer=False)
+    assert refresh.refresh_due(START, ended, START + 60, changed=True, timer=False)

@@ -110,6 +110,23 @@ def test_answers_are_not_reused_across_stores(served_store):
     assert run_probe().metric[0].value == "2"
 
 
+def test_live_pages_read_the_store_as_of_the_intakes_latest_batch(served_store):
+    """With the intake's counter (inside serve), a page run reads the store as of the
+    snapshot taken after the latest stored batch: kept while the counter stays put (reruns
+    share cached answers) and taken anew, not rounded to a whole second, once it moves."""
+    batches = [0]
+    seed(served_store, 2, "Predict")
+    runtime.register(runtime.Served(served_store, live=True, changes=lambda: batches[0]))
+    assert run_probe().metric[0].value == "2"
+    seed(served_store, 1, "Predict")  # stored, and the counter does not say so yet
+    assert run_probe().metric[0].value == "2"
+    batches[0] += 1
+    assert run_probe().metric[0].value == "3"
+    seed(served_store, 1, "Predict")
+    batches[0] += 1
+    assert run_probe().metric[0].value == "4"
+
+
 def test_auto_refresh_is_on_for_live_stores_and_kept_in_the_url(served_store):
     seed(served_store, 1, "Predict")
     runtime.register(runtime.Served(served_store, live=True))

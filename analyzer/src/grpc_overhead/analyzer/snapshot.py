@@ -12,6 +12,8 @@ left to the next read. One cheap query of ``system.processes``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from grpc_overhead.analyzer.errors import QueryError
 from grpc_overhead.analyzer.store.base import Store
 
@@ -26,13 +28,27 @@ SNAPSHOT_SQL = (
 )
 
 
-def snapshot_ns(store: Store) -> int:
-    """Unix ns on the store's clock: every half row stamped up to it is visible."""
+@dataclass(frozen=True)
+class Snapshot:
+    """``moment_ns``: every half row stamped up to it is visible; ``now_ns``: the engine's
+    clock when it was taken (the two differ while an INSERT was committing)."""
+
+    moment_ns: int
+    now_ns: int
+
+
+def read(store: Store) -> Snapshot:
+    """The store's snapshot now (Unix ns on the store's clock)."""
     try:
         found = store.query(SNAPSHOT_SQL, readonly=True).iloc[0]
     except QueryError:  # no access to system.processes: the engine's clock alone
         found = store.query(f"SELECT {_NOW} AS now, 0 AS inserts, 0 AS oldest").iloc[0]
     now = int(found["now"])
     if int(found["inserts"]):
-        return min(now, int(found["oldest"]) - MARGIN_NS)
-    return now
+        return Snapshot(min(now, int(found["oldest"]) - MARGIN_NS), now)
+    return Snapshot(now, now)
+
+
+def snapshot_ns(store: Store) -> int:
+    """Unix ns on the store's clock: every half row stamped up to it is visible."""
+    return read(store).moment_ns

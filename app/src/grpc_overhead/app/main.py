@@ -18,7 +18,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from grpc_overhead.app import shared
+from grpc_overhead.app import refresh
 from grpc_overhead.app.navigation import PAGES
 
 PAGES_DIR = Path(__file__).parent / "pages"
@@ -35,7 +35,7 @@ def main() -> None:
         st.switch_page(pages[0], query_params=st.query_params.to_dict())
 
     root = st.Page(home, title=PAGES[0][1], url_path="home", default=True, visibility="hidden")
-    with shared.page_run():
+    with refresh.page_run():
         st.navigation([root, *pages]).run()
 
 

@@ -29,6 +29,9 @@ class Served:
     jaeger_url: str = ""
     #: True when this process also runs the intake (live data, auto-refresh useful).
     live: bool = False
+    #: A counter that moves whenever the intake has stored a batch (None: nobody says):
+    #: auto-refresh reruns a page on it at once instead of on its timer alone.
+    changes: Callable[[], int] | None = None
 
 
 _lock = threading.Lock()

@@ -8,10 +8,8 @@ state in the URL's query parameters, so a view can be shared as a link.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,23 +17,25 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from grpc_overhead.analyzer import snapshot
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.insights import catalog, sources
-from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.app import runtime, url_filters
+from grpc_overhead.app.refresh import (
+    MIN_IDLE_S,
+    REFRESH_S,
+    TTL_S,
+    auto_refresh,
+    counter_sees_every_write,
+    snapshot_ns,
+)
 
-#: Seconds an analyzer answer is reused (and the live snapshot's step). Each of these three
-#: adds to the time a call takes to show (the 2 s freshness target): a call waits up to
-#: ``REFRESH_S`` for the next tick, then for the answer cached before it to expire.
-TTL_S = 1.0
-#: Seconds between reruns when auto-refresh is on (the ticker's period).
-REFRESH_S = 1.0
-#: Seconds a page stays still after its run before auto-refresh reruns it: a page whose
-#: run takes longer than ``REFRESH_S`` (Phases under load: 12-17 s) would otherwise be
-#: rerun the moment it finished, for ever, and never be readable or "loaded".
-MIN_IDLE_S = 0.5
+#: Inside ``serve``, an answer about the calls up to a snapshot (``refresh.snapshot_ns``)
+#: only changes by writes the intake's counter does not see (an experiment's run record
+#: through the HTTP interface, a user's INSERT): reused this long, so a page left open on
+#: auto-refresh with nothing arriving does not redo every query each second (a core of
+#: CPU on the Overview: 2 s of queries a rerun).
+SNAPSHOT_TTL_S = 5.0
 #: Filter choices change slowly; listing them is not worth redoing on every rerun.
 CHOICES_TTL_S = 15.0
 #: A store nobody writes to (``grpc-overhead app``) gives the same answers all day.
@@ -104,6 +104,8 @@ def _load(module: str, name: str, args: tuple, kwargs: dict, ttl: float) -> pd.D
     cached = _cached_short if ttl == TTL_S else _cached_long
     if not served.live:
         cached = _cached_static
+    elif ttl == TTL_S and served.changes is not None and _as_of_a_snapshot(args, kwargs):
+        cached = _cached_snapshot
     try:
         return cached(module, name, args, tuple(sorted(kwargs.items())), runtime.generation())
     except StoreUnavailable as error:
@@ -157,6 +159,22 @@ def _cached_short(
     return _call(module, name, args, kwargs)
 
 
+def _as_of_a_snapshot(args: tuple, kwargs: dict) -> bool:
+    """Whether the answer is of the calls up to a snapshot (``refresh.snapshot_ns``): it
+    changes only by writes the intake's counter does not see (``SNAPSHOT_TTL_S``)."""
+    return any(
+        isinstance(value, CallFilters) and value.as_of_ns is not None
+        for value in (*args, *kwargs.values())
+    )
+
+
+@st.cache_data(ttl=SNAPSHOT_TTL_S, show_spinner=False, max_entries=512)
+def _cached_snapshot(
+    module: str, name: str, args: tuple, kwargs: tuple, generation: int
+) -> pd.DataFrame:
+    return _call(module, name, args, kwargs)
+
+
 @st.cache_data(ttl=CHOICES_TTL_S, show_spinner=False, max_entries=64)
 def _cached_long(
     module: str, name: str, args: tuple, kwargs: tuple, generation: int
@@ -174,6 +192,7 @@ def _cached_static(
 def clear_caches() -> None:
     """Forget every cached answer (tests that reuse one store between cases)."""
     _cached_short.clear()
+    _cached_snapshot.clear()
     _cached_long.clear()
     _cached_static.clear()
 
@@ -230,18 +249,23 @@ def filters() -> CallFilters:
     )
 
     served = source()
+    when = f"every {REFRESH_S:g} s"
+    if counter_sees_every_write(served):
+        when = f"as soon as new spans are stored (and {when} for a range that ends now)"
+    elif served.changes is not None:
+        when = f"as soon as new spans are stored, and {when}"
     refresh = sidebar.toggle(
-        f"Auto-refresh every {REFRESH_S:g} s",
+        "Auto-refresh",
         value=params.get("refresh", "1" if served.live else "0") == "1",
         key="filter_refresh",
-        help=f"Rerun the page while spans arrive; a page that took long to draw stays "
-        f"still for at least {MIN_IDLE_S:g} s before it reruns.",
+        help=f"Rerun the page {when}; a page that took long to draw stays still for at "
+        f"least {MIN_IDLE_S:g} s before it reruns.",
     )
     # Only a choice that differs from the default goes into the URL.
     refresh_param = None if refresh == served.live else ("1" if refresh else "0")
     url_filters.write(range_key, since, until, service, method, run, otel, refresh_param)
     if refresh:
-        _auto_refresh()
+        auto_refresh(served, moving_range=_RANGES[range_key].length is not None)
     chosen = CallFilters(
         since=since, until=until, service=service, method=method, run_id=run, otel_service=otel
     )
@@ -249,22 +273,8 @@ def filters() -> CallFilters:
     # through serve, a ClickHouse server), one snapshot per page run and half-arrived calls
     # held back; a store this process owns without an intake has no half in flight.
     if served.live or not served.store.backend.owns_data:
-        return chosen.snapshot(snapshot_ns(served.store))
+        return chosen.snapshot(snapshot_ns(served))
     return chosen.at_rest()
-
-
-def snapshot_ns(store: Store) -> int:
-    """The moment every query of this page run reads arrivals up to (``CallFilters.as_of_ns``)
-    while spans may arrive: the store's snapshot (``analyzer.snapshot``: now,
-    or before an INSERT still committing) rounded down to ``TTL_S``, so every count on the
-    page is of the same calls and reruns within ``TTL_S`` share cached answers. A store
-    nothing writes to needs no snapshot: each query reads all of it."""
-    step_ns = int(max(TTL_S, 1) * 1_000_000_000)
-    try:
-        moment = snapshot.snapshot_ns(store)
-    except AnalyzerError:  # the page's own queries will say what is wrong
-        moment = time.time_ns()
-    return moment // step_ns * step_ns
 
 
 def _split_method(service: str | None, method: str | None) -> tuple[str | None, str | None]:
@@ -321,52 +331,6 @@ def _choice(
     index = values.index(wanted) if wanted in values else 0
     selected = st.sidebar.selectbox(label, values, index=index, key=key, help=help)
     return None if selected == ANY else selected
-
-
-_RUN_MARKS = "_page_run_marks"
-
-
-@contextlib.contextmanager
-def page_run() -> Iterator[None]:
-    """Mark a whole page run's start and end (``main.py`` wraps the navigation in it), so
-    auto-refresh knows whether a run is going on and how long the page has been still.
-
-    The marks are a plain dict kept in the session state: after ``st.stop()`` (every empty
-    state) any ``st.`` call raises the stop again, so writing ``st.session_state`` in the
-    ``finally`` never happened, the end of such a run was never marked, and a page opened
-    before the first spans arrived never refreshed to show them."""
-    marks = page_run_marks()
-    marks["started"] = time.monotonic()
-    try:
-        yield
-    finally:  # st.stop() and reruns end a run too; no st. call here (see above)
-        marks["ended"] = time.monotonic()
-
-
-def page_run_marks() -> dict[str, float]:
-    """This session's ``{"started": ..., "ended": ...}`` (monotonic seconds)."""
-    return st.session_state.setdefault(_RUN_MARKS, {})
-
-
-def refresh_due(started: float | None, ended: float | None, now: float) -> bool:
-    """Whether a tick of the auto-refresh timer at ``now`` reruns the page: only after a
-    page run ended (never inside one: the ticker runs as part of every page run too) and
-    ``MIN_IDLE_S`` after it. Timer ticks that fell during a long run are queued by
-    Streamlit and arrive just after it ends: they wait for the next tick."""
-    if started is None or ended is None or ended < started:
-        return False
-    return now - ended >= MIN_IDLE_S
-
-
-def _auto_refresh() -> None:
-    @st.fragment(run_every=REFRESH_S)
-    def ticker() -> None:
-        marks = page_run_marks()
-        if refresh_due(marks.get("started"), marks.get("ended"), time.monotonic()):
-            st.rerun(scope="app")
-
-    with st.sidebar:
-        ticker()
 
 
 # -- empty states --------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from grpc_overhead.analyzer import rollup
@@ -313,7 +313,9 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
                 _stop_on_signals(stop)
                 loop(stop)
                 return 0
-            return _serve_app(args, store, calls_options, loop, stop, info, directory)
+            return _serve_app(
+                args, store, calls_options, loop, stop, info, directory, intake.stored_batches
+            )
         finally:
             if directory:
                 remove_serve_info(directory)
@@ -359,13 +361,15 @@ def _serve_app(
     stop: threading.Event,
     info: ServeInfo,
     directory: str | None,
+    stored_batches: Callable[[], int],
 ) -> int:
-    """Run the app in this thread (it handles the signals) and the settle loop beside it."""
+    """Run the app in this thread (it handles the signals) and the settle loop beside it;
+    its pages rerun as soon as the intake has stored a batch (``Served.changes``)."""
     from grpc_overhead.app.runtime import Served
     from grpc_overhead.app.server import AppServer, AppServerError
 
     server = AppServer(
-        Served(store, options, jaeger_url=args.jaeger_url, live=True),
+        Served(store, options, jaeger_url=args.jaeger_url, live=True, changes=stored_batches),
         host=args.host,
         port=args.app_port,
     )

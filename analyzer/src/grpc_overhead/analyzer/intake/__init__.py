@@ -198,6 +198,11 @@ class Intake:
     def address(self) -> str:
         return f"{self.config.host}:{self.port}"
 
+    def stored_batches(self) -> int:
+        """Batches stored so far: moves whenever new spans became readable (cheap: the app
+        polls it to rerun pages at once)."""
+        return self.processor.stats.batches if self.processor is not None else 0
+
     def stats(self) -> IntakeStats:
         if self.receiver is None:
             return IntakeStats()
