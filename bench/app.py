@@ -325,13 +325,19 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def _paths_sentence(paths: dict[str, str], load: list[float]) -> str:
-    if len(paths) == 1 or not load:
-        return ""
+    """Which code ran, and the load average beside the figures (always printed)."""
+    measured = (
+        f"1-minute load average during the run: {min(load):.1f} to {max(load):.1f} on "
+        f"{os.cpu_count()} CPUs (the bench's own app and browser included)."
+        if load
+        else ""
+    )
+    if len(paths) == 1:
+        return measured
     return (
         f"before: {paths['before']} (another checkout's code); after: this checkout; "
-        "each in its own app process on the same store, interleaved in rounds. 1-minute "
-        f"load average during the run: {min(load):.1f} to {max(load):.1f} on "
-        f"{os.cpu_count()} CPUs (a shared machine: compare the columns, not the absolutes)."
+        "each in its own app process on the same store, interleaved in rounds. "
+        f"{measured} A shared machine: compare the columns, not the absolutes."
     )
 
 
@@ -375,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     pythons = {"after": sys.executable}
     if args.before:
         pythons = {"before": args.before, **pythons}
+    LOAD_SAMPLES.append(round(os.getloadavg()[0], 1))  # at the start: nothing of ours yet
     directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-app-"))
     try:
         log(f"generating {args.calls:,} calls")

@@ -77,7 +77,8 @@ def findings(
 
     results.append(compression.find(reader, rows, sampled))
     if len(rows) and int(rows["cross_host_calls"].sum()):
-        results.append(clock_kind.find(reader, Source.with_uncertainty(filters, clock, options)))
+        estimated = Source.with_uncertainty(store, filters, clock, options)
+        results.append(clock_kind.find(reader, estimated))
     else:
         calls = int(rows["calls"].sum()) if len(rows) else 0
         results.append(([], [Checked(clock_kind.KIND, clock_kind.one_host(calls))]))

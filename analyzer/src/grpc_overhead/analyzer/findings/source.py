@@ -24,11 +24,11 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, unix_ns
-from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
+from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.findings.model import SUBSET
 from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phase_view import IDENTITY, PHASES_VIEW
-from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
+from grpc_overhead.analyzer.phases import ALL_PHASES
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE
 
@@ -94,11 +94,16 @@ class Source:
 
     @classmethod
     def with_uncertainty(
-        cls, filters: CallFilters, clock: ClockOptions | None, options: CallsOptions
+        cls,
+        store: Store,
+        filters: CallFilters,
+        clock: ClockOptions | None,
+        options: CallsOptions,
     ) -> Source:
-        """The same calls, computed raw with their clock estimate and its uncertainty."""
-        rows = per_call_sql(options)
-        return cls(_renamed(rows, uncertainty=True), query_parameters(filters, clock), filters)
+        """The same calls with their clock estimate and its uncertainty: settled minutes
+        as the settle estimated them (stored), the rest computed with the estimate."""
+        rows, bound = rows_for(store, filters, options, clock_options=clock, estimates=True)
+        return cls(_renamed(rows, uncertainty=True), bound, filters)
 
     def shown(self, service: str, method: str) -> tuple[str, dict[str, Any]]:
         """(relation, values): ``grpc_call_phases`` for one method under this source's
