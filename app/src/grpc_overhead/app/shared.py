@@ -31,10 +31,9 @@ from grpc_overhead.app.refresh import (
 )
 
 #: Inside ``serve``, an answer about the calls up to a snapshot (``refresh.snapshot_ns``)
-#: only changes by writes the intake's counter does not see (an experiment's run record
-#: through the HTTP interface, a user's INSERT): reused this long, so a page left open on
-#: auto-refresh with nothing arriving does not redo every query each second (a core of
-#: CPU on the Overview: 2 s of queries a rerun).
+#: changes only by writes the intake's counter does not see (a ClickHouse server's other
+#: writers; on serve's own chDB store, retention dropping old minutes): reused this long,
+#: so a page rerun by its timer with nothing new does not redo every query.
 SNAPSHOT_TTL_S = 5.0
 #: Filter choices change slowly; listing them is not worth redoing on every rerun.
 CHOICES_TTL_S = 15.0
