@@ -61,3 +61,19 @@ def test_without_the_timer_only_a_stored_batch_reruns_the_page():
     ended = START + 0.4
     assert not refresh.refresh_due(START, ended, START + 60, timer=False)
     assert refresh.refresh_due(START, ended, START + 60, changed=True, timer=False)
+
+
+def test_a_batch_stored_since_the_snapshot_is_missed():
+    marks = {"changes": 3, "grace_ends": None}
+    assert not refresh.snapshot_missed(marks, 3, 0)
+    assert refresh.snapshot_missed(marks, 4, 0)
+    assert refresh.snapshot_missed({"changes": None}, 3, 0)  # it may have missed some
+    assert not refresh.snapshot_missed({}, None, 0)  # no counter: the timer's job
+
+
+def test_a_call_held_back_by_the_snapshot_is_missed_once_its_grace_ends():
+    """Nothing arrives after a call's only half: the page's snapshot, kept while the counter
+    stays put, would hold it back for ever; the ticker reruns the page once it is decided."""
+    marks = {"changes": 3, "grace_ends": 10_000}
+    assert not refresh.snapshot_missed(marks, 3, 9_999)
+    assert refresh.snapshot_missed(marks, 3, 10_000)

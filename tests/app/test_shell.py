@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -27,6 +29,16 @@ def probe_page() -> None:
             choices = choices[choices[column] == wanted]
     st.metric("calls", int(choices["calls"].sum()))
     st.write(f"service={filters.service} method={filters.method} run={filters.run_id}")
+
+
+def shown_calls_page() -> None:
+    """The calls every page shows (half-arrived ones held back), as of the page run's snapshot."""
+    import streamlit as st
+
+    from grpc_overhead.analyzer.insights import rows
+    from grpc_overhead.app import shared
+
+    st.metric("calls", int(shared.load(rows.sides, shared.filters())["calls"].iloc[0]))
 
 
 def run_probe(query_params: dict[str, str] | None = None) -> AppTest:
@@ -125,6 +137,27 @@ def test_live_pages_read_the_store_as_of_the_intakes_latest_batch(served_store):
     seed(served_store, 1, "Predict")
     batches[0] += 1
     assert run_probe().metric[0].value == "4"
+
+
+def test_a_one_sided_call_shows_once_its_grace_has_passed_with_nothing_else_arriving(
+    served_store, monkeypatch
+):
+    """The snapshot is kept while the intake's counter stays put; a call whose only half
+    came in the latest batch is held back as of it, and must show once its grace has passed
+    (it stayed hidden for good, reloads too, while nothing else arrived)."""
+    grace_s = 4.0
+    monkeypatch.setenv("GRPC_OVERHEAD_HOLD_BACK_S", str(grace_s))
+    runtime.register(runtime.Served(served_store, live=True, changes=lambda: 1))
+    _client, server = synthetic_call(Truth(start=time.time_ns() - 20 * MS))
+    insert_spans(served_store, [server])  # a server whose caller is not instrumented
+    stored = time.monotonic()
+    shown = AppTest.from_function(shown_calls_page, default_timeout=PAGE_TIMEOUT_S)
+    shown.run()
+    ran = time.monotonic()  # the run's snapshot was taken before: the call is decided by then
+    if ran - stored < grace_s:  # a run that ended inside the grace held it back
+        assert shown.metric[0].value == "0", "a half-arrived call was shown before its grace"
+    time.sleep(max(0.0, ran + grace_s - time.monotonic()))
+    assert shown.run().metric[0].value == "1"
 
 
 def test_auto_refresh_is_on_for_live_stores_and_kept_in_the_url(served_store):

@@ -16,7 +16,11 @@ answers): about 1 s of the freshness median that bought nothing.
 
 The snapshot is now the store's moment taken after the latest batch, kept while the
 counter stays put: reruns with nothing new still share cached answers, and the first
-rerun after a batch includes it.
+rerun after a batch includes it. A snapshot kept for ever would hold a one-sided call
+back for ever (it is shown once its half is ``hold_back_ns`` older than the snapshot,
+``calls.SHOWN_FILTER``): once that grace has passed since the snapshot, pages read as
+of the snapshot plus the grace instead (no half arrived in between, so they see the same
+halves, every one of them decided), and the ticker reruns the page then once.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer import snapshot
 from grpc_overhead.analyzer.errors import AnalyzerError
+from grpc_overhead.analyzer.options import hold_back_ns
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.app import runtime
 
@@ -70,8 +75,10 @@ def page_run() -> Iterator[None]:
 
 
 def page_run_marks() -> dict[str, float | int | None]:
-    """This session's ``{"started": ..., "ended": ..., "changes": ...}`` (monotonic seconds;
-    the intake's counter the page run's snapshot includes, None when it may miss some)."""
+    """This session's ``{"started": ..., "ended": ..., "changes": ..., "grace_ends": ...}``
+    (monotonic seconds; the intake's counter the page run's snapshot includes, None when it
+    may miss some; the Unix ns at which a call the snapshot holds back is decided, None
+    when none can be)."""
     return st.session_state.setdefault(_RUN_MARKS, {})
 
 
@@ -95,6 +102,16 @@ def refresh_due(
     return changed or (timer and now - started >= REFRESH_S)
 
 
+def snapshot_missed(marks: dict[str, float | int | None], changes: int | None, now_ns: int) -> bool:
+    """Whether the page run's snapshot (``marks``) misses what a rerun would show: a batch
+    the intake has stored since (``changes``, its counter now; None without one), or a
+    one-sided call it held back that is decided now (``grace_ends``)."""
+    if changes is not None and changes != marks.get("changes"):
+        return True
+    grace_ends = marks.get("grace_ends")
+    return grace_ends is not None and now_ns >= grace_ends
+
+
 def counter_sees_every_write(served: runtime.Served) -> bool:
     """Whether ``Served.changes`` moves with every write a page would show: the intake's
     counter on a store this process owns (see the module)."""
@@ -110,7 +127,8 @@ def auto_refresh(served: runtime.Served, *, moving_range: bool) -> None:
     @st.fragment(run_every=POLL_S if changes is not None else REFRESH_S)
     def ticker() -> None:
         marks = page_run_marks()
-        changed = changes is not None and changes() != marks.get("changes")
+        counted = changes() if changes is not None else None
+        changed = snapshot_missed(marks, counted, time.time_ns())
         started, ended = marks.get("started"), marks.get("ended")
         if refresh_due(started, ended, time.monotonic(), changed=changed, timer=timer):
             st.rerun(scope="app")
@@ -127,29 +145,49 @@ _snapshots: dict[int, tuple[int, int]] = {}
 def snapshot_ns(served: runtime.Served) -> int:
     """The moment every query of this page run reads arrivals up to (``CallFilters.as_of_ns``)
     while spans may arrive: the store's snapshot (``analyzer.snapshot``: now, or before an
-    INSERT still committing). With the intake's counter, the one taken after its latest
-    batch (see the module); without it, rounded down to ``TTL_S`` so reruns within
-    ``TTL_S`` share cached answers."""
+    INSERT still committing). With the intake's counter on a store it alone writes, the one
+    taken after its latest batch (see the module); elsewhere, rounded down to ``TTL_S`` so
+    reruns within ``TTL_S`` share cached answers (and, with a counter, never before the one
+    taken after its latest batch)."""
     marks = page_run_marks()
-    marks["changes"] = None
+    marks["changes"], marks["grace_ends"] = None, None
+    step_ns = int(max(TTL_S, 1) * 1_000_000_000)
     if served.changes is None:
-        step_ns = int(max(TTL_S, 1) * 1_000_000_000)
         return _taken(served.store)[0] // step_ns * step_ns
     changes, generation = served.changes(), runtime.generation()
     with _snapshots_lock:
         known = _snapshots.get(generation)
-    if known is not None and known[0] == changes:
+    if not counter_sees_every_write(served):
+        # A server's other writers may always be inserting, unseen by the counter: their
+        # rows wait for the timer (as before), not for a rerun at every tick.
         marks["changes"] = changes
-        return known[1]
-    moment, complete = _taken(served.store)
-    if complete:  # nothing was committing: every batch counted so far is in it
+        moment = _taken(served.store)[0]
+        if known is not None and known[0] == changes:
+            return max(known[1], moment // step_ns * step_ns)
         with _snapshots_lock:
             _snapshots[generation] = (changes, moment)
+        return moment
+    if known is not None and known[0] == changes:
         marks["changes"] = changes
-    elif not counter_sees_every_write(served):
-        # A server's other writers may always be inserting: their rows wait for the timer
-        # (as before), not for a rerun at every tick.
-        marks["changes"] = changes
+        return _past_the_grace(known[1], marks)
+    moment, complete = _taken(served.store)
+    if not complete:  # a batch still committing: the ticker reruns until it is in
+        return moment
+    with _snapshots_lock:  # nothing was committing: every batch counted so far is in it
+        _snapshots[generation] = (changes, moment)
+    marks["changes"] = changes
+    return _past_the_grace(moment, marks)
+
+
+def _past_the_grace(moment: int, marks: dict[str, float | int | None]) -> int:
+    """``moment`` (a snapshot with nothing stored after it), or ``moment`` plus the hold-back
+    grace once that has passed: the same halves, every one-sided call among them decided.
+    The clock is this process's: a store serve alone writes is its embedded engine, in this
+    process."""
+    decided = moment + hold_back_ns()
+    if time.time_ns() >= decided:
+        return decided
+    marks["grace_ends"] = decided
     return moment
 
 
