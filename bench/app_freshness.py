@@ -79,7 +79,7 @@ def freshness(
 ) -> dict[str, Any]:
     """``through_collector``: SDK -> collector (embedded config) -> serve, when the collector
     is built; False: SDK -> serve directly. ``python``: the interpreter (and so the
-    checkout) serve runs with; the services and their instrumentation are this one's."""
+    checkout) serve, the service and the load generator (their instrumentation) run with."""
     directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-fresh-"))
     intake_port = free_port()
     shown_at: dict[str, tuple[str, int]] = {}
@@ -99,7 +99,10 @@ def freshness(
             OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
             OTEL_SERVICE_NAME="predictor",
         )
-        with ServiceProcess(["--workers", "2"], env=env) as service, chromium() as browser:
+        with (
+            ServiceProcess(["--workers", "2"], env=env, python=python) as service,
+            chromium() as browser,
+        ):
             page = browser.new_page()
             for probe in range(probes):
                 mode = "reload" if probe % 2 == 0 else "auto-refresh"
@@ -108,7 +111,7 @@ def freshness(
                 url = f"{serve.url}/overview?run={run}"
                 open_page(page, url)
                 load = subprocess.Popen(
-                    [sys.executable, "-m", "grpc_overhead", "load", "--quiet", "--target",
+                    [python, "-m", "grpc_overhead", "load", "--quiet", "--target",
                      service.target, "--calls", "1", "--concurrency", "1", "--run-id", run],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                     env=offline_env(exporter_timeout_s=None,
@@ -262,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", type=int, default=12, help="probes per path (half reload)")
     parser.add_argument("--quick", action="store_true", help="4 probes per path; printed")
     parser.add_argument(
-        "--before", metavar="PYTHON", help="also run serve with another checkout's interpreter"
+        "--before",
+        metavar="PYTHON",
+        help="also run serve, the service and the load generator with another checkout's"
+        " interpreter",
     )
     args = parser.parse_args(argv)
     probes = 4 if args.quick else args.probes
@@ -309,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         f"run, in Chromium; {probes} probes per path, alternately reloading the page and "
         "leaving it open on auto-refresh (opened before the call). Targets: median < "
         f"{MEDIAN_TARGET_S:g} s, p90 < {P90_TARGET_S:g} s. The median's parts: delivery "
-        "(call end to both halves stored: the SDK's 1 s export interval, the collector's "
+        "(call end to both halves stored: the SDK's export interval, 0.25 s (1 s before "
+        "2026-11-29), the collector's "
         "200 ms flush, the intake and the calls view), the Overview's query (timed on the "
         "same store afterwards), and the rest (the wait for a rerun: as soon as the intake has "
         "stored a batch and the page has been still for 0.5 s; the page's other queries, "

@@ -181,7 +181,7 @@ TIME_FILTER = (
 )
 #: How long a call seen from one side only is held back from every live reader before it
 #: counts as one-sided (``SHOWN_FILTER``). The two halves of a call end within the call's
-#: own duration, then wait in their processes' export batches (our instrumentation: 1 s,
+#: own duration, then wait in their processes' export batches (our instrumentation: 0.25 s,
 #: ``GRPC_OVERHEAD_EXPORT_INTERVAL_MS``; the OpenTelemetry SDK's BatchSpanProcessor: 5 s),
 #: in the collector's exporter queue (embedded: 0.2 s; clickhouse: 5 s ``flush_timeout``)
 #: and the intake's batch (50 ms): the peer of a half lands at most about 10 s after it.

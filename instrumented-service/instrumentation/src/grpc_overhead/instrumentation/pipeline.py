@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from grpc_overhead.instrumentation import clock
 from grpc_overhead.instrumentation.environment import (
     EXPORT_BATCH_SIZE,
+    EXPORT_INTERVAL_DEFAULT_MS,
     EXPORT_INTERVAL_MS,
     MAX_QUEUE_SIZE,
     environment_number,
@@ -80,7 +81,9 @@ class SpanPipeline:
         self.sampling = sampling or Sampling.from_environment()
         self.max_queue_size = max_queue_size or _environment_int(MAX_QUEUE_SIZE, 8192)
         self.export_batch_size = export_batch_size or _environment_int(EXPORT_BATCH_SIZE, 512)
-        interval_ms = export_interval_ms or _environment_int(EXPORT_INTERVAL_MS, 1000)
+        interval_ms = export_interval_ms or _environment_int(
+            EXPORT_INTERVAL_MS, EXPORT_INTERVAL_DEFAULT_MS
+        )
         self.export_interval_s = interval_ms / 1000.0
         self.dropped_calls = 0
         self.exported_spans = 0
