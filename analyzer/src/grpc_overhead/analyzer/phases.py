@@ -31,6 +31,7 @@ import pandas as pd
 from grpc_overhead.analyzer import interceptor_chain as chain
 from grpc_overhead.analyzer import phase_bounds as bounds
 from grpc_overhead.analyzer import span_sources as src
+from grpc_overhead.analyzer.analysis_cost import unchained_comparisons
 from grpc_overhead.analyzer.breakdown_frame import BREAKDOWN_COLUMNS as BREAKDOWN_COLUMNS
 from grpc_overhead.analyzer.breakdown_frame import long_breakdown
 from grpc_overhead.analyzer.call_columns import CALL_STATUS
@@ -107,7 +108,7 @@ _CLIENT_DISPATCH_VALUE = client_dispatch_value(
 
 def with_dispatch(source: str) -> str:
     """``source`` (rows with the clock columns) plus the dispatch estimate."""
-    return f"(SELECT *, {DISPATCH_ESTIMATE} FROM ({source}))"
+    return f"(SELECT *, {unchained_comparisons(DISPATCH_ESTIMATE)} FROM ({source}))"
 
 
 def unclocked_calls(where: str) -> str:
@@ -303,9 +304,10 @@ def per_call_sql(
         source = with_dispatch(with_clock)
     else:
         source = unclocked_calls(CALL_FILTER)
+    selected = [unchained_comparisons(expression) for expression in selected]
     sql = "SELECT\n    " + ",\n    ".join([*columns, *selected]) + f"\nFROM {source}"
     if derived:
-        replaced = ",\n    ".join(derived)
+        replaced = ",\n    ".join(unchained_comparisons(expression) for expression in derived)
         sql = f"SELECT * REPLACE (\n    {replaced}\n)\nFROM (\n{sql}\n)"
     return "WITH\n" + ",\n".join(ctes) + "\n" + sql
 
