@@ -322,7 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         "stored a batch and the page has been still for 0.5 s; the page's other queries, "
         f"rendering). Idle CPU: serve's CPU, as a share of one core, over {IDLE_S:g} s with the "
         "Overview of a run with one call left open on auto-refresh and nothing arriving."
-        + (f" `before`: serve run by `{args.before}`." if args.before else ""),
+        + (
+            f" `before`: serve, the service and the load generator run by `{args.before}`."
+            if args.before
+            else ""
+        ),
         "",
         markdown_table(
             ["path", "watching", "median s", "p90 s", "max s", "delivery s", "Overview query s",
