@@ -99,12 +99,15 @@ def test_a_taken_port_says_which_option_to_change(tmp_path: Path):
 
 #: Calls nobody settled: their roll-up takes seconds (about 28 s per million on 2 quiet cores).
 UNSETTLED_CALLS = 400_000
+#: ... and enough that the roll-up outlasts the app's start on a busy machine (400,000 took
+#: 13 s to roll up on a quiet one, the app's start up to as long on a busy one).
+OUTLASTING_CALLS = 1_000_000
 
 
-def generated_store(tmp_path: Path) -> Path:
+def generated_store(tmp_path: Path, calls: int = UNSETTLED_CALLS) -> Path:
     store = tmp_path / "store"
     subprocess.run(
-        [sys.executable, "-m", "harness.generated_calls", str(store), str(UNSETTLED_CALLS)],
+        [sys.executable, "-m", "harness.generated_calls", str(store), str(calls)],
         check=True, timeout=300, env=offline_env(), stdin=subprocess.DEVNULL,
     )  # fmt: skip
     return store
@@ -141,16 +144,16 @@ def test_a_store_nobody_settled_is_served_at_once_and_rolled_up_beside_the_app(t
 
 
 def test_quitting_during_the_roll_up_stops_it_and_the_next_one_finishes_it(tmp_path: Path):
-    store = generated_store(tmp_path)
+    store = generated_store(tmp_path, OUTLASTING_CALLS)
     app = start_app(store, offline_env())
     assert app.stop() == 0, app.text()  # SIGTERM a moment after the app answered
     assert "rolling up settled minutes failed" not in app.text()
     assert "settled minutes rolled up" not in app.text(), "stopped only once it was done"
     settled = "SELECT count() AS n FROM grpc_settled_calls"
-    assert store_sql(store, settled) < UNSETTLED_CALLS
+    assert store_sql(store, settled) < OUTLASTING_CALLS
     report = subprocess.run(
         [sys.executable, "-m", "grpc_overhead", "report", "--store", str(store), "--format",
          "json"], capture_output=True, text=True, timeout=300, env=offline_env(),
     )  # fmt: skip
     assert report.returncode == 0, report.stderr
-    assert store_sql(store, settled) == UNSETTLED_CALLS  # resumed, nothing twice
+    assert store_sql(store, settled) == OUTLASTING_CALLS  # resumed, nothing twice
