@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
+from grpc_overhead.analyzer.calls import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
 from grpc_overhead.analyzer.result_columns import ALL_PHASES, STREAM_PHASES
 from grpc_overhead.analyzer.store.base import Store
@@ -54,3 +54,24 @@ def method_shapes(
         "GROUP BY service, method ORDER BY service, method"
     )
     return store.query(sql, query_parameters(filters, None), readonly=True)
+
+
+def any_streams(
+    store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
+) -> bool:
+    """Whether any stored half in the filters' time range says its call is a stream.
+
+    A merged call is a stream only if one of its halves says so on its own (the type is
+    the same on both halves, the message counts are merged by ``max``), so False is
+    exact: no call in the range is a stream, without merging a single call (``method_shapes``
+    merges every call: 0.45 s at 1 M). Only the time range is applied, so a True may
+    come from a call the other filters leave out; the caller then asks the full question."""
+    options = options or CallsOptions()
+    shapes = ", ".join(f"'{shape}'" for shape in STREAM_SHAPES)
+    found = store.query(
+        f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls}"
+        f" WHERE {ROW_FILTER} AND {CALL_SHAPE} IN ({shapes}) LIMIT 1)",
+        query_parameters(filters, None),
+        readonly=True,
+    )
+    return int(found["n"].iloc[0]) > 0

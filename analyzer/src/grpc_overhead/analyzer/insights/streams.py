@@ -15,7 +15,7 @@ from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.messages import call_messages
 from grpc_overhead.analyzer.phases import phase_breakdown
 from grpc_overhead.analyzer.result_columns import STREAM_PHASES
-from grpc_overhead.analyzer.shapes import method_shapes
+from grpc_overhead.analyzer.shapes import any_streams, method_shapes
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import STREAM_SHAPES
 
@@ -44,6 +44,8 @@ def stream_methods(
 ) -> pd.DataFrame:
     """Per stream method and stream phase (``STREAM_METHOD_COLUMNS``): p50 and mean over its
     calls of each per-call figure; empty when the selection has no stream."""
+    if not any_streams(store, filters, options=options):
+        return pd.DataFrame({column: [] for column in STREAM_METHOD_COLUMNS})
     shapes = method_shapes(store, filters, options=options)
     shapes = shapes[shapes["shape"].isin(STREAM_SHAPES)]
     if shapes.empty:
