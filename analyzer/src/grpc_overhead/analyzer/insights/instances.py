@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer.analysis_cost import grouping_source
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
     HAS_ROW_START,
@@ -135,10 +136,14 @@ def instance_load(
         )
         + ",\n    countIf(client_error OR server_error) AS errors,"
         "\n    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns\n"
-        "FROM (\n    SELECT *,"
-        " intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64} AS bucket_ns,"
-        f" {INSTANCE} AS instance, {SERVER_GROUP} AS server_group, server_address AS dialled\n"
-        f"    FROM ({rows})\n)\n"
+        "FROM "
+        + grouping_source(
+            "\n    SELECT *,"
+            " intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64} AS bucket_ns,"
+            f" {INSTANCE} AS instance, {SERVER_GROUP} AS server_group, server_address AS dialled\n"
+            f"    FROM ({rows})\n"
+        )
+        + "\n"
         "GROUP BY GROUPING SETS\n"
         "    ((bucket_ns, instance), (instance), (bucket_ns, instance, server_group, dialled))\n"
         "ORDER BY level DESC, bucket_ns, calls DESC, instance\n"

@@ -28,6 +28,7 @@ import math
 
 import pandas as pd
 
+from grpc_overhead.analyzer.analysis_cost import grouping_source
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.rows import (
@@ -157,9 +158,13 @@ def by_algorithm(
         " AS scope, service, method, run_id, uniqExact(run_id) AS runs,"
         " arraySort(groupUniqArray(run_id)) AS run_ids,\n    "
         + ",\n    ".join(merged)
-        + f"\nFROM (\nSELECT service, method, run_id, algorithm,\n    {states}\n"
-        f"FROM ({rows})\n"
-        "GROUP BY service, method, run_id, algorithm\n)\n"
+        + "\nFROM "
+        + grouping_source(
+            f"\nSELECT service, method, run_id, algorithm,\n    {states}\n"
+            f"FROM ({rows})\n"
+            "GROUP BY service, method, run_id, algorithm\n"
+        )
+        + "\n"
         "GROUP BY GROUPING SETS ((), (algorithm), (service, method, run_id),"
         " (service, method, run_id, algorithm), (service, method))\n"
         "ORDER BY scope, grouping(algorithm) DESC, calls DESC, service, method, run_id, label"
