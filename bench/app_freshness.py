@@ -136,7 +136,7 @@ def freshness(
             collector.stop()
         serve.stop()
     ends, stored = _client_ends(directory / "store")
-    page_query_s = _page_query_seconds(directory / "store", sorted(shown_at))
+    page_query_s = _page_query_seconds(directory / "store", sorted(shown_at), python)
     shutil.rmtree(directory, ignore_errors=True)
     by_mode: dict[str, list[float]] = {"reload": [], "auto-refresh": []}
     delivery: dict[str, list[float]] = {"reload": [], "auto-refresh": []}
@@ -208,12 +208,13 @@ print(sorted(times)[len(times) // 2])
 """
 
 
-def _page_query_seconds(store: Path, runs: list[str]) -> float | None:
-    """Median seconds of the Overview's query for each run shown (as the page asks it)."""
+def _page_query_seconds(store: Path, runs: list[str], python: str) -> float | None:
+    """Median seconds of the Overview's query for each run shown (as the page asks it), on
+    the code path measured (``python``: with ``--before``, the other checkout's)."""
     if not runs:
         return None
     done = subprocess.run(
-        [sys.executable, "-c", _PAGE_QUERY, str(store), *runs],
+        [python, "-c", _PAGE_QUERY, str(store), *runs],
         capture_output=True, text=True, timeout=300, env=offline_env(),
     )  # fmt: skip
     if done.returncode != 0:

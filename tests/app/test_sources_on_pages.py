@@ -35,17 +35,23 @@ def test_the_explorer_shows_an_a72_call(served_store):
     assert set(events["lane"]) == {"client", "server"}
 
 
-def test_the_phases_page_notes_what_other_sources_lack(served_store):
-    insert_spans(served_store, [*synthetic_call(), *semconv_call(ids=22)])
-    at = run_page("phases")
+@pytest.mark.parametrize("page", ["phases", "overview"])
+def test_the_page_notes_what_other_sources_lack(served_store, page):
+    # The Overview takes the sources from its own query's grouping set, Phases asks for them.
+    insert_spans(
+        served_store, [*synthetic_call(), *semconv_call(ids=22), *semconv_call(ids=23)]
+    )
+    at = run_page(page)
     assert not at.exception and not at.error
     notes = [info.value for info in at.info if "traced by" in info.value]
     assert len(notes) == 1
-    assert "semconv message events (client)" in notes[0]
+    assert notes[0].startswith("2 calls here are traced by semconv message events (client)")
     assert "client_serialize" in notes[0] and "processing" in notes[0]
 
 
-def test_no_note_when_every_call_is_ours(served_store):
+@pytest.mark.parametrize("page", ["phases", "overview"])
+def test_no_note_when_every_call_is_ours(served_store, page):
     insert_spans(served_store, list(synthetic_call()))
-    at = run_page("phases")
+    at = run_page(page)
+    assert not at.exception and not at.error
     assert not [info for info in at.info if "traced by" in info.value]

@@ -345,11 +345,14 @@ SEND_DATA = (
 )
 
 
-def note_unavailable_phases(filters: CallFilters) -> None:
+def note_unavailable_phases(filters: CallFilters, mix: pd.DataFrame | None = None) -> None:
     """Say which phases the selected calls cannot have because of who traced them: gRPC's
     own tracing (A72), semconv message events and plain spans record fewer moments than
-    our instrumentation. Silent when every call is ours on both sides."""
-    missing = sources.unavailable_phases(load(sources.source_mix, filters))
+    our instrumentation. Silent when every call is ours on both sides. ``mix``: the
+    calls per source (``sources.source_mix``'s columns) where the page has it already."""
+    if mix is None:
+        mix = load(sources.source_mix, filters)
+    missing = sources.unavailable_phases(mix)
     for row in missing.itertuples(index=False):
         st.info(
             f"{row.calls:,} calls here are traced by {row.client_source} (client) and "

@@ -52,7 +52,17 @@ STATISTICS = ("mean", "p50")
 TARGET_BUCKETS = 120
 
 #: ``overview`` rows: one per level.
-ALL, METHOD, BUCKET, STATUS = "all", "method", "bucket", "status"
+ALL, METHOD, BUCKET, STATUS, SOURCE = "all", "method", "bucket", "status", "source"
+#: What traced the calls (``sources.source_mix``'s keys): the page's note on phases some
+#: sources cannot have comes from the same pass (a query of its own cost 0.2 s a page run).
+SOURCE_KEYS = (
+    "client_source",
+    "server_source",
+    "client_language",
+    "server_language",
+    "client_scope",
+    "server_scope",
+)
 
 
 def overview(
@@ -75,8 +85,9 @@ def overview(
     ``STACKED_PHASES`` and ``total`` its ``statistic`` (mean or p50) over the
     calls with every event as ``{phase}_us``, and network (request + response
     network) and overhead (total - processing) means and p99; ``status`` rows count
-    the calls per (service, method, gRPC status code). Read it with ``summary``,
-    ``phases_by_method``, ``network_over_time`` and ``statuses``.
+    the calls per (service, method, gRPC status code), ``source`` rows per ``SOURCE_KEYS``.
+    Read it with ``summary``, ``phases_by_method``, ``network_over_time``, ``statuses``
+    and ``source_mix``.
     """
     if statistic not in STATISTICS:
         raise BadInput(f"statistic must be one of {', '.join(STATISTICS)}, not {statistic!r}")
@@ -91,8 +102,10 @@ def overview(
     network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
     sql = (
         "SELECT multiIf(grouping(status_code) = 0, 'status', grouping(service) = 0, 'method',"
-        " grouping(bucket_ns) = 0, 'bucket', 'all') AS level,\n"
-        "    service, method, bucket_ns, status_code, count() AS calls,\n"
+        " grouping(bucket_ns) = 0, 'bucket', grouping(client_source) = 0, 'source', 'all')"
+        " AS level,\n"
+        f"    service, method, bucket_ns, status_code, {', '.join(SOURCE_KEYS)},"
+        " count() AS calls,\n"
         "    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns,\n"
         "    countIf(total_defined) AS total_calls,\n"
         f"    {QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined)"
@@ -118,7 +131,8 @@ def overview(
         f" AS bucket_ns, {CALL_STATUS} AS status_code"
         " FROM {grouped})\n"
         "GROUP BY GROUPING SETS\n"
-        "    ((), (service, method), (bucket_ns), (service, method, status_code))\n"
+        "    ((), (service, method), (bucket_ns), (service, method, status_code),"
+        f" ({', '.join(SOURCE_KEYS)}))\n"
         "ORDER BY level, calls DESC, service, method, bucket_ns"
     )
     rows, bound = rows_for(store, filters, options, phases=phases_read(sql))
@@ -295,6 +309,13 @@ def _missing_where(frame: pd.DataFrame, columns: list[str], counts: pd.Series) -
 
 def _timestamp(ns: int) -> pd.Timestamp:
     return pd.Timestamp(ns, unit="ns", tz="UTC")
+
+
+def source_mix(frame: pd.DataFrame) -> pd.DataFrame:
+    """Calls per ``SOURCE_KEYS`` from ``overview``'s ``source`` rows, busiest first: what
+    ``sources.source_mix`` answers, from the Overview's own pass."""
+    rows = frame[frame["level"] == SOURCE][[*SOURCE_KEYS, "calls"]]
+    return rows.sort_values("calls", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def statuses(frame: pd.DataFrame) -> pd.DataFrame:

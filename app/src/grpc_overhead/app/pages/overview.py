@@ -15,10 +15,10 @@ from grpc_overhead.app import charts, formatting, shared
 st.title("Overview")
 filters = shared.filters()
 shared.require_calls(filters)
-shared.note_unavailable_phases(filters)
 
 statistic = st.session_state.get("overview_statistic", "mean")
 answer = shared.load(overview.overview, filters, statistic)
+shared.note_unavailable_phases(filters, overview.source_mix(answer))
 summary = overview.summary(answer).iloc[0]
 statuses = overview.statuses(answer)
 failed = statuses[~statuses["status_code"].isin([0, status.NOT_RECORDED])]
