@@ -7,6 +7,7 @@ the insights.
 from __future__ import annotations
 
 from grpc_overhead.analyzer.sample_columns import specs as _sample_specs
+from grpc_overhead.analyzer.span_sources import SOURCE_KEYS
 
 #: The design's phase table, in its order (a contract: names never change).
 DESIGN_PHASES: tuple[str, ...] = (
@@ -114,12 +115,7 @@ CALL_COLUMNS: tuple[str, ...] = (
     "server_events",
     "client_domain",
     "server_domain",
-    "client_source",
-    "server_source",
-    "client_language",
-    "server_language",
-    "client_scope",
-    "server_scope",
+    *SOURCE_KEYS,
     "client_attempts",
     # A sampled message's measured compressibility (-1: none; sample_columns).
     *(name for name, *_ in _sample_specs()),

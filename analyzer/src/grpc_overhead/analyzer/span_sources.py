@@ -274,3 +274,15 @@ def message_times(ours: str, foreign: str = "") -> str:
     theirs = _sorted_times(flags[foreign]) if foreign else _NO_TIMES
     own = _sorted_times(f"n = '{ours}'")
     return f"if(stream_span, if(foreign_events, {theirs}, {own}), {_NO_TIMES})"
+
+
+#: A call's pair of sources, as the per-call rows carry it: what traced each half (one of
+#: ``SOURCES``), in which language and under which instrumentation scope.
+SOURCE_KEYS = (
+    "client_source",
+    "server_source",
+    "client_language",
+    "server_language",
+    "client_scope",
+    "server_scope",
+)

@@ -48,6 +48,7 @@ from grpc_overhead.analyzer.phases import (
     per_call_sql,
 )
 from grpc_overhead.analyzer.rollup import settled_until
+from grpc_overhead.analyzer.span_sources import SOURCE_KEYS
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import is_stream_row
 
@@ -193,15 +194,7 @@ def _window_parameters(
 
 
 #: Who wrote each half (``span_sources``) and how many attempts the call took (A72).
-SOURCE_COLUMNS = (
-    "client_source",
-    "server_source",
-    "client_language",
-    "server_language",
-    "client_scope",
-    "server_scope",
-    "client_attempts",
-)
+SOURCE_COLUMNS = (*SOURCE_KEYS, "client_attempts")
 
 SUMMARY_COLUMNS = (
     "trace_id",

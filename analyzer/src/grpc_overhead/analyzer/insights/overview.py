@@ -36,6 +36,7 @@ from grpc_overhead.analyzer.insights.rows import (
     time_span,
 )
 from grpc_overhead.analyzer.phases import QUANTILE_FUNCTION, phases_read
+from grpc_overhead.analyzer.span_sources import SOURCE_KEYS
 from grpc_overhead.analyzer.status import CALL_STATUS, with_names
 from grpc_overhead.analyzer.store.base import Store
 
@@ -53,16 +54,8 @@ TARGET_BUCKETS = 120
 
 #: ``overview`` rows: one per level.
 ALL, METHOD, BUCKET, STATUS, SOURCE = "all", "method", "bucket", "status", "source"
-#: What traced the calls (``sources.source_mix``'s keys): the page's note on phases some
-#: sources cannot have comes from the same pass (a query of its own cost 0.2 s a page run).
-SOURCE_KEYS = (
-    "client_source",
-    "server_source",
-    "client_language",
-    "server_language",
-    "client_scope",
-    "server_scope",
-)
+#: ``source`` rows: what traced the calls (``sources.source_mix``'s keys), so the page's note
+#: on phases some sources cannot have comes from this pass (a query of its own: 0.2 s a run).
 
 
 def overview(

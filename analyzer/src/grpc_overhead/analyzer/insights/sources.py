@@ -18,7 +18,15 @@ import pandas as pd
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phase_bounds import CLOCK_FREE, ONE_WAY
-from grpc_overhead.analyzer.span_sources import A72, A72_JAVA, OURS, SEMCONV, SOURCES, SPANS_ONLY
+from grpc_overhead.analyzer.span_sources import (
+    A72,
+    A72_JAVA,
+    OURS,
+    SEMCONV,
+    SOURCE_KEYS,
+    SOURCES,
+    SPANS_ONLY,
+)
 from grpc_overhead.analyzer.store.base import Store
 
 # What each source's events are, per side, in the user's words.
@@ -187,13 +195,8 @@ def source_mix(
     """Calls per (client source, server source, languages, scopes) among the filtered calls
     (settled minutes from their stored rows: ``rows.rows_for``)."""
     rows, bound = rows_for(store, filters, options, clock=False, phases=())
-    sql = (
-        "SELECT client_source, server_source, client_language, server_language,"
-        " client_scope, server_scope, count() AS calls\n"
-        f"FROM ({rows})\n"
-        "GROUP BY client_source, server_source, client_language, server_language,"
-        " client_scope, server_scope\nORDER BY calls DESC"
-    )
+    keys = ", ".join(SOURCE_KEYS)
+    sql = f"SELECT {keys}, count() AS calls\nFROM ({rows})\nGROUP BY {keys}\nORDER BY calls DESC"
     return store.query(sql, bound, readonly=True)
 
 
