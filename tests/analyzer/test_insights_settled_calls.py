@@ -170,3 +170,22 @@ def test_rollups_of_another_version_are_rebuilt(store):
     assert not call_rollup.ensure_version(store, CallsOptions(), ["grpc_phase_rollup"])
     assert rollup.settle(store, now_ns=START + 4 * MINUTE, delay=timedelta(0)) == 0
     assert store.query("SELECT count() AS n FROM grpc_settled_calls")["n"].iloc[0] == 48
+
+
+def test_settled_calls_are_stored_with_the_chosen_zstd_level(store):
+    calls_over_four_minutes(store)
+    assert rollup.settle(store, now_ns=START + 4 * MINUTE, delay=timedelta(0)) == 4
+    codecs = store.query(
+        "SELECT name, compression_codec FROM system.columns"
+        " WHERE table = 'grpc_settled_calls' AND database = currentDatabase()"
+    ).set_index("name")["compression_codec"]
+    assert codecs["call_start_ns"] == ""  # the sorting key keeps the default
+    others = codecs.drop("call_start_ns")
+    assert len(others) > 100
+    assert set(others) == {f"CODEC(ZSTD({call_rollup.CODEC_LEVEL}))"}
+    assert call_rollup.CODEC_LEVEL > 1  # level 3: 15 % smaller than 1 on a demo's calls
+    # What is stored reads back: the pages' answers over it are checked above.
+    parts = store.query(
+        "SELECT sum(rows) AS n FROM system.parts WHERE active AND table = 'grpc_settled_calls'"
+    )
+    assert int(parts["n"].iloc[0]) == 48
