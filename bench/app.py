@@ -382,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.before:
         pythons = {"before": args.before, **pythons}
     LOAD_SAMPLES.append(round(os.getloadavg()[0], 1))  # at the start: nothing of ours yet
+    # Before the run: its load average is the machine's, not the bench's own app and browser.
+    machine = machine_info(("chdb", "streamlit", "plotly", "playwright"))
     directory = Path(tempfile.mkdtemp(prefix="grpc-overhead-bench-app-"))
     try:
         log(f"generating {args.calls:,} calls")
@@ -391,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(directory, ignore_errors=True)
     log("freshness")
     results = {
-        "machine": machine_info(("chdb", "streamlit", "plotly", "playwright")),
+        "machine": machine,
         "chromium": _chromium_version(),
         "calls": args.calls,
         "ttl_s": shared.TTL_S,
