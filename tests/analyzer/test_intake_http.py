@@ -354,10 +354,21 @@ def test_a_connection_flood_gets_503_not_a_thread_each(store: Store) -> None:
             for connection in idle:
                 connection.close()
         deadline = time.monotonic() + 10
-        while post(capped.http_url, fresh(), PROTOBUF)[0] != 200:
+        while _status_or_reset(capped.http_url) != 200:
             assert time.monotonic() < deadline, "the cap was never released"
             time.sleep(0.1)
     assert count(store) == 1
+
+
+def _status_or_reset(url: str) -> int | None:
+    """A request's status, or None when the connection was cut while it was sent: until
+    the idle connections' threads have ended, the cap still answers 503 at once and closes,
+    which a sender still writing its body sees as a reset (a loaded machine: once in a
+    fresh-clone run)."""
+    try:
+        return post(url, fresh(), PROTOBUF)[0]
+    except (BrokenPipeError, ConnectionResetError):
+        return None
 
 
 def test_a_sender_vanishing_mid_body_leaves_no_traceback(
