@@ -327,6 +327,39 @@ def test_the_findings_page_reads_the_same_answer_as_a_frame(seeded: Store):
     assert set(healthy_frame["kind"]) == set(KIND_NAMES)
 
 
+def test_a_card_charts_the_numbers_its_finding_rests_on(seeded: Store):
+    """Waits and the tail chart their own evidence (no query of their own); the kinds whose
+    evidence is not a handful of quantiles keep their view's chart (None)."""
+    from grpc_overhead.analyzer.insights import findings_cards
+
+    frame = findings_cards.cards(seeded, CallFilters(run_id="pool").at_rest())
+    pool = frame[frame["kind"] == "server_pool_saturated"].iloc[0]
+    bars = findings_cards.evidence_bars(pool["kind"], pool["evidence"], pool["phases"])
+    evidence = json.loads(pool["evidence"])
+    shown = {(row.bar, row.series): row.us for row in bars.itertuples()}
+    assert shown == {
+        ("pool_wait", "p5"): evidence["p5_us"],
+        ("pool_wait", "p50"): evidence["p50_us"],
+        ("pool_wait", "p99"): evidence["p99_us"],
+        ("total", "p50"): evidence["total_p50_us"],
+        ("total", "p99"): evidence["total_p99_us"],
+    }
+    tail = next(f for f in answer(seeded, "tail").findings if f.kind == "tail")
+    bars = findings_cards.evidence_bars("tail", json.dumps(tail.evidence), "processing")
+    assert bars["bar"].iloc[0] == "processing"  # the phase the finding names, tallest first
+    assert set(bars["series"]) == {findings_cards.TAIL_SERIES}
+    assert dict(zip(bars["bar"], bars["us"], strict=True)) == tail.evidence["phase_parts_us"]
+    imbalance = frame_of(seeded, "imbalance", "load_imbalance")
+    assert findings_cards.evidence_bars("load_imbalance", imbalance["evidence"], "") is None
+
+
+def frame_of(store: Store, run: str, kind: str):
+    from grpc_overhead.analyzer.insights import findings_cards
+
+    frame = findings_cards.cards(store, CallFilters(run_id=run).at_rest())
+    return frame[frame["kind"] == kind].iloc[0]
+
+
 @pytest.mark.parametrize("run", ["pool", "network", "serialization", "healthy"])
 def test_the_grafana_panel_finds_what_the_command_finds(seeded: Store, run: str):
     """The findings dashboard's SQL (Grafana's macros expanded as its datasource does) finds

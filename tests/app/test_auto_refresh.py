@@ -10,6 +10,9 @@ browser waiting for it to load.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from grpc_overhead.app import refresh
@@ -77,3 +80,21 @@ def test_a_call_held_back_by_the_snapshot_is_missed_once_its_grace_ends():
     marks = {"changes": 3, "grace_ends": 10_000}
     assert not refresh.snapshot_missed(marks, 3, 9_999)
     assert refresh.snapshot_missed(marks, 3, 10_000)
+
+
+def test_a_look_of_the_ticker_does_not_collect_the_whole_heap():
+    """Streamlit collects every generation after each script run, the ticker's fragment
+    runs too: in serve's process (the intake's and the engine's objects) that was ~65 ms
+    with the GIL held at every look, stalling the intake beside it. The app turns it off
+    (Python's own thresholds still collect). In a process of its own: the options are
+    global to the interpreter."""
+    probe = (
+        "from streamlit import config\n"
+        "from grpc_overhead.app import server\n"
+        "server._configure('127.0.0.1', 8501)\n"
+        "print(config.get_option('runner.postScriptGC'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "False"

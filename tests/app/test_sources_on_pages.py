@@ -38,9 +38,7 @@ def test_the_explorer_shows_an_a72_call(served_store):
 @pytest.mark.parametrize("page", ["phases", "overview"])
 def test_the_page_notes_what_other_sources_lack(served_store, page):
     # The Overview takes the sources from its own query's grouping set, Phases asks for them.
-    insert_spans(
-        served_store, [*synthetic_call(), *semconv_call(ids=22), *semconv_call(ids=23)]
-    )
+    insert_spans(served_store, [*synthetic_call(), *semconv_call(ids=22), *semconv_call(ids=23)])
     at = run_page(page)
     assert not at.exception and not at.error
     notes = [info.value for info in at.info if "traced by" in info.value]

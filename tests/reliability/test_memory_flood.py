@@ -22,7 +22,10 @@ def test_a_flood_at_twice_the_target_rate_keeps_every_answer_true() -> None:
     for name, phase in figures["phases"].items():
         # Only OK and the intake's refusal: no RESOURCE_EXHAUSTED (not retryable without
         # RetryInfo), no INTERNAL, no cut connection. A sender's own deadline is allowed.
-        assert set(phase["status_codes"]) <= {"OK", "UNAVAILABLE", "DEADLINE_EXCEEDED"}, phase
+        assert set(phase["status_codes"]) <= {"OK", "UNAVAILABLE", "DEADLINE_EXCEEDED"}, (
+            name,
+            phase,
+        )
     assert figures["phases"]["2x"]["requests"]["refused"] > 0, "the flood never overran the intake"
     assert figures["resent"]["requests"] == QUICK.resend
     assert figures["resent"]["acknowledged"] == QUICK.resend, figures["resent"]

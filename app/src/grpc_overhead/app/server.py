@@ -117,6 +117,12 @@ def _configure(host: str, port: int) -> None:
             # No reruns on file changes: the app is a product here, not a notebook.
             "server_fileWatcherType": "none",
             "server_runOnSave": False,
+            # Streamlit collects every generation after each script run, fragments too: a
+            # full collection of serve's heap (the intake's and the engine's objects) took
+            # ~65 ms while holding the GIL, so each look of the auto-refresh ticker cost
+            # that much and stalled the intake beside it (a minimal app ticking every 0.1 s:
+            # 0.60 of a core with it, 0.07 without). Python's own thresholds still collect.
+            "runner_postScriptGC": False,
             "browser_gatherUsageStats": False,
             "global_developmentMode": False,
             "client_toolbarMode": "viewer",

@@ -16,7 +16,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
-from grpc_overhead.analyzer.findings import findings
+from grpc_overhead.analyzer.findings import findings, waits
 from grpc_overhead.analyzer.store.base import Store
 
 CARD_COLUMNS: tuple[str, ...] = (
@@ -51,6 +51,11 @@ EVIDENCE_VIEW: dict[str, tuple[str, str]] = {
     "clock_uncertain": ("phases", "clock-offsets"),
 }
 DEFAULT_VIEW = ("phases", "phases")
+
+#: Kinds whose evidence holds their own phase's p5/p50/p99 and the total's p50/p99.
+_WAIT_KINDS = frozenset(kind.kind for kind in waits.KINDS)
+#: ``evidence_bars``' series, in the order a chart draws them.
+TAIL_SERIES = "slow calls' mean - all calls' median"
 
 
 def cards(
@@ -99,3 +104,27 @@ def cards(
 def evidence_view(kind: str) -> tuple[str, str]:
     """(chart, url path of the page that shows the rest) for a finding of ``kind``."""
     return EVIDENCE_VIEW.get(kind, DEFAULT_VIEW)
+
+
+def evidence_bars(kind: str, evidence: str, phases: str) -> pd.DataFrame | None:
+    """The numbers a finding rests on as bars (``bar``, ``series``, ``us``), for the kinds
+    whose evidence holds them; None for the others, whose chart asks the store.
+
+    A wait (``findings.waits``): its phase's p5/p50/p99 beside the total's p50/p99, the
+    share the saving is taken from. The tail: each phase's excess in the slow calls over
+    the median call, the part that names the phase. Drawn from the card itself, a chart
+    costs no query (the phases' distribution per card took 0.3-0.6 s at 1 M calls)."""
+    found = json.loads(evidence)
+    if kind in _WAIT_KINDS and {"p5_us", "p50_us", "p99_us"} <= found.keys():
+        label = phases.replace(", ", " + ") or kind
+        rows = [(label, quantile, found[f"{quantile}_us"]) for quantile in ("p5", "p50", "p99")]
+        rows += [
+            ("total", quantile, found.get(f"total_{quantile}_us")) for quantile in ("p50", "p99")
+        ]
+    elif kind == "tail" and found.get("phase_parts_us"):
+        parts = sorted(found["phase_parts_us"].items(), key=lambda item: -item[1])
+        rows = [(phase, TAIL_SERIES, value) for phase, value in parts]
+    else:
+        return None
+    frame = pd.DataFrame.from_records(rows, columns=["bar", "series", "us"])
+    return frame.dropna(subset=["us"]).reset_index(drop=True)

@@ -71,6 +71,20 @@ def _sizes_chart(card: pd.Series, scoped) -> None:
 _CHARTS = {"phases": _phases_chart, "instances": _instances_chart, "sizes": _sizes_chart}
 
 
+def _evidence_chart(card: pd.Series, scoped) -> None:
+    """The card's own numbers where its evidence holds them (no query), else its view's."""
+    bars = findings_cards.evidence_bars(card["kind"], card["evidence"], card["phases"])
+    if bars is None or bars.empty:
+        _CHARTS[findings_cards.evidence_view(card["kind"])[0]](card, scoped)
+        return
+    figure = px.bar(
+        bars, x="bar", y="us", color="series", barmode="group",
+        labels={"us": "µs", "bar": "", "series": ""},
+    )  # fmt: skip
+    charts.legend_on_top(figure, 300)
+    st.plotly_chart(figure, width="stretch", key=f"finding_evidence_{card.name}")
+
+
 def _card(rank: int, card: pd.Series) -> None:
     where = f"{card['service']}/{card['method']}"
     if isinstance(card["instance"], str) and card["instance"]:
@@ -86,9 +100,8 @@ def _card(rank: int, card: pd.Series) -> None:
         st.markdown(f"**What to change.** {card['action']}")
         st.markdown("**How to verify it.**")
         st.code(card["verify"], language="text")
-        chart, page = findings_cards.evidence_view(card["kind"])
-        scoped = replace(filters, service=card["service"], method=card["method"])
-        _CHARTS[chart](card, scoped)
+        page = findings_cards.evidence_view(card["kind"])[1]
+        _evidence_chart(card, replace(filters, service=card["service"], method=card["method"]))
         with st.expander("Evidence and the query behind it"):
             evidence = json.loads(card["evidence"])
             st.dataframe(
