@@ -37,12 +37,17 @@ def _phases_chart(card: pd.Series, scoped) -> None:
     table = table[table["phase"].isin(wanted) & (table["calls"] > 0)]
     long = table.melt(id_vars="phase", value_vars=["p50_us", "p90_us", "p99_us"])
     long["variable"] = long["variable"].str.removesuffix("_us")
+    _grouped_bars(long, ("phase", "value", "variable"), f"finding_phases_{card.name}")
+
+
+def _grouped_bars(frame: pd.DataFrame, axes: tuple[str, str, str], key: str) -> None:
+    """Bars of µs: ``axes`` = (category, value, series)."""
+    x, y, color = axes
     figure = px.bar(
-        long, x="phase", y="value", color="variable", barmode="group",
-        labels={"value": "µs", "phase": "", "variable": ""},
-    )  # fmt: skip
+        frame, x=x, y=y, color=color, barmode="group", labels={y: "µs", x: "", color: ""}
+    )
     charts.legend_on_top(figure, 300)
-    st.plotly_chart(figure, width="stretch", key=f"finding_phases_{card.name}")
+    st.plotly_chart(figure, width="stretch", key=key)
 
 
 def _instances_chart(card: pd.Series, scoped) -> None:
@@ -77,12 +82,7 @@ def _evidence_chart(card: pd.Series, scoped) -> None:
     if bars is None or bars.empty:
         _CHARTS[findings_cards.evidence_view(card["kind"])[0]](card, scoped)
         return
-    figure = px.bar(
-        bars, x="bar", y="us", color="series", barmode="group",
-        labels={"us": "µs", "bar": "", "series": ""},
-    )  # fmt: skip
-    charts.legend_on_top(figure, 300)
-    st.plotly_chart(figure, width="stretch", key=f"finding_evidence_{card.name}")
+    _grouped_bars(bars, ("bar", "us", "series"), f"finding_evidence_{card.name}")
 
 
 def _card(rank: int, card: pd.Series) -> None:
