@@ -332,8 +332,7 @@ def test_a_card_charts_the_numbers_its_finding_rests_on(seeded: Store):
     evidence is not a handful of quantiles keep their view's chart (None)."""
     from grpc_overhead.analyzer.insights import findings_cards
 
-    frame = findings_cards.cards(seeded, CallFilters(run_id="pool").at_rest())
-    pool = frame[frame["kind"] == "server_pool_saturated"].iloc[0]
+    pool = frame_of(seeded, "pool", "server_pool_saturated")
     bars = findings_cards.evidence_bars(pool["kind"], pool["evidence"], pool["phases"])
     evidence = json.loads(pool["evidence"])
     shown = {(row.bar, row.series): row.us for row in bars.itertuples()}

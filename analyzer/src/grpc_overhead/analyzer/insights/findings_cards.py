@@ -54,7 +54,7 @@ DEFAULT_VIEW = ("phases", "phases")
 
 #: Kinds whose evidence holds their own phase's p5/p50/p99 and the total's p50/p99.
 _WAIT_KINDS = frozenset(kind.kind for kind in waits.KINDS)
-#: ``evidence_bars``' series, in the order a chart draws them.
+#: ``evidence_bars``' one series for the tail: what each phase's bar measures.
 TAIL_SERIES = "slow calls' mean - all calls' median"
 
 
