@@ -28,6 +28,7 @@ from grpc_overhead.instrumentation.propagation import format_traceparent
 from grpc_overhead.instrumentation.recorder import Recorder, compression_name, new_span_id
 from grpc_overhead.instrumentation.records import STATUS_UNKNOWN, CallRecord
 from grpc_overhead.instrumentation.vocabulary import (
+    KEPT_TRAILER,
     REQUEST_CREATED,
     REQUEST_START_HEADER,
     RESIDENCE_TRAILER,
@@ -86,15 +87,17 @@ def start_client_call(
     else:
         trace_id, parent_span_id, parent_sampled = new_span_id(128) or 1, 0, None
     span_id = new_span_id(64) or 1
-    sampled = recorder.sampler.should_sample(trace_id, parent_sampled)
-    if not sampled:  # trace context only: no timestamps kept, no record, no span
+    sampler = recorder.sampler
+    if not sampler.should_sample(trace_id, parent_sampled):
+        # trace context only: no timestamps kept, no record, no span
         traceparent = ((TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, False)),)
         return None, _with_trace_context(metadata, traceparent)
     attributes = CALL_ATTRIBUTES.get()
     run_id = attributes.get(RUN_ID) if attributes else None
     run_id = run_id or recorder.run_id
+    flagged = True if sampler.tail is None else sampler.flag(trace_id, parent_sampled)
     ours: Metadata = (
-        (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, True)),
+        (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, flagged)),
         (REQUEST_START_HEADER, str(started + wall_offset_ns())),
     )
     if run_id:
@@ -104,6 +107,9 @@ def start_client_call(
         recorder, True, method, call_type, trace_id, span_id, parent_span_id, started
     )
     record.events.append((REQUEST_CREATED, started, 0, -1, None))  # record.event, inlined
+    if not flagged:
+        record.flagged = False
+    record.parent_sampled = parent_sampled
     record.peer = target
     if timeout is not None and 0 < timeout < _LONGEST_TIMEOUT_S:
         record.deadline = started + int(timeout * 1_000_000_000)
@@ -184,10 +190,25 @@ def residence_from(trailing_metadata: Any) -> int:
     return -1
 
 
+def kept_weight_from(trailing_metadata: Any) -> float:
+    """The weight the server kept the call with (its ``KEPT_TRAILER``), 0 when it did not
+    say or said something that is no weight >= 1."""
+    for key, value in trailing_metadata:
+        if key == KEPT_TRAILER:
+            try:
+                weight = float(value)
+            except (TypeError, ValueError):
+                return 0.0
+            return weight if 1.0 <= weight < float("inf") else 0.0
+    return 0.0
+
+
 def finish_client_call(
     record: CallRecord, code: grpc.StatusCode | None, details: str | None, trailing_metadata: Any
 ) -> None:
     record.residence_ns = residence_from(trailing_metadata)
+    if trailing_metadata and record.recorder.sampler.tail is not None:
+        record.peer_weight = kept_weight_from(trailing_metadata)
     if code is not None and code is not grpc.StatusCode.OK:
         record.fail(code.value[0], details)
     record.finish()

@@ -33,6 +33,10 @@ EXPORT_INTERVAL_MS = "GRPC_OVERHEAD_EXPORT_INTERVAL_MS"
 #: small requests a second.
 EXPORT_INTERVAL_DEFAULT_MS = 250
 RUN_ID = "GRPC_OVERHEAD_RUN_ID"
+SAMPLING = "GRPC_OVERHEAD_SAMPLING"
+SAMPLING_RATE = "GRPC_OVERHEAD_SAMPLING_RATE"
+SAMPLING_RATE_DEFAULT = 0.01
+SLOW_MS = "GRPC_OVERHEAD_SLOW_MS"
 COMPRESSED_SIZE_EVERY = "GRPC_OVERHEAD_COMPRESSED_SIZE_EVERY"
 COMPRESSIBILITY_INTERVAL_S = "GRPC_OVERHEAD_COMPRESSIBILITY_INTERVAL_S"
 COMPRESSIBILITY_MAX_BYTES = "GRPC_OVERHEAD_COMPRESSIBILITY_MAX_BYTES"
@@ -78,6 +82,26 @@ DOCUMENTED: tuple[Variable, ...] = (
         "(unset)",
         "run identifier put on every span of the process as grpc_overhead.run_id"
         " (a call's own, e.g. the load generator's --run-id, wins)",
+    ),
+    Variable(
+        SAMPLING,
+        "(unset)",
+        "which calls become spans: always, head (a share of traces, decided at the start), "
+        "tail (every call is timed, the decision is taken at its end: slow and failed calls "
+        "always, the rest at the base rate; spans carry grpc_overhead.sampling.weight). "
+        "Unset: OTEL_TRACES_SAMPLER decides (default: every call)",
+    ),
+    Variable(
+        SAMPLING_RATE,
+        str(SAMPLING_RATE_DEFAULT),
+        "head and tail: the base probability a call is kept with, by trace id (client and "
+        "server agree when both use the same rate)",
+    ),
+    Variable(
+        SLOW_MS,
+        "(adaptive)",
+        "tail: calls at least this many milliseconds long are always kept; unset: above "
+        "the method's running p95 on that side",
     ),
     Variable(
         COMPRESSED_SIZE_EVERY,

@@ -35,6 +35,7 @@ from grpc_overhead.instrumentation.spans import (
     client_waits,
     deadline_budget,
     message_attributes,
+    sampling_attributes,
 )
 from grpc_overhead.instrumentation.vocabulary import (
     CALL_TYPE,
@@ -49,6 +50,8 @@ from grpc_overhead.instrumentation.vocabulary import (
     RPC_SERVICE,
     RPC_SYSTEM,
     RUN_ID,
+    SAMPLING_REASON,
+    SAMPLING_WEIGHT,
     SERVER_ADDRESS,
     SERVER_PORT,
     SERVER_RESIDENCE_NS,
@@ -197,7 +200,8 @@ def _encode_described(record: CallRecord) -> bytes:
 _RESERVED = frozenset((RPC_SYSTEM, RPC_SERVICE, RPC_METHOD, RPC_GRPC_STATUS_CODE, CALL_TYPE,
                        COMPRESSION, SERVER_ADDRESS, SERVER_PORT, PEER_ADDRESS, PEER_PORT,
                        SERVER_RESIDENCE_NS, RUN_ID, DEADLINE_BUDGET_NS, CLIENT_CONNECT_NS,
-                       CLIENT_DISPATCH_NS, *ATTRIBUTE_KEYS))  # fmt: skip
+                       CLIENT_DISPATCH_NS, SAMPLING_WEIGHT, SAMPLING_REASON,
+                       *ATTRIBUTE_KEYS))  # fmt: skip
 _CACHE_LIMIT = 4096
 _heads: dict[tuple, bytes] = {}
 _events: dict[tuple, tuple[bytes, bytes]] = {}
@@ -277,6 +281,9 @@ def _encode_fast(record: CallRecord) -> bytes:
         parts.append(_int_attribute(_CONNECT_KEY, connect))
     if dispatch is not None:
         parts.append(_int_attribute(_DISPATCH_KEY, dispatch))
+    sampling = sampling_attributes(record)
+    if sampling:
+        parts.append(_attributes(b"\x4a", sampling))
     if record.compress_sample is not None:
         sample = sample_attributes(record)
         if sample:

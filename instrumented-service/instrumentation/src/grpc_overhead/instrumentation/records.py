@@ -31,6 +31,14 @@ class _Pipeline(Protocol):
     def submit(self, record: CallRecord) -> None: ...
 
 
+class _CallSampler(Protocol):
+    """What a record reads of ``sampling.Sampler``: its end-of-call decision, if any
+    (``tail_sampling.TailSampler``, which reads records: named here, not imported)."""
+
+    tail: Any
+    head_weight: float
+
+
 class Recorder(Protocol):
     """What a record asks of the ``recorder.Recorder`` that made it.
 
@@ -42,6 +50,7 @@ class Recorder(Protocol):
     compressibility: Sampler | None
     folding: bool
     run_id: str | None
+    sampler: _CallSampler
 
     @property
     def pipeline(self) -> _Pipeline: ...
@@ -87,18 +96,23 @@ class CallRecord:
         "events",
         "exception",
         "finished",
+        "flagged",
         "handler_started",
         "inbound_count",
         "lag_probe",
         "method",
         "outbound_count",
         "parent_is_remote",
+        "parent_sampled",
         "parent_span_id",
         "peer",
+        "peer_weight",
         "predictions_made",
         "recorder",
         "residence_ns",
         "run_id",
+        "sampling_reason",
+        "sampling_weight",
         "span_id",
         "start",
         "status_code",
@@ -156,6 +170,16 @@ class CallRecord:
         # A sent message kept for its compressibility, then its measured attributes
         # (compressibility.py); None when not sampled.
         self.compress_sample: Any = None
+        # Sampling (sampling.py, tail_sampling.py): the sampled flag this call passes on
+        # to the spans and calls it causes; the caller's flag (None: no caller's);
+        # the weight the server's trailer kept the call with (client, tail-aware; 0 =
+        # none); and the decision: what the span stands for (0 = no weight written)
+        # and why it was kept (None: not decided yet; "": decided, dropped).
+        self.flagged = True
+        self.parent_sampled: bool | None = None
+        self.peer_weight = 0.0
+        self.sampling_weight = 0.0
+        self.sampling_reason: str | None = None
 
     def event(self, name: str, timestamp: int) -> None:
         self.events.append((name, timestamp, 0, -1, None))
@@ -207,7 +231,17 @@ class CallRecord:
         self.finished = True
         self.end = end or now()
         self.context = None
+        tail = self.recorder.sampler.tail
+        if tail is not None and not (self.sampling_reason or self._decided(tail)):
+            return  # tail-aware sampling left it out: no span
         self.recorder.pipeline.submit(self)
+
+    def _decided(self, tail: Any) -> bool:
+        """Under tail-aware sampling, whether the call is kept: decided now, or dropped
+        already (a server decides when it writes its trailer) unless it failed since."""
+        if self.sampling_reason is None or self.status_code != STATUS_OK:
+            return tail.decide(self, self.end - self.start)
+        return False
 
     def __del__(self) -> None:
         if self.finished:

@@ -1,9 +1,16 @@
-"""Head sampling decided on the hot path with integer arithmetic only.
+"""Which calls become spans, decided with integer arithmetic on the hot path.
 
-Mirrors the SDK's ``ParentBased(TraceIdRatioBased(ratio))`` semantics (the same
-trace-id bound, so a call sampled here is sampled by any SDK that sees the same
-trace id) without allocating a SamplingResult per call. Configured through the
-standard ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` variables.
+Head sampling mirrors the SDK's ``ParentBased(TraceIdRatioBased(ratio))`` semantics
+(the same trace-id bound, so a call sampled here is sampled by any SDK that sees the
+same trace id) without allocating a SamplingResult per call. Configured through
+``GRPC_OVERHEAD_SAMPLING`` (``always``, ``head``, ``tail``) with
+``GRPC_OVERHEAD_SAMPLING_RATE``, or else the standard ``OTEL_TRACES_SAMPLER`` /
+``OTEL_TRACES_SAMPLER_ARG`` variables.
+
+Tail-aware sampling (``tail``) records every call and decides when it ends
+(``tail_sampling.TailSampler``): the sampler here then says yes to every call at its
+start, and the W3C sampled flag a call carries on is the base decision (its trace id
+under the rate) or its parent's, so a downstream service keeps what its caller keeps.
 """
 
 from __future__ import annotations
@@ -11,6 +18,14 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+
+from grpc_overhead.instrumentation.environment import (
+    SAMPLING,
+    SAMPLING_RATE,
+    SAMPLING_RATE_DEFAULT,
+    SLOW_MS,
+)
+from grpc_overhead.instrumentation.tail_sampling import TailSampler
 
 _LOGGER = logging.getLogger(__name__)
 _TRACE_ID_LIMIT = (1 << 64) - 1
@@ -32,6 +47,10 @@ class Sampling:
 
     ratio: float = 1.0
     parent_based: bool = True
+    #: Decide at the end of each call (``GRPC_OVERHEAD_SAMPLING=tail``); ``ratio`` is
+    #: then the base probability, ``slow_ns`` the fixed threshold (0: adaptive).
+    tail: bool = False
+    slow_ns: int = 0
 
     @property
     def bound(self) -> int:
@@ -39,6 +58,11 @@ class Sampling:
 
     @classmethod
     def from_environment(cls) -> Sampling:
+        mode = os.environ.get(SAMPLING, "").strip().lower()
+        if mode:
+            chosen = cls._from_mode(mode)
+            if chosen is not None:
+                return chosen
         name = os.environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
         if name not in _KNOWN_SAMPLERS:
             _LOGGER.warning(
@@ -63,17 +87,65 @@ class Sampling:
             ratio = 1.0
         return cls(ratio, parent_based)
 
+    @classmethod
+    def _from_mode(cls, mode: str) -> Sampling | None:
+        """``GRPC_OVERHEAD_SAMPLING``'s choice, or None (with a warning) for an unknown one."""
+        if mode == "always":
+            return cls(1.0, True)
+        if mode not in ("head", "tail"):
+            _LOGGER.warning(
+                "%s=%r is not one of always, head, tail; OTEL_TRACES_SAMPLER decides",
+                SAMPLING,
+                mode,
+            )
+            return None
+        rate = _number(SAMPLING_RATE, SAMPLING_RATE_DEFAULT, 0.0, 1.0)
+        if mode == "head":
+            return cls(rate, True)
+        slow_ms = _number(SLOW_MS, 0.0, 0.0, float("inf"))
+        return cls(rate, True, tail=True, slow_ns=int(slow_ms * 1_000_000))
+
+
+def _number(name: str, default: float, lowest: float, highest: float) -> float:
+    """A number from the environment within [lowest, highest]; else ``default``, warned."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not lowest <= value <= highest:  # NaN fails both
+        _LOGGER.warning("%s=%r is not a number in [%s, %s]; using %s",
+                        name, raw, lowest, highest, default)  # fmt: skip
+        return default
+    return value
+
 
 class Sampler:
-    """The per-call decision, kept to two integer comparisons."""
+    """The per-call decision, kept to two integer comparisons.
 
-    __slots__ = ("_bound", "_parent_based")
+    ``tail`` is the end-of-call decision under tail-aware sampling (None otherwise);
+    ``head_weight`` what a head-sampled span stands for (1 / ratio; 0 when every call is
+    kept, and then no weight is written)."""
+
+    __slots__ = ("_bound", "_parent_based", "head_weight", "tail")
 
     def __init__(self, sampling: Sampling) -> None:
-        self._bound = sampling.bound
-        self._parent_based = sampling.parent_based
+        self.tail = TailSampler(sampling.ratio, sampling.slow_ns) if sampling.tail else None
+        # Tail: every call is recorded; the decision comes at its end.
+        self._bound = _TRACE_ID_LIMIT + 1 if sampling.tail else sampling.bound
+        self._parent_based = sampling.parent_based and not sampling.tail
+        ratio = sampling.ratio
+        self.head_weight = 1.0 / ratio if 0.0 < ratio < 1.0 and not sampling.tail else 0.0
 
     def should_sample(self, trace_id: int, parent_sampled: bool | None) -> bool:
         if parent_sampled is not None and self._parent_based:
             return parent_sampled
         return (trace_id & _TRACE_ID_LIMIT) < self._bound
+
+    def flag(self, trace_id: int, parent_sampled: bool | None) -> bool:
+        """The W3C sampled flag a recorded call passes on: set, but under tail-aware
+        sampling only for the base decision or a parent's request (``TailSampler.flag``)."""
+        tail = self.tail
+        return True if tail is None else tail.flag(trace_id, parent_sampled)

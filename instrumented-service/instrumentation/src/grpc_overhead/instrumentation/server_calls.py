@@ -43,6 +43,7 @@ from grpc_overhead.instrumentation.vocabulary import (
     CALL_SCHEDULED,
     INTERCEPTORS_ENTERED,
     INTERCEPTORS_RETURNED,
+    KEPT_TRAILER,
     RESIDENCE_TRAILER,
     SERVER_CALL_STARTED,
 )
@@ -50,6 +51,7 @@ from grpc_overhead.instrumentation.vocabulary import (
 _LOGGER = logging.getLogger(__name__)
 _INTERNAL = 13
 _SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+_UNSAMPLED = trace.TraceFlags(trace.TraceFlags.DEFAULT)
 _CALL_TYPES = {
     (False, False): "unary_unary",
     (False, True): "unary_stream",
@@ -71,7 +73,8 @@ def start_server_record(
         trace_id, parent_span_id, parent_sampled = new_span_id(128) or 1, 0, None
     else:
         trace_id, parent_span_id, parent_sampled = parent
-    if not recorder.sampler.should_sample(trace_id, parent_sampled):
+    sampler = recorder.sampler
+    if not sampler.should_sample(trace_id, parent_sampled):
         return Unsampled(trace_id, parent_span_id or new_span_id(64) or 1, parent is not None)
     call_type = _CALL_TYPES[(handler.request_streaming, handler.response_streaming)]
     record = CallRecord(
@@ -86,6 +89,9 @@ def start_server_record(
     )
     record.event(SERVER_CALL_STARTED, started)
     record.run_id = run_id or recorder.run_id
+    if sampler.tail is not None:
+        record.parent_sampled = parent_sampled
+        record.flagged = sampler.flag(trace_id, parent_sampled)
     return record
 
 
@@ -144,9 +150,8 @@ def _peer(context: Any) -> str | None:
 
 def _activate(record: CallRecord) -> object:
     """Make the server span current, so spans the handler starts become its children."""
-    span = trace.NonRecordingSpan(
-        trace.SpanContext(record.trace_id, record.span_id, False, _SAMPLED)
-    )
+    flags = _SAMPLED if record.flagged else _UNSAMPLED
+    span = trace.NonRecordingSpan(trace.SpanContext(record.trace_id, record.span_id, False, flags))
     return otel_context.attach(trace.set_span_in_context(span))
 
 
@@ -162,14 +167,22 @@ def _set_residence_trailer(record: CallRecord, sent: int) -> None:
     record.context = None
     residence = sent - record.start
     record.residence_ns = residence
-    if context is None or not record.recorder.residence_trailer:
+    # Tail-aware sampling decides here, on the residence, so that the client hears of a
+    # call kept as slow at the server and keeps its half too (tail_sampling.py).
+    tail = record.recorder.sampler.tail
+    kept = tail is not None and tail.decide(record, residence)
+    if context is None or not (record.recorder.residence_trailer or kept):
         return
     try:
         read_trailers = getattr(context, "trailing_metadata", None)
         if read_trailers is None:
             return
         existing = read_trailers()
-        trailer = ((RESIDENCE_TRAILER, str(residence)),)
+        trailer: tuple[tuple[str, str], ...] = ()
+        if record.recorder.residence_trailer:
+            trailer = ((RESIDENCE_TRAILER, str(residence)),)
+        if kept:
+            trailer += ((KEPT_TRAILER, repr(record.sampling_weight)),)
         context.set_trailing_metadata(tuple(existing) + trailer if existing else trailer)
     except Exception:
         _LOGGER.debug("could not set the residence trailer", exc_info=True)

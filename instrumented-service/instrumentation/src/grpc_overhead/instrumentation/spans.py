@@ -42,6 +42,8 @@ from grpc_overhead.instrumentation.vocabulary import (
     RPC_SERVICE,
     RPC_SYSTEM,
     RUN_ID,
+    SAMPLING_REASON,
+    SAMPLING_WEIGHT,
     SERVER_ADDRESS,
     SERVER_PORT,
     SERVER_RESIDENCE_NS,
@@ -128,6 +130,9 @@ class SpanDescription:
         attributes = call_attributes(record)
         if record.residence_ns >= 0:
             attributes[SERVER_RESIDENCE_NS] = record.residence_ns
+        sampling = sampling_attributes(record)
+        if sampling:
+            attributes.update(sampling)
         budget = deadline_budget(record)
         if budget is not None:
             attributes[DEADLINE_BUDGET_NS] = budget
@@ -180,6 +185,16 @@ class SpanDescription:
     @property
     def end_time(self) -> int:
         return max(self.record.end, self.record.start) + clock.wall_offset_ns()
+
+
+def sampling_attributes(record: CallRecord) -> dict[str, Any] | None:
+    """What a kept call stands for and why (``vocabulary.SAMPLING_WEIGHT``): set under
+    tail-aware sampling (every kept call) and head sampling below a ratio of 1."""
+    weight = record.sampling_weight
+    if weight:
+        return {SAMPLING_WEIGHT: weight, SAMPLING_REASON: record.sampling_reason or "head"}
+    weight = record.recorder.sampler.head_weight
+    return {SAMPLING_WEIGHT: weight, SAMPLING_REASON: "head"} if weight else None
 
 
 def call_attributes(record: CallRecord) -> dict[str, Any]:

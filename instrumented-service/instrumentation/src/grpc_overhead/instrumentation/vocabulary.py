@@ -71,6 +71,19 @@ CLIENT_DISPATCH_NS = "grpc_overhead.client_dispatch_ns"
 # measured ratio and the CPU ns per MB (1e6 bytes) to compress and to decompress, e.g.
 # grpc_overhead.compressibility.gzip.ratio. Calls without a sample carry none of them.
 COMPRESSIBILITY_PREFIX = "grpc_overhead.compressibility."
+# Sampling (sampling.py, tail_sampling.py): how many calls this span stands for, the
+# inverse of the probability it was kept with (1 for calls kept for sure: slow, failed;
+# 100 for a 1 % base sample), and why it was kept (SAMPLING_REASONS). Only on spans of a
+# sampling process (GRPC_OVERHEAD_SAMPLING=head|tail, or a trace-id ratio below 1);
+# a span without it stands for itself (weight 1).
+SAMPLING_WEIGHT = "grpc_overhead.sampling.weight"
+SAMPLING_REASON = "grpc_overhead.sampling.reason"
+#: base: the trace id fell in the base probability (both halves agree on it); slow: over
+#: the method's threshold on this side; failed: a non-OK status (or an abandoned call);
+#: server: the server kept it as slow and said so in its trailer (client halves); parent:
+#: the caller's traceparent asked (sampled flag) and no other reason applied; warmup: the
+#: method's adaptive threshold is not known yet; head: head sampling at a ratio below 1.
+SAMPLING_REASONS = ("base", "slow", "failed", "server", "parent", "warmup", "head")
 COMPRESSIBILITY_DIRECTION = COMPRESSIBILITY_PREFIX + "direction"
 COMPRESSIBILITY_MESSAGE_BYTES = COMPRESSIBILITY_PREFIX + "message_bytes"
 COMPRESSIBILITY_MEASURED_BYTES = COMPRESSIBILITY_PREFIX + "measured_bytes"
@@ -87,6 +100,9 @@ TRACEPARENT_HEADER = "traceparent"
 REQUEST_START_HEADER = "x-request-start"
 RUN_ID_HEADER = "x-grpc-overhead-run-id"
 RESIDENCE_TRAILER = "x-server-residence-ns"
+# Tail-aware sampling (tail_sampling.py): the server kept this call (slow by its own
+# measure) and tells the client, whose half is kept too; the value is the reason.
+KEPT_TRAILER = "x-grpc-overhead-kept"
 
 RESOURCE_HOST_NAME = "host.name"
 RESOURCE_INSTANCE_ID = "service.instance.id"
