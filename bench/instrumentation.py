@@ -56,11 +56,13 @@ from bench.instrumentation_processes import (
     FULL,
     INSTRUMENTED,
     NAME,
+    OURS,
     QUICK,
     SAMPLED,
     SATURATION,
     SEQUENTIAL,
     SIDES,
+    TAIL,
     Payload,
     Plan,
     _client_process,
@@ -176,16 +178,21 @@ def run(plan: Plan, seed: int | None = None) -> dict[str, Any]:
         }
         counts["sink"] = sink.call("counts")
         exported = sum(counts[f"{s}-{c}"]["exported_spans"] for s in SIDES for c in INSTRUMENTED)
-        # Every call of an unsampled configuration is exported by both sides; a sampled one
-        # keeps both halves of the calls it keeps (the server follows the client's decision).
+        # Every call of an unsampled configuration is exported by both sides; a head-sampled
+        # one keeps both halves of the calls it keeps (the server follows the client's
+        # decision); tail-aware sampling may keep a client half alone (slow only there).
         counts["complete"] = exported == counts["sink"]["spans"] and all(
-            counts[f"client-{c}"]["exported_spans"] == counts[f"server-{c}"]["exported_spans"]
-            and (
-                SAMPLED.get(c, 1.0) < 1 or calls_made[c] == counts[f"client-{c}"]["exported_spans"]
+            c in TAIL
+            or (
+                counts[f"client-{c}"]["exported_spans"] == counts[f"server-{c}"]["exported_spans"]
+                and (
+                    SAMPLED.get(c, 1.0) < 1
+                    or calls_made[c] == counts[f"client-{c}"]["exported_spans"]
+                )
             )
             for c in INSTRUMENTED
         )
-        for config in SAMPLED:
+        for config in OURS:
             kept = counts[f"client-{config}"]["exported_spans"] / max(calls_made[config], 1)
             counts[f"client-{config}"]["sampled_fraction"] = round(kept, 4)
         log("timing our client functions in place, inside calls to the bare server")

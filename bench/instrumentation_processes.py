@@ -37,12 +37,16 @@ NAME = "instrumentation"
 #: ours at the parent-based sampling ratios production runs (OTEL_TRACES_SAMPLER=
 #: parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=ratio, set in both processes).
 SAMPLED = {"ours": 1.0, "ours 10%": 0.1, "ours 1%": 0.01}
-CONFIGS = ("bare", "propagation-only", "official", *SAMPLED)
+#: ours with tail-aware sampling (GRPC_OVERHEAD_SAMPLING=tail at this base rate, the
+#: adaptive threshold): every call timed, slow and failed ones kept, the rest at the rate.
+TAIL = {"ours tail": 0.01}
+OURS = (*SAMPLED, *TAIL)
+CONFIGS = ("bare", "propagation-only", "official", *OURS)
 # "propagation-only": W3C trace context and nothing else: the client sends a fresh
 # traceparent per call, the server parses it and makes it current for the handler (so
 # the handler's own calls would continue the trace); no spans, no timestamps. The floor
 # any instrumentation that propagates trace context through grpcio pays.
-INSTRUMENTED = ("official", *SAMPLED)
+INSTRUMENTED = ("official", *OURS)
 SEQUENTIAL, SATURATION = "sequential", "saturation"
 SIDES = ("client", "server")
 METHOD = "/bench.Echo/Echo"
@@ -193,6 +197,9 @@ class _Telemetry:
         if config in SAMPLED:  # the standard variables, read by SpanPipeline
             os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
             os.environ["OTEL_TRACES_SAMPLER_ARG"] = str(SAMPLED[config])
+        elif config in TAIL:  # ours, read by SpanPipeline too
+            os.environ["GRPC_OVERHEAD_SAMPLING"] = "tail"
+            os.environ["GRPC_OVERHEAD_SAMPLING_RATE"] = str(TAIL[config])
         os.environ["OTEL_SERVICE_NAME"] = f"bench-{config}-{side}"
         endpoint = f"http://127.0.0.1:{sink_port}"
         if config == "official":
@@ -300,7 +307,7 @@ def _server_process(connection: Connection, config: str, sink_port: int) -> None
     telemetry = _Telemetry(config, "server", sink_port)
     pool = futures.ThreadPoolExecutor(max_workers=SERVER_WORKERS)
     handlers = [_echo_handler()]
-    if config in SAMPLED:
+    if config in OURS:
         server = instrumented_server(
             pool, handlers=handlers, pipeline=telemetry.pipeline, options=_OPTIONS
         )
@@ -382,7 +389,7 @@ def _client_process(connection: Connection, config: str, server_port: int, sink_
     channel = grpc.insecure_channel(target, options=_OPTIONS)
     if config == "official":
         channel = intercept_channel(channel, client_interceptor(tracer_provider=telemetry.provider))
-    elif config in SAMPLED:
+    elif config in OURS:
         channel = instrument_channel(channel, target=target, pipeline=telemetry.pipeline)
     echo = channel.unary_unary(
         METHOD,

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import logging
 import random
-import time
+from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 import grpc
 import pytest
 from google.protobuf.wrappers_pb2 import BytesValue
-from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from grpc_overhead.instrumentation import (
@@ -33,9 +32,15 @@ from grpc_overhead.instrumentation.vocabulary import (
     SAMPLING_REASON,
     SAMPLING_WEIGHT,
 )
-
-METHOD = "/test.Tail/Look"
-SLOW_S = 0.02
+from tests.instrumentation.known_mix import (
+    METHOD,
+    MixedHandler,
+    exact_quantile,
+    kinds,
+    make_calls,
+    spread_trace_ids,
+    weighted_quantile,
+)
 
 
 @pytest.mark.unit
@@ -157,44 +162,6 @@ def test_the_sampling_variables(monkeypatch, caplog, variables, expected, warned
                    for r in caplog.records)  # fmt: skip
 
 
-class _Mixed:
-    """A handler: the calls asked to be slow take ``SLOW_S``, those asked to fail fail."""
-
-    def look(self, request: BytesValue, context) -> BytesValue:
-        if request.value == b"slow":
-            time.sleep(SLOW_S)
-        elif request.value == b"fail":
-            context.abort(grpc.StatusCode.UNAVAILABLE, "asked to fail")
-        return request
-
-    def handlers(self) -> grpc.GenericRpcHandler:
-        method = grpc.unary_unary_rpc_method_handler(
-            self.look, BytesValue.FromString, BytesValue.SerializeToString
-        )
-        return grpc.method_handlers_generic_handler("test.Tail", {"Look": method})
-
-
-def _spans(pipeline: SpanPipeline, exporter: InMemorySpanExporter, count: int) -> list:
-    deadline = time.monotonic() + 20
-    while True:
-        pipeline.force_flush()
-        spans = list(exporter.get_finished_spans())
-        if len(spans) >= count or time.monotonic() > deadline:
-            return spans
-        time.sleep(0.02)
-
-
-def _weighted_quantile(values: list[tuple[float, float]], quantile: float) -> float:
-    ordered = sorted(values)
-    total = sum(weight for _, weight in ordered)
-    seen = 0.0
-    for value, weight in ordered:
-        seen += weight
-        if seen >= quantile * total:
-            return value
-    return ordered[-1][0]
-
-
 @pytest.mark.e2e
 def test_a_known_mix_keeps_every_slow_and_failed_call_and_its_weights_estimate_all_calls():
     """3,000 calls, 1.25 % slow by the handler (so that the p99 is a slow call, not the
@@ -203,47 +170,11 @@ def test_a_known_mix_keeps_every_slow_and_failed_call_and_its_weights_estimate_a
     uniform), so the base is exactly 10 % of the calls: what is tested is the decision
     and the weights, not the luck of a draw. Tolerance as the issue's: 5 % or 200 µs."""
     calls, rate = 3_000, 0.1
-    server_exporter, client_exporter = InMemorySpanExporter(), InMemorySpanExporter()
     sampling = Sampling(rate, True, tail=True)
-    server_pipeline = SpanPipeline(exporter=server_exporter, sampling=sampling)
-    client_pipeline = SpanPipeline(exporter=client_exporter, sampling=sampling)
-    server = instrumented_server(
-        futures.ThreadPoolExecutor(max_workers=2),
-        handlers=[_Mixed().handlers()],
-        pipeline=server_pipeline,
+    mix = kinds(calls)
+    measured, client_spans, server_spans = _served(
+        sampling, sampling, lambda look: make_calls(look, mix, spread_trace_ids(calls))
     )
-    target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    server.start()
-    channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=client_pipeline)
-    look = channel.unary_unary(METHOD, BytesValue.SerializeToString, BytesValue.FromString)
-    kinds = ["slow" if i % 80 == 37 else "fail" if i % 100 == 73 else "ok" for i in range(calls)]
-    random.Random(3).shuffle(kinds)
-    spread = list(range(calls))
-    random.Random(4).shuffle(spread)
-    measured: dict[int, tuple[str, float]] = {}  # trace id -> (kind, the client's own seconds)
-    stride = (1 << 64) // calls
-    try:
-        for index, kind in enumerate(kinds):
-            trace_id = (random.getrandbits(64) << 64) | (spread[index] * stride + stride // 2)
-            parent = trace.SpanContext(trace_id, 1, False, trace.TraceFlags(0))
-            token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(parent)))
-            started = time.perf_counter()
-            try:
-                look(BytesValue(value=kind.encode()), timeout=10)
-            except grpc.RpcError as error:
-                assert kind == "fail" and error.code() is grpc.StatusCode.UNAVAILABLE
-            finally:
-                otel_context.detach(token)
-            measured[trace_id] = (kind, time.perf_counter() - started)
-        expected_server = sum(kind != "ok" for kind in kinds)
-        client_spans = _spans(client_pipeline, client_exporter, expected_server)
-        server_spans = _spans(server_pipeline, server_exporter, expected_server)
-    finally:
-        channel.close()
-        server.stop(0)
-        client_pipeline.shutdown()
-        server_pipeline.shutdown()
-
     kept = {span.context.trace_id: span for span in client_spans}
     assert len(kept) == len(client_spans)
     # Every slow and every failed call is kept, on both sides.
@@ -259,46 +190,58 @@ def test_a_known_mix_keeps_every_slow_and_failed_call_and_its_weights_estimate_a
     # The weights estimate every call: the count, and the client's own p50 and p99.
     weighted = [(measured[t][1], span.attributes[SAMPLING_WEIGHT]) for t, span in kept.items()]
     assert sum(weight for _, weight in weighted) == pytest.approx(calls, rel=0.05)
-    everything = sorted(seconds for _, seconds in measured.values())
+    everything = [seconds for _, seconds in measured.values()]
     for quantile in (0.5, 0.99):
-        truth = everything[int(quantile * (calls - 1))]
-        estimate = _weighted_quantile(weighted, quantile)
+        truth = exact_quantile(everything, quantile)
+        estimate = weighted_quantile(weighted, quantile)
         assert estimate == pytest.approx(truth, rel=0.05, abs=200e-6), quantile
 
 
-def _pair(server_sampling: Sampling, client_sampling: Sampling, calls: int) -> tuple[list, list]:
-    """(client spans, server spans) of ``calls`` fast calls between a real server and
-    channel, each instrumented with its own sampling; every record finished (the server's
-    workers done) before the spans are read."""
+def _served(
+    server_sampling: Sampling, client_sampling: Sampling, calls: Callable[[Callable], Any]
+) -> tuple[Any, list, list]:
+    """(what ``calls`` returned, client spans, server spans): ``calls`` makes its calls
+    with the method of a real server and channel, each instrumented with its own
+    sampling; every record is finished (the server's workers done) and flushed before
+    the spans are read."""
     server_exporter, client_exporter = InMemorySpanExporter(), InMemorySpanExporter()
     server_pipeline = SpanPipeline(exporter=server_exporter, sampling=server_sampling)
     client_pipeline = SpanPipeline(exporter=client_exporter, sampling=client_sampling)
     workers = futures.ThreadPoolExecutor(max_workers=2)
-    server = instrumented_server(workers, handlers=[_Mixed().handlers()], pipeline=server_pipeline)
+    handlers = [MixedHandler().handlers()]
+    server = instrumented_server(workers, handlers=handlers, pipeline=server_pipeline)
     target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
     server.start()
     channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=client_pipeline)
     look = channel.unary_unary(METHOD, BytesValue.SerializeToString, BytesValue.FromString)
     try:
-        for _ in range(calls):
-            look(BytesValue(value=b"ok"), timeout=10)
+        made = calls(look)
     finally:
         channel.close()
         server.stop(5).wait()
         workers.shutdown(wait=True)  # a server record is finished by its worker (executor.py)
         client_pipeline.shutdown()  # flushes what is queued
         server_pipeline.shutdown()
-    return list(client_exporter.get_finished_spans()), list(server_exporter.get_finished_spans())
+    clients, servers = client_exporter.get_finished_spans(), server_exporter.get_finished_spans()
+    return made, list(clients), list(servers)
+
+
+def _fast_calls(count: int) -> Callable[[Callable], None]:
+    def make(look: Callable) -> None:
+        for _ in range(count):
+            look(BytesValue(value=b"ok"), timeout=10)
+
+    return make
 
 
 @pytest.mark.e2e
 def test_a_call_the_server_keeps_as_slow_is_kept_by_the_client_too():
     """The server finds every call slow (a 1 ns threshold), the client none (1000 s) and
     neither samples a base: the client keeps exactly what the server told it it kept."""
-    clients, servers = _pair(
+    _, clients, servers = _served(
         Sampling(0.0, True, tail=True, slow_ns=1),
         Sampling(0.0, True, tail=True, slow_ns=10**12),
-        calls=20,
+        _fast_calls(20),
     )
     assert len(servers) == 20 and len(clients) == 20
     assert {span.attributes[SAMPLING_REASON] for span in servers} == {"slow"}
@@ -309,10 +252,10 @@ def test_a_call_the_server_keeps_as_slow_is_kept_by_the_client_too():
 
 @pytest.mark.e2e
 def test_a_call_slow_only_for_the_client_keeps_its_client_half_alone_with_the_residence():
-    clients, servers = _pair(
+    _, clients, servers = _served(
         Sampling(0.0, True, tail=True, slow_ns=10**12),
         Sampling(0.0, True, tail=True, slow_ns=1),
-        calls=20,
+        _fast_calls(20),
     )
     assert servers == []  # dropped by design, not lost
     assert len(clients) == 20

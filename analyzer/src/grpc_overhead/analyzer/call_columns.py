@@ -155,6 +155,9 @@ def _int_attribute(name: str) -> str:
 
 
 LC = "LowCardinality(String)"
+_WEIGHT_VALUE = "toFloat64OrZero(SpanAttributes['grpc_overhead.sampling.weight'])"
+_WEIGHT = f"if({_WEIGHT_VALUE} >= 1 AND isFinite({_WEIGHT_VALUE}), {_WEIGHT_VALUE}, 1.0)"
+_REASON = "SpanAttributes['grpc_overhead.sampling.reason']"
 
 _TIMES = "Array(Int64)"
 _EMPTY = "CAST([], 'Array(Int64)')"
@@ -386,6 +389,14 @@ COLUMNS: tuple[Column, ...] = (
         "toInt64OrDefault(SpanAttributes['grpc_overhead.server_residence_ns'], toInt64(-1))",
         "toInt64(-1)",
     ),
+    # Sampling (the instrumentation's tail_sampling.py): how many calls the half stands
+    # for (1 without the attribute: every other source, or a value that is no weight)
+    # and why it was kept ('' = not said). The call's weight is the smaller of its
+    # halves' (``result_columns.CALL_WEIGHT``).
+    Column("client_sampling_weight", "Float64", client=_WEIGHT),
+    Column("server_sampling_weight", "Float64", server=_WEIGHT),
+    Column("client_sampling_reason", LC, client=_REASON, absent="''"),
+    Column("server_sampling_reason", LC, server=_REASON, absent="''"),
     # Who wrote each half (span_sources): source, SDK language, instrumentation scope.
     Column("client_source", LC, client="span_source", absent="''"),
     Column("server_source", LC, server="span_source", absent="''"),

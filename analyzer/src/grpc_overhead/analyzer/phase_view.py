@@ -28,6 +28,7 @@ from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.messages import MESSAGES_VIEW, messages_sql
 from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
+from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
 from grpc_overhead.analyzer.runs import create_runs
 from grpc_overhead.analyzer.sample_columns import sample_view_columns
 from grpc_overhead.analyzer.store.base import Store, table_exists
@@ -105,6 +106,20 @@ IDENTITY: tuple[tuple[str, str, str], ...] = (
         "response messages (a stream's count; 1 for unary)",
     ),
     *sample_view_columns(),
+    (
+        "weight",
+        CALL_WEIGHT,
+        "how many calls this one stands for: the inverse of the probability it was kept with "
+        "under sampling (grpc_overhead.sampling.weight; 1 for calls kept for sure and for "
+        "every span without it); sum(weight) estimates the calls made",
+    ),
+    (
+        "sampling_reason",
+        "toString(if(client_sampling_reason != '', client_sampling_reason,"
+        " server_sampling_reason))",
+        "why the call was kept (base, slow, failed, server, parent, warmup, head; the "
+        "client's, else the server's; '' = not sampled)",
+    ),
     (
         "clock_offset_us",
         "if(clock_defined, clock_offset_ns / 1000, NULL)",

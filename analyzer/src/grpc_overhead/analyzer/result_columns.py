@@ -117,8 +117,23 @@ CALL_COLUMNS: tuple[str, ...] = (
     "server_domain",
     *SOURCE_KEYS,
     "client_attempts",
+    "client_sampling_weight",
+    "server_sampling_weight",
+    "client_sampling_reason",
+    "server_sampling_reason",
     # A sampled message's measured compressibility (-1: none; sample_columns).
     *(name for name, *_ in _sample_specs()),
+)
+
+#: How many calls a call stands for (tail-aware or head sampling: the inverse of the
+#: probability it was kept with): the smaller of its halves' weights, since a call is
+#: stored as soon as one half was kept; 1 for a half without a weight (other sources,
+#: stores from before weights) and for a call with neither half's.
+CALL_WEIGHT = (
+    "multiIf(client_sampling_weight > 0 AND server_sampling_weight > 0,"
+    " least(client_sampling_weight, server_sampling_weight),"
+    " client_sampling_weight > 0, client_sampling_weight,"
+    " server_sampling_weight > 0, server_sampling_weight, 1.0)"
 )
 
 #: ``quantilesTDigest``, chosen for accuracy per cost: against exact quantiles

@@ -1,0 +1,108 @@
+"""Tail-aware sampling through the whole path: a known mix of calls between a real server
+and channel, both sampling at the end of each call -> real collector -> serve's intake ->
+chDB -> grpc_call_phases, whose ``weight`` makes the kept calls stand for all of them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.wrappers_pb2 import BytesValue
+
+from grpc_overhead.analyzer.store import open_store
+from grpc_overhead.instrumentation import (
+    Sampling,
+    SpanPipeline,
+    instrument_channel,
+    instrumented_server,
+)
+from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
+from harness.ground_truth.pipeline import through_collector
+from tests.instrumentation.known_mix import (
+    METHOD,
+    MixedHandler,
+    exact_quantile,
+    kinds,
+    make_calls,
+    spread_trace_ids,
+)
+
+pytestmark = pytest.mark.e2e
+
+CALLS, RATE = 3_000, 0.1
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict]]:
+    """(the stopped store, {trace id: (kind, the client's own seconds)})."""
+    store = tmp_path_factory.mktemp("tail") / "store"
+    sampling = Sampling(RATE, True, tail=True)
+    with through_collector(store) as port:
+        endpoint = f"http://127.0.0.1:{port}"
+
+        def pipeline() -> SpanPipeline:
+            exporter = CallRecordOTLPExporter(endpoint=endpoint, insecure=True)
+            return SpanPipeline(exporter=exporter, sampling=sampling, export_interval_ms=100)
+
+        server_pipeline, client_pipeline = pipeline(), pipeline()
+        workers = futures.ThreadPoolExecutor(max_workers=2)
+        server = instrumented_server(
+            workers, handlers=[MixedHandler().handlers()], pipeline=server_pipeline
+        )
+        target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        server.start()
+        channel = instrument_channel(
+            grpc.insecure_channel(target), target, pipeline=client_pipeline
+        )
+        look = channel.unary_unary(METHOD, BytesValue.SerializeToString, BytesValue.FromString)
+        try:
+            measured = make_calls(look, kinds(CALLS), spread_trace_ids(CALLS))
+        finally:
+            channel.close()
+            server.stop(5).wait()
+            workers.shutdown(wait=True)
+            for each in (client_pipeline, server_pipeline):
+                assert each.force_flush(30)
+                each.shutdown()
+    yield store, measured
+
+
+def test_every_slow_and_failed_call_is_stored_with_both_halves(stored):
+    store_dir, measured = stored
+    with open_store(str(store_dir)) as store:
+        found = store.query(
+            "SELECT trace_id, weight, sampling_reason, server_span_id != '' AS has_server,"
+            " status_code FROM grpc_call_phases"
+        )
+    by_trace = {int(row.trace_id, 16): row for row in found.itertuples()}
+    assert len(by_trace) == len(found)
+    for trace_id, (kind, _) in measured.items():
+        if kind == "ok":
+            continue
+        row = by_trace.get(trace_id)
+        assert row is not None, kind
+        assert row.weight == 1.0 and row.has_server, (kind, row)
+        assert row.sampling_reason in ("slow", "failed", "server", "warmup"), row
+        if kind == "fail":
+            assert row.status_code == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert len(found) < 0.3 * CALLS  # sampled: far fewer calls stored than made
+    assert set(found["weight"]) <= {1.0, 1 / RATE}
+
+
+def test_the_weights_estimate_every_call_count_p50_and_p99(stored):
+    store_dir, measured = stored
+    with open_store(str(store_dir)) as store:
+        found = store.query(
+            "SELECT sum(weight) AS estimated, count() AS stored,"
+            " quantilesExactWeighted(0.5, 0.99)(total_us, toUInt64(round(weight))) AS q"
+            " FROM grpc_call_phases"
+        )
+    assert float(found["estimated"].iloc[0]) == pytest.approx(CALLS, rel=0.05)
+    assert int(found["stored"].iloc[0]) < 0.3 * CALLS
+    seconds = [value for _, value in measured.values()]
+    for estimate_us, quantile in zip(found["q"].iloc[0], (0.5, 0.99), strict=True):
+        truth = exact_quantile(seconds, quantile)
+        assert estimate_us / 1e6 == pytest.approx(truth, rel=0.05, abs=200e-6), quantile
