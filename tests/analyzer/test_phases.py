@@ -278,7 +278,7 @@ def test_breakdown_quantiles_are_close_to_exact_ones(store):
         spans += seed.synthetic_call(truth, method="Predict" if index % 4 else "Health")
     seed.insert_spans(store, spans)
     breakdown = phase_breakdown(store)
-    assert list(breakdown.columns) == list(BREAKDOWN_COLUMNS)
+    assert list(breakdown.columns) == [*BREAKDOWN_COLUMNS, "stored_calls"]
     assert len(breakdown) == 2 * len(ALL_PHASES)
     row = breakdown.set_index(["method", "phase"]).loc[("Predict", "processing")]
     values = processing[[i for i in range(400) if i % 4]] / 1000

@@ -161,7 +161,10 @@ def test_rollup_tables_in_server_mode():
     assert "ADD COLUMN IF NOT EXISTS server_dispatch_q" in added
     assert "`otel`.`grpc_phase_rollup` ON CLUSTER `prod`" in phases
     assert "ENGINE = ReplicatedAggregatingMergeTree('/ch/{shard}/{table}', '{replica}')" in phases
-    assert "AggregateFunction(quantilesTDigestIf(0.5, 0.9, 0.99), Float64, UInt8)" in phases
+    assert (
+        "AggregateFunction(quantilesTDigestWeightedIf(0.5, 0.9, 0.99), Float64, UInt64, UInt8)"
+        in phases
+    )
     assert "ENGINE = ReplicatedMergeTree('/ch/{shard}/{table}', '{replica}')" in offsets
 
 

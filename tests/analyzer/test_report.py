@@ -42,8 +42,16 @@ def mixed_calls(store) -> None:
 def test_json_contract(store):
     mixed_calls(store)
     document = json.loads(json.dumps(to_json(build_report(store))))
-    assert {"calls", "methods", "clock_offsets", "status_codes", "sides", "store"} == set(document)
-    assert document["calls"] == 10
+    assert {
+        "calls",
+        "stored_calls",
+        "methods",
+        "clock_offsets",
+        "status_codes",
+        "sides",
+        "store",
+    } == set(document)
+    assert document["calls"] == document["stored_calls"] == 10  # nothing sampled: weight 1
     size = document["store"]  # the whole store's, per table and per call
     assert size["calls"] == 10
     tables = {entry["table"]: entry for entry in size["tables"]}
@@ -61,7 +69,8 @@ def test_json_contract(store):
         ("legacy.Old", "Get"),
     }
     for method in document["methods"]:
-        assert {"service", "method", "calls", "phases", "sides"} <= set(method)
+        assert {"service", "method", "calls", "stored_calls", "phases", "sides"} <= set(method)
+        assert method["stored_calls"] == method["calls"]
         assert method["sides"]["two_sided"] == method["calls"]
         assert set(DESIGN_PHASES) <= set(method["phases"])
         assert list(method["phases"]) == list(ALL_PHASES)
@@ -98,6 +107,7 @@ def test_csv_and_table(store):
     assert set(rows[0]) == {
         "errors",
         "status_codes",
+        "stored_calls",
         "service",
         "method",
         "calls",

@@ -12,6 +12,8 @@ import grpc
 import pytest
 from google.protobuf.wrappers_pb2 import BytesValue
 
+from grpc_overhead.analyzer.calls import CallFilters
+from grpc_overhead.analyzer.insights.overview import overview
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.instrumentation import (
     Sampling,
@@ -20,7 +22,7 @@ from grpc_overhead.instrumentation import (
     instrumented_server,
 )
 from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
-from harness.ground_truth.pipeline import through_collector
+from harness.ground_truth.pipeline import report, through_collector
 from tests.instrumentation.known_mix import (
     METHOD,
     MixedHandler,
@@ -106,3 +108,30 @@ def test_the_weights_estimate_every_call_count_p50_and_p99(stored):
     for estimate_us, quantile in zip(found["q"].iloc[0], (0.5, 0.99), strict=True):
         truth = exact_quantile(seconds, quantile)
         assert estimate_us / 1e6 == pytest.approx(truth, rel=0.05, abs=200e-6), quantile
+
+
+def test_report_and_the_overview_estimate_every_call_from_the_kept_ones(stored):
+    """What users read: ``report`` and the Overview's summary weigh each call by what it
+    stands for, and still say how many calls were stored."""
+    store_dir, measured = stored
+    answer = report(store_dir)
+    assert answer["calls"] == pytest.approx(CALLS, rel=0.05)
+    assert answer["stored_calls"] < 0.3 * CALLS
+    [method] = answer["methods"]
+    assert method["stored_calls"] == answer["stored_calls"]
+    seconds = [value for _, value in measured.values()]
+    total = method["phases"]["total"]
+    assert total["calls"] == pytest.approx(CALLS, rel=0.05)
+    for key, quantile in (("p50_us", 0.5), ("p99_us", 0.99)):
+        truth = exact_quantile(seconds, quantile)
+        assert total[key] / 1e6 == pytest.approx(truth, rel=0.05, abs=200e-6), key
+    failed = sum(kind == "fail" for kind, _ in measured.values())
+    unavailable = [s for s in answer["status_codes"] if s["status"] == "UNAVAILABLE"]
+    assert [s["calls"] for s in unavailable] == [failed]  # kept for sure: weight 1 each
+    with open_store(str(store_dir)) as store:
+        everything = overview(store, CallFilters().at_rest())
+    summary = everything[everything["level"] == "all"].iloc[0]
+    assert int(summary["calls"]) == pytest.approx(CALLS, rel=0.05)
+    assert int(summary["stored_calls"]) == answer["stored_calls"]
+    truth = exact_quantile(seconds, 0.5)
+    assert summary["total_p50_us"] / 1e6 == pytest.approx(truth, rel=0.05, abs=200e-6)

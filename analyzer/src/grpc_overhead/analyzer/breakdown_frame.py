@@ -20,6 +20,9 @@ BREAKDOWN_COLUMNS = (
     "p99_us",
     "mean_us",
 )
+#: After ``BREAKDOWN_COLUMNS``: the method's calls stored (``calls`` estimates the calls
+#: made: weighted by what each stands for under sampling, the same where none is).
+STORED_CALLS = "stored_calls"
 
 
 def long_breakdown(wide: pd.DataFrame) -> pd.DataFrame:
@@ -44,9 +47,10 @@ def long_breakdown(wide: pd.DataFrame) -> pd.DataFrame:
                     p90,
                     p99,
                     mean / 1000 if defined and mean is not None else None,
+                    int(values.get("stored_calls", values["calls"])),
                 )
             )
-    frame = pd.DataFrame.from_records(records, columns=list(BREAKDOWN_COLUMNS))
+    frame = pd.DataFrame.from_records(records, columns=[*BREAKDOWN_COLUMNS, STORED_CALLS])
     for column in ("p50_us", "p90_us", "p99_us", "mean_us"):
         frame[column] = frame[column].astype("float64")
     return frame

@@ -36,6 +36,7 @@ from typing import Any
 from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.phases import per_call_sql
+from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
 from grpc_overhead.analyzer.store.base import Store, table_exists
 
 #: Bump when a rollup table's columns or meaning change: the rollups are rebuilt.
@@ -74,7 +75,7 @@ def rows_sql(
     with ``clock`` (calls across hosts) corrected by the offset estimate too.
     ``phases``: only those (``per_call_sql``).
     """
-    columns = ("*", f"{ALGORITHM} AS algorithm")
+    columns = ("*", f"{ALGORITHM} AS algorithm", f"{CALL_WEIGHT} AS weight")
     return per_call_sql(options, clock=clock, columns=columns, keys=keys, phases=phases)
 
 

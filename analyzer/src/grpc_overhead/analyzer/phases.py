@@ -65,13 +65,18 @@ from grpc_overhead.analyzer.phase_terms import phases_read as phases_read
 from grpc_overhead.analyzer.result_columns import ALL_PHASES as ALL_PHASES
 from grpc_overhead.analyzer.result_columns import CALL_COLUMNS as CALL_COLUMNS
 from grpc_overhead.analyzer.result_columns import CALL_IDENTITY as CALL_IDENTITY
+from grpc_overhead.analyzer.result_columns import CALL_WEIGHT as CALL_WEIGHT
 from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES as CONSECUTIVE_PHASES
 from grpc_overhead.analyzer.result_columns import DESIGN_PHASES as DESIGN_PHASES
 from grpc_overhead.analyzer.result_columns import EXTRA_PHASES as EXTRA_PHASES
 from grpc_overhead.analyzer.result_columns import OPTIONAL_PHASES as OPTIONAL_PHASES
 from grpc_overhead.analyzer.result_columns import QUANTILE_FUNCTION as QUANTILE_FUNCTION
 from grpc_overhead.analyzer.result_columns import QUANTILE_LEVELS as QUANTILE_LEVELS
+from grpc_overhead.analyzer.result_columns import (
+    QUANTILE_STATE_FUNCTION as QUANTILE_STATE_FUNCTION,
+)
 from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_TYPE as QUANTILE_STATE_TYPE
+from grpc_overhead.analyzer.result_columns import QUANTILE_WEIGHT as QUANTILE_WEIGHT
 from grpc_overhead.analyzer.result_columns import QUANTILES as QUANTILES
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, IS_STREAM, UNARY_ONLY, stream_phases
@@ -294,7 +299,7 @@ def per_call_sql(
                 ]
     default = columns is None
     if columns is None:
-        columns = (*CALL_COLUMNS, "call_start_ns", *_status_columns())
+        columns = (*CALL_COLUMNS, "call_start_ns", *_status_columns(), f"{CALL_WEIGHT} AS weight")
     ctes = [merged_cte(options or CallsOptions(), keys)]
     if clock:
         ctes += [OFFSET_CTES, CLOCK_TABLE]
@@ -345,7 +350,8 @@ def calls(
 
 
 def state_aggregates(*, empty: bool = False) -> list[str]:
-    """Per phase: the quantile state, the sum and the count of defined values (ns).
+    """Per phase: the quantile state, the sum and the count of defined values (ns), each
+    call weighted by the calls it stands for (``weight``: 1 unless sampled).
 
     States rather than finished quantiles so that a breakdown can merge
     rollups of settled minutes (``rollup``) with calls computed raw.
@@ -354,12 +360,14 @@ def state_aggregates(*, empty: bool = False) -> list[str]:
     aggregates = []
     for name in ALL_PHASES:
         value, defined = f"toFloat64({name}_value)", f"toUInt8({name}_defined)"
+        weight, whole = "weight", QUANTILE_WEIGHT
         if empty:
-            value, defined = "toFloat64(0)", "toUInt8(0)"
+            value, defined, weight, whole = "toFloat64(0)", "toUInt8(0)", "1.0", "toUInt64(1)"
         aggregates += [
-            f"{QUANTILE_FUNCTION}IfState({QUANTILE_LEVELS})({value}, {defined}) AS {name}_q",
-            f"sumIf({value}, {defined}) AS {name}_sum",
-            f"countIf({defined}) AS {name}_calls",
+            f"{QUANTILE_STATE_FUNCTION}IfState({QUANTILE_LEVELS})({value}, {whole}, {defined})"
+            f" AS {name}_q",
+            f"sumIf({value} * {weight}, {defined}) AS {name}_sum",
+            f"sumIf({weight}, {defined}) AS {name}_calls",
         ]
     return aggregates
 
@@ -374,7 +382,8 @@ def breakdown_sql(
     rollup: bool = False,
     raw: bool = True,
 ) -> str:
-    """Per (service, method): calls, and per phase count, p50/p90/p99 and mean in ns.
+    """Per (service, method): calls (weighted: the calls made, estimated under sampling)
+    and stored_calls, and per phase count, p50/p90/p99 and mean in ns (weighted).
 
     With ``rollup``, minutes in ``[settled_from_ns, settled_until_ns)`` come from
     the rollup table and only the other calls are computed raw (the time filter
@@ -382,7 +391,7 @@ def breakdown_sql(
     """
     options = options or CallsOptions()
     raw_states = (
-        "SELECT service, method, count() AS calls,\n    "
+        "SELECT service, method, sum(weight) AS calls, count() AS stored_calls,\n    "
         + ",\n    ".join(state_aggregates())
         + f"\nFROM ({per_call_sql(options)})\nGROUP BY service, method"
     )
@@ -390,7 +399,7 @@ def breakdown_sql(
     if rollup:
         sources.insert(
             0,
-            f"SELECT service, method, calls, {', '.join(_state_columns())}\n"
+            f"SELECT service, method, calls, stored_calls, {', '.join(_state_columns())}\n"
             f"FROM {options.qualified(options.rollup_table)}\n"
             "WHERE window_start_ns >= {settled_from_ns:Int64}"
             " AND window_start_ns < {settled_until_ns:Int64}"
@@ -400,12 +409,13 @@ def breakdown_sql(
     merged = []
     for name in ALL_PHASES:
         merged += [
-            f"{QUANTILE_FUNCTION}IfMerge({QUANTILE_LEVELS})({name}_q) AS {name}_quantiles",
+            f"{QUANTILE_STATE_FUNCTION}IfMerge({QUANTILE_LEVELS})({name}_q) AS {name}_quantiles",
             f"sum({name}_sum) / sum({name}_calls) AS {name}_mean",
-            f"sum({name}_calls) AS {name}_defined",
+            f"toUInt64(round(sum({name}_calls))) AS {name}_defined",
         ]
     return (
-        "SELECT service, method, sum(calls) AS calls,\n    "
+        "SELECT service, method, toUInt64(round(sum(calls))) AS calls,"
+        " sum(stored_calls) AS stored_calls,\n    "
         + ",\n    ".join(merged)
         + f"\nFROM (\n{source}\n)\nGROUP BY service, method\nORDER BY service, method"
     )
@@ -421,7 +431,8 @@ def phase_breakdown(
 ) -> pd.DataFrame:
     """One row per (service, method, phase), phases in ``ALL_PHASES`` order.
 
-    Columns ``BREAKDOWN_COLUMNS``: ``calls`` counts the method's calls,
+    Columns ``BREAKDOWN_COLUMNS`` and ``stored_calls``: ``calls`` counts the method's
+    calls (weighted: under sampling, the calls made; ``stored_calls`` those stored),
     ``phase_calls`` those for which the phase is defined; quantiles and
     mean are NaN where it is defined for none. ``settled``: a range of call
     starts (Unix ns, whole rollup windows) to read from the rollup table

@@ -5,8 +5,8 @@ returns a ``Report``; ``to_json``/``render_table``/``to_csv`` only format it.
 
 ``to_json`` is a stable contract (design brief, "Command line")::
 
-    {"calls": N,
-     "methods": [{"service", "method", "calls",
+    {"calls": N, "stored_calls": N,
+     "methods": [{"service", "method", "calls", "stored_calls",
                   "phases": {PHASE: {"p50_us", "p90_us", "p99_us", "mean_us"}}}],
      "clock_offsets": [{"client_host", "server_host", "offset_us", "uncertainty_us", "calls"}],
      "status_codes": [{"code", "status", "calls", "share"}],
@@ -20,7 +20,10 @@ its call ``shape`` (unary, client_streaming, server_streaming, bidi_streaming;
 '' when nothing recorded it), the mean ``request_messages`` and
 ``response_messages`` per call, and ``undefined_for_shape``: the phases null
 for every call of that shape (a stream: the unary-only phases, described by
-the stream phases instead; a unary call: the stream phases). Keys may be added, never
+the stream phases instead; a unary call: the stream phases). Counts, quantiles and
+means are weighted by what each call stands for under sampling (``grpc_call_phases``'
+``weight``; 1 unless sampled), so they estimate the calls made; ``stored_calls`` counts
+the calls stored. Keys may be added, never
 renamed: each phase also carries ``calls`` (how many calls define it), the
 extra phases (``pool_wait``, ``server_duration``, ``client_server_gap``, the
 clock-corrected one-way phases) follow the design's, and each offset carries
@@ -74,7 +77,7 @@ STATUS_FRAME = ("service", "method", "status_code", "status", "calls", "share")
 SIDES_FRAME = ("service", "method", *SIDES_COLUMNS)
 OFFSET_KEYS = ("client_host", "server_host", "offset_us", "uncertainty_us", "calls")
 #: Columns the CSV adds after ``BREAKDOWN_COLUMNS`` (per method, repeated on its rows).
-STATUS_CSV_COLUMNS = ("errors", "status_codes")
+STATUS_CSV_COLUMNS = ("errors", "status_codes", "stored_calls")
 
 
 @dataclass
@@ -118,6 +121,14 @@ class Report:
     def calls(self) -> int:
         per_method = self.breakdown.drop_duplicates(["service", "method"])
         return int(per_method["calls"].sum())
+
+    @property
+    def stored_calls(self) -> int:
+        """The calls stored (``calls`` estimates the calls made, weighted under sampling)."""
+        if "stored_calls" not in self.breakdown:
+            return self.calls
+        per_method = self.breakdown.drop_duplicates(["service", "method"])
+        return int(per_method["stored_calls"].sum())
 
 
 def build_report(
@@ -203,6 +214,7 @@ def to_json(report: Report) -> dict[str, Any]:
                 "service": service,
                 "method": method,
                 "calls": int(rows["calls"].iloc[0]),
+                "stored_calls": int(rows["stored_calls"].iloc[0]),
                 "phases": phases,
                 "errors": _errors(status),
                 "status_codes": _status_list(status),
@@ -228,6 +240,7 @@ def to_json(report: Report) -> dict[str, Any]:
     ]
     return {
         "calls": report.calls,
+        "stored_calls": report.stored_calls,
         "methods": methods,
         "clock_offsets": offsets,
         "status_codes": _status_list(overall(report.status)) if len(report.status) else [],
@@ -270,7 +283,8 @@ def to_csv(report: Report) -> str:
             if column in STATISTICS:
                 value = _number(value)
             values.append("" if value is None else value)
-        writer.writerow([*values, _errors(status), ";".join(_status_text(status))])
+        stored = getattr(row, "stored_calls", row.calls)
+        writer.writerow([*values, _errors(status), ";".join(_status_text(status)), stored])
     return out.getvalue()
 
 

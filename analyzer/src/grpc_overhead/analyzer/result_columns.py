@@ -146,5 +146,13 @@ CALL_WEIGHT = (
 QUANTILE_FUNCTION = "quantilesTDigest"
 QUANTILE_LEVELS = "0.5, 0.9, 0.99"
 QUANTILES = f"{QUANTILE_FUNCTION}({QUANTILE_LEVELS})"
+#: The t-digest of a phase's states (rollups, and the raw states merged with them):
+#: weighted, each call counting as the calls it stands for under sampling (``weight``,
+#: ``CALL_WEIGHT``), in whole calls (``QUANTILE_WEIGHT``; the same digest as
+#: ``QUANTILE_FUNCTION``'s where every weight is 1). Merge with ``{this}IfMerge``.
+QUANTILE_STATE_FUNCTION = "quantilesTDigestWeighted"
+QUANTILE_WEIGHT = "toUInt64(round(weight))"
 #: The type of a phase's quantile state (rollup columns).
-QUANTILE_STATE_TYPE = f"AggregateFunction({QUANTILE_FUNCTION}If({QUANTILE_LEVELS}), Float64, UInt8)"
+QUANTILE_STATE_TYPE = (
+    f"AggregateFunction({QUANTILE_STATE_FUNCTION}If({QUANTILE_LEVELS}), Float64, UInt64, UInt8)"
+)

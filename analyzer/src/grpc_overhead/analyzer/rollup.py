@@ -102,7 +102,7 @@ def create_rollup_tables_sql(options: CallsOptions) -> list[str]:
         phase_columns += [
             f"    {name}_q {QUANTILE_STATE_TYPE}",
             f"    {name}_sum SimpleAggregateFunction(sum, Float64)",
-            f"    {name}_calls SimpleAggregateFunction(sum, UInt64)",
+            f"    {name}_calls SimpleAggregateFunction(sum, Float64)",
         ]
     phases = (
         f"CREATE TABLE IF NOT EXISTS {options.qualified(options.rollup_table)}"
@@ -111,7 +111,8 @@ def create_rollup_tables_sql(options: CallsOptions) -> list[str]:
         "    service LowCardinality(String),\n"
         "    method LowCardinality(String),\n"
         "    run_id LowCardinality(String),\n"
-        "    calls SimpleAggregateFunction(sum, UInt64),\n"
+        "    calls SimpleAggregateFunction(sum, Float64),\n"
+        "    stored_calls SimpleAggregateFunction(sum, UInt64),\n"
         + ",\n".join(phase_columns)
         + f"\n) ENGINE = {options.engine_clause()}\n"
         "ORDER BY (window_start_ns, service, method, run_id)"
@@ -223,13 +224,14 @@ def settle_sql(options: CallsOptions) -> tuple[str, str]:
     empty_states = ",\n    ".join(state_aggregates(empty=True))
     phases = (
         f"INSERT INTO {options.qualified(options.rollup_table)}\n"
-        f"SELECT {window} AS window_start_ns, service, method, run_id, count() AS calls,\n"
+        f"SELECT {window} AS window_start_ns, service, method, run_id, sum(weight) AS calls,"
+        " count() AS stored_calls,\n"
         f"    {states}\n"
         f"FROM ({per_call_sql(options)})\n"
         "GROUP BY window_start_ns, service, method, run_id\n"
         "UNION ALL\n"
         "SELECT {marker_ns:Int64} AS window_start_ns, '' AS service, '' AS method,"
-        " '' AS run_id, toUInt64(0) AS calls,\n"
+        " '' AS run_id, toFloat64(0) AS calls, toUInt64(0) AS stored_calls,\n"
         f"    {empty_states}\n"
         "FROM system.one"
     )

@@ -25,6 +25,7 @@ from grpc_overhead.analyzer.call_columns import CALL_STATUS as _CALL_STATUS
 from grpc_overhead.analyzer.call_columns import FAILED_NO_CODE
 from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
+from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
 from grpc_overhead.analyzer.store.base import Store
 
 #: gRPC's status codes (grpc/doc/statuscodes.md), by number.
@@ -68,12 +69,14 @@ def status_name(code: int) -> str:
 def status_codes(
     store: Store, filters: CallFilters | None = None, *, options: CallsOptions | None = None
 ) -> pd.DataFrame:
-    """Per (service, method, status code): calls and their ``share`` of the method's calls
-    (``STATUS_COLUMNS``), methods in name order, the commonest code first."""
+    """Per (service, method, status code): calls (weighted: the calls made, estimated
+    under sampling) and their ``share`` of the method's calls (``STATUS_COLUMNS``),
+    methods in name order, the commonest code first."""
     options = options or CallsOptions()
     sql = (
         f"WITH\n{merged_cte(options)}\n"
-        f"SELECT service, method, {CALL_STATUS} AS status_code, count() AS calls\n"
+        f"SELECT service, method, {CALL_STATUS} AS status_code,"
+        f" toUInt64(round(sum({CALL_WEIGHT}))) AS calls\n"
         f"FROM merged WHERE {CALL_FILTER}\n"
         "GROUP BY service, method, status_code\n"
         "ORDER BY service, method, calls DESC, status_code"

@@ -35,7 +35,7 @@ from grpc_overhead.analyzer.insights.rows import (
     rows_for,
 )
 from grpc_overhead.analyzer.insights.settled import phase_states_sql
-from grpc_overhead.analyzer.phases import DESIGN_PHASES, QUANTILE_FUNCTION
+from grpc_overhead.analyzer.phases import DESIGN_PHASES, QUANTILE_STATE_FUNCTION
 from grpc_overhead.analyzer.store.base import Store
 
 #: The phases the page shows: the design's, then the server-side extras.
@@ -71,7 +71,7 @@ def phase_quantiles(
     columns = []
     for name in SHOWN_PHASES:
         columns += [
-            f"{QUANTILE_FUNCTION}IfMerge({levels})({name}_q) AS {name}_q",
+            f"{QUANTILE_STATE_FUNCTION}IfMerge({levels})({name}_q) AS {name}_q",
             f"sum({name}_calls) AS {name}_calls",
             f"sum({name}_sum) AS {name}_sum",
         ]
@@ -178,7 +178,7 @@ def _sketched_bins(
     ``SKETCH_LEVELS`` quantiles counts for a thousandth of the defined calls."""
     levels = ", ".join(repr(level) for level in SKETCH_LEVELS)
     sql = (
-        f"SELECT {QUANTILE_FUNCTION}IfMerge({levels})({phase}_q) AS q,"
+        f"SELECT {QUANTILE_STATE_FUNCTION}IfMerge({levels})({phase}_q) AS q,"
         f" sum({phase}_calls) AS calls FROM (\n{source}\n)"
     )
     row = store.query(sql, bound, readonly=True).iloc[0]

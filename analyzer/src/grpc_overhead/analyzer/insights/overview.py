@@ -35,7 +35,7 @@ from grpc_overhead.analyzer.insights.rows import (
     rows_for,
     time_span,
 )
-from grpc_overhead.analyzer.phases import QUANTILE_FUNCTION, phases_read
+from grpc_overhead.analyzer.phases import QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT, phases_read
 from grpc_overhead.analyzer.span_sources import SOURCE_KEYS
 from grpc_overhead.analyzer.status import CALL_STATUS, with_names
 from grpc_overhead.analyzer.store.base import Store
@@ -50,6 +50,8 @@ STREAM_CALLS = "request_message_transfer_defined OR response_message_transfer_de
 
 
 STATISTICS = ("mean", "p50")
+WEIGHTED, WHOLE = QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT
+CALLS = "toUInt64(round(sum(weight)))"
 TARGET_BUCKETS = 120
 
 #: ``overview`` rows: one per level.
@@ -87,10 +89,15 @@ def overview(
     span = time_span(store, filters, options)
     step_s = bucket_seconds(*span, target=max(int(buckets), 1)) if span else 1
 
+    # Every figure weighted by the calls each stands for under sampling (``weight``: 1
+    # unless sampled), so they estimate all calls; ``stored_calls`` counts the rows.
     def stat(expression: str) -> str:
         if statistic == "mean":
-            return f"avgIf(toFloat64({expression}), {COMPLETE}) / 1000"
-        return f"{QUANTILE_FUNCTION}If(0.5)(toFloat64({expression}), {COMPLETE})[1] / 1000"
+            return f"avgWeightedIf(toFloat64({expression}), weight, {COMPLETE}) / 1000"
+        return f"{WEIGHTED}If(0.5)(toFloat64({expression}), {WHOLE}, {COMPLETE})[1] / 1000"
+
+    def count(condition: str = "") -> str:
+        return f"toUInt64(round(sumIf(weight, {condition})))" if condition else CALLS
 
     network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
     sql = (
@@ -98,28 +105,30 @@ def overview(
         " grouping(bucket_ns) = 0, 'bucket', grouping(client_source) = 0, 'source', 'all')"
         " AS level,\n"
         f"    service, method, bucket_ns, status_code, {', '.join(SOURCE_KEYS)},"
-        " count() AS calls,\n"
+        f" {count()} AS calls, count() AS stored_calls,\n"
         "    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns,\n"
-        "    countIf(total_defined) AS total_calls,\n"
-        f"    {QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64(total_value) / 1000, total_defined)"
+        f"    {count('total_defined')} AS total_calls,\n"
+        f"    {WEIGHTED}If(0.5, 0.99)(toFloat64(total_value) / 1000, {WHOLE}, total_defined)"
         " AS total_q,\n"
-        "    avgIf(toFloat64(total_value), total_defined) / 1000 AS total_mean_us,\n"
-        f"    countIf({COMPLETE}) AS calls_with_events,\n"
-        f"    countIf({SERVER_ONLY}) AS server_only_calls,\n"
-        f"    countIf({CLIENT_ONLY}) AS client_only_calls,\n"
-        f"    countIf({STREAM_CALLS}) AS stream_calls,\n"
-        f"    sumIf(total_value, {COMPLETE}) AS complete_total_ns,\n"
-        f"    sumIf(processing_value, {COMPLETE}) AS complete_processing_ns,\n"
-        f"    sumIf({NETWORK}, {COMPLETE}) AS complete_network_ns,\n    "
+        "    avgWeightedIf(toFloat64(total_value), weight, total_defined) / 1000"
+        " AS total_mean_us,\n"
+        f"    {count(COMPLETE)} AS calls_with_events,\n"
+        f"    {count(SERVER_ONLY)} AS server_only_calls,\n"
+        f"    {count(CLIENT_ONLY)} AS client_only_calls,\n"
+        f"    {count(STREAM_CALLS)} AS stream_calls,\n"
+        f"    sumIf(total_value * weight, {COMPLETE}) AS complete_total_ns,\n"
+        f"    sumIf(processing_value * weight, {COMPLETE}) AS complete_processing_ns,\n"
+        f"    sumIf({NETWORK} * weight, {COMPLETE}) AS complete_network_ns,\n    "
         + ",\n    ".join(
             f"{stat(f'{name}_value')} AS {name}_us" for name in (*STACKED_PHASES, "total")
         )
         + ",\n"
-        f"    countIf({NETWORK_DEFINED}) AS network_calls,\n"
-        f"    avgIf({network}, {NETWORK_DEFINED}) AS network_mean_us,\n"
-        f"    {QUANTILE_FUNCTION}If(0.99)({network}, {NETWORK_DEFINED})[1] AS network_p99_us,\n"
-        "    countIf(network_overhead_defined) AS overhead_calls,\n"
-        f"    avgIf({overhead}, network_overhead_defined) AS overhead_mean_us\n"
+        f"    {count(NETWORK_DEFINED)} AS network_calls,\n"
+        f"    avgWeightedIf({network}, weight, {NETWORK_DEFINED}) AS network_mean_us,\n"
+        f"    {WEIGHTED}If(0.99)({network}, {WHOLE}, {NETWORK_DEFINED})[1] AS network_p99_us,\n"
+        f"    {count('network_overhead_defined')} AS overhead_calls,\n"
+        "    avgWeightedIf(" + overhead + ", weight, network_overhead_defined)"
+        " AS overhead_mean_us\n"
         "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
         f" AS bucket_ns, {CALL_STATUS} AS status_code"
         " FROM {grouped})\n"
@@ -162,6 +171,7 @@ SUMMARY_COLUMNS = (
     "server_only_calls",
     "client_only_calls",
     "stream_calls",
+    "stored_calls",
 )
 
 
@@ -184,6 +194,7 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
             "server_only_calls": 0,
             "client_only_calls": 0,
             "stream_calls": 0,
+            "stored_calls": 0,
         }
         return pd.DataFrame([empty], columns=list(SUMMARY_COLUMNS))
     row = rows.iloc[0]
@@ -214,6 +225,7 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                 "server_only_calls": int(row["server_only_calls"]),
                 "client_only_calls": int(row["client_only_calls"]),
                 "stream_calls": int(row["stream_calls"]),
+                "stored_calls": int(row["stored_calls"]),
             }
         ],
         columns=list(SUMMARY_COLUMNS),

@@ -200,9 +200,10 @@ def sides(
     ``CLIENT_ONLY``) among the calls the filters keep, so a page can say why a phase
     that needs both sides is missing for them; ``by_method``: one row per (service,
     method), for ``report``. Neither side needs a clock estimate: none is computed."""
-    counts = (
-        f"count() AS calls, countIf({SERVER_ONLY}) AS server_only_calls,"
-        f" countIf({CLIENT_ONLY}) AS client_only_calls"
+    counts = (  # weighted: the calls made, estimated under sampling
+        "toUInt64(round(sum(weight))) AS calls,"
+        f" toUInt64(round(sumIf(weight, {SERVER_ONLY}))) AS server_only_calls,"
+        f" toUInt64(round(sumIf(weight, {CLIENT_ONLY}))) AS client_only_calls"
     )
     rows, bound = rows_for(store, filters, options, clock=False, phases=phases_read(counts))
     if by_method:

@@ -23,7 +23,15 @@ summary = overview.summary(answer).iloc[0]
 statuses = overview.statuses(answer)
 failed = statuses[~statuses["status_code"].isin([0, status.NOT_RECORDED])]
 columns = st.columns(6)
-columns[0].metric("Calls", formatting.count(summary["calls"]))
+stored = int(summary["stored_calls"])
+columns[0].metric(
+    "Calls",
+    formatting.count(summary["calls"]),
+    help=None
+    if stored == int(summary["calls"])
+    else f"Estimated from {formatting.count(stored)} stored calls: the services sample "
+    "(GRPC_OVERHEAD_SAMPLING), and each stored call stands for the calls its weight says.",
+)
 columns[1].metric(
     "Calls/s",
     formatting.rate(summary["calls_per_s"]),
