@@ -4,14 +4,19 @@ made one by one under those ids, each timed by the caller."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any
 
 import grpc
 from google.protobuf.wrappers_pb2 import BytesValue
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+
+from grpc_overhead.instrumentation import SpanPipeline, instrument_channel, instrumented_server
 
 SERVICE, METHOD_NAME = "test.Tail", "Look"
 METHOD = f"/{SERVICE}/{METHOD_NAME}"
@@ -88,3 +93,26 @@ def weighted_quantile(values: list[tuple[float, float]], quantile: float) -> flo
         if seen >= quantile * total:
             return value
     return ordered[-1][0]
+
+
+@contextlib.contextmanager
+def mixed_pair(server_pipeline: SpanPipeline, client_pipeline: SpanPipeline) -> Iterator[Any]:
+    """A real server with ``MixedHandler`` and an instrumented channel to it, each with its
+    own pipeline; yields the method to call. Leaving closes both, waits until every record
+    is finished (a server record is finished by its worker: executor.py) and flushes and
+    shuts down both pipelines, so every span kept has been exported."""
+    workers = futures.ThreadPoolExecutor(max_workers=2)
+    handlers = [MixedHandler().handlers()]
+    server = instrumented_server(workers, handlers=handlers, pipeline=server_pipeline)
+    target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=client_pipeline)
+    try:
+        yield channel.unary_unary(METHOD, BytesValue.SerializeToString, BytesValue.FromString)
+    finally:
+        channel.close()
+        server.stop(5).wait()
+        workers.shutdown(wait=True)
+        for pipeline in (client_pipeline, server_pipeline):
+            assert pipeline.force_flush(30)
+            pipeline.shutdown()

@@ -6,10 +6,8 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from concurrent import futures
 from typing import Any
 
-import grpc
 import pytest
 from google.protobuf.wrappers_pb2 import BytesValue
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -17,8 +15,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from grpc_overhead.instrumentation import (
     Sampling,
     SpanPipeline,
-    instrument_channel,
-    instrumented_server,
 )
 from grpc_overhead.instrumentation.recorder import Recorder
 from grpc_overhead.instrumentation.records import CallRecord
@@ -33,11 +29,10 @@ from grpc_overhead.instrumentation.vocabulary import (
     SAMPLING_WEIGHT,
 )
 from tests.instrumentation.known_mix import (
-    METHOD,
-    MixedHandler,
     exact_quantile,
     kinds,
     make_calls,
+    mixed_pair,
     spread_trace_ids,
     weighted_quantile,
 )
@@ -207,21 +202,8 @@ def _served(
     server_exporter, client_exporter = InMemorySpanExporter(), InMemorySpanExporter()
     server_pipeline = SpanPipeline(exporter=server_exporter, sampling=server_sampling)
     client_pipeline = SpanPipeline(exporter=client_exporter, sampling=client_sampling)
-    workers = futures.ThreadPoolExecutor(max_workers=2)
-    handlers = [MixedHandler().handlers()]
-    server = instrumented_server(workers, handlers=handlers, pipeline=server_pipeline)
-    target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    server.start()
-    channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=client_pipeline)
-    look = channel.unary_unary(METHOD, BytesValue.SerializeToString, BytesValue.FromString)
-    try:
+    with mixed_pair(server_pipeline, client_pipeline) as look:
         made = calls(look)
-    finally:
-        channel.close()
-        server.stop(5).wait()
-        workers.shutdown(wait=True)  # a server record is finished by its worker (executor.py)
-        client_pipeline.shutdown()  # flushes what is queued
-        server_pipeline.shutdown()
     clients, servers = client_exporter.get_finished_spans(), server_exporter.get_finished_spans()
     return made, list(clients), list(servers)
 

@@ -5,12 +5,11 @@ chDB -> grpc_call_phases, whose ``weight`` makes the kept calls stand for all of
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
 import grpc
+import pandas as pd
 import pytest
-from google.protobuf.wrappers_pb2 import BytesValue
 
 from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.insights.overview import overview
@@ -18,17 +17,14 @@ from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.instrumentation import (
     Sampling,
     SpanPipeline,
-    instrument_channel,
-    instrumented_server,
 )
 from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
 from harness.ground_truth.pipeline import report, through_collector
 from tests.instrumentation.known_mix import (
-    METHOD,
-    MixedHandler,
     exact_quantile,
     kinds,
     make_calls,
+    mixed_pair,
     spread_trace_ids,
 )
 
@@ -49,36 +45,23 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
             exporter = CallRecordOTLPExporter(endpoint=endpoint, insecure=True)
             return SpanPipeline(exporter=exporter, sampling=sampling, export_interval_ms=100)
 
-        server_pipeline, client_pipeline = pipeline(), pipeline()
-        workers = futures.ThreadPoolExecutor(max_workers=2)
-        server = instrumented_server(
-            workers, handlers=[MixedHandler().handlers()], pipeline=server_pipeline
-        )
-        target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-        server.start()
-        channel = instrument_channel(
-            grpc.insecure_channel(target), target, pipeline=client_pipeline
-        )
-        look = channel.unary_unary(METHOD, BytesValue.SerializeToString, BytesValue.FromString)
-        try:
+        with mixed_pair(pipeline(), pipeline()) as look:
             measured = make_calls(look, kinds(CALLS), spread_trace_ids(CALLS))
-        finally:
-            channel.close()
-            server.stop(5).wait()
-            workers.shutdown(wait=True)
-            for each in (client_pipeline, server_pipeline):
-                assert each.force_flush(30)
-                each.shutdown()
     yield store, measured
+
+
+def _query(store_dir: Path, sql: str) -> pd.DataFrame:
+    with open_store(str(store_dir)) as store:
+        return store.query(sql)
 
 
 def test_every_slow_and_failed_call_is_stored_with_both_halves(stored):
     store_dir, measured = stored
-    with open_store(str(store_dir)) as store:
-        found = store.query(
-            "SELECT trace_id, weight, sampling_reason, server_span_id != '' AS has_server,"
-            " status_code FROM grpc_call_phases"
-        )
+    found = _query(
+        store_dir,
+        "SELECT trace_id, weight, sampling_reason, server_span_id != '' AS has_server,"
+        " status_code FROM grpc_call_phases",
+    )
     by_trace = {int(row.trace_id, 16): row for row in found.itertuples()}
     assert len(by_trace) == len(found)
     for trace_id, (kind, _) in measured.items():
@@ -96,12 +79,12 @@ def test_every_slow_and_failed_call_is_stored_with_both_halves(stored):
 
 def test_the_weights_estimate_every_call_count_p50_and_p99(stored):
     store_dir, measured = stored
-    with open_store(str(store_dir)) as store:
-        found = store.query(
-            "SELECT sum(weight) AS estimated, count() AS stored,"
-            " quantilesExactWeighted(0.5, 0.99)(total_us, toUInt64(round(weight))) AS q"
-            " FROM grpc_call_phases"
-        )
+    found = _query(
+        store_dir,
+        "SELECT sum(weight) AS estimated, count() AS stored,"
+        " quantilesExactWeighted(0.5, 0.99)(total_us, toUInt64(round(weight))) AS q"
+        " FROM grpc_call_phases",
+    )
     assert float(found["estimated"].iloc[0]) == pytest.approx(CALLS, rel=0.05)
     assert int(found["stored"].iloc[0]) < 0.3 * CALLS
     seconds = [value for _, value in measured.values()]

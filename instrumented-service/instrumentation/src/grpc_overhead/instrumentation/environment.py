@@ -10,6 +10,7 @@ there fails the suite.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 
@@ -232,15 +233,25 @@ def instrumentation_disabled() -> bool:
     return os.environ.get(INSTRUMENTATION_DISABLED, "").strip().lower() in ("1", "true", "yes")
 
 
-def environment_number(name: str, default: float, minimum: float = 0.0) -> float:
+def environment_number(
+    name: str, default: float, minimum: float = 0.0, maximum: float | None = None
+) -> float:
     """A numeric variable: ``default`` when unset or empty, and (with a warning) when it
-    is not a number; never below ``minimum``. Telemetry settings never stop a service."""
+    is not a number; never below ``minimum``. With ``maximum``, a value outside
+    [minimum, maximum] is refused too (``default``, warned): a probability of 2 is a
+    mistake, not a request for 1. Telemetry settings never stop a service."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
         value = float(raw)
     except ValueError:
+        value = math.nan
+    if maximum is not None and not minimum <= value <= maximum:  # NaN fails both
+        _LOGGER.warning("%s=%r is not a number in [%g, %g]; using %g",
+                        name, raw, minimum, maximum, default)  # fmt: skip
+        return default
+    if math.isnan(value):
         _LOGGER.warning("%s=%r is not a number; using %g", name, raw, default)
         return default
     return max(minimum, value)

@@ -24,6 +24,7 @@ from grpc_overhead.instrumentation.environment import (
     SAMPLING_RATE,
     SAMPLING_RATE_DEFAULT,
     SLOW_MS,
+    environment_number,
 )
 from grpc_overhead.instrumentation.tail_sampling import TailSampler
 
@@ -99,27 +100,11 @@ class Sampling:
                 mode,
             )
             return None
-        rate = _number(SAMPLING_RATE, SAMPLING_RATE_DEFAULT, 0.0, 1.0)
+        rate = environment_number(SAMPLING_RATE, SAMPLING_RATE_DEFAULT, 0.0, 1.0)
         if mode == "head":
             return cls(rate, True)
-        slow_ms = _number(SLOW_MS, 0.0, 0.0, float("inf"))
+        slow_ms = environment_number(SLOW_MS, 0.0, 0.0, float("inf"))
         return cls(rate, True, tail=True, slow_ns=int(slow_ms * 1_000_000))
-
-
-def _number(name: str, default: float, lowest: float, highest: float) -> float:
-    """A number from the environment within [lowest, highest]; else ``default``, warned."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not lowest <= value <= highest:  # NaN fails both
-        _LOGGER.warning("%s=%r is not a number in [%s, %s]; using %s",
-                        name, raw, lowest, highest, default)  # fmt: skip
-        return default
-    return value
 
 
 class Sampler:
