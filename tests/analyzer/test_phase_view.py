@@ -116,3 +116,37 @@ def test_the_view_is_created_and_upgraded_with_the_store(store):
     create_call_tables(store)  # an older definition is replaced
     columns = set(store.query(f"DESCRIBE TABLE {PHASES_VIEW}")["name"])
     assert {f"{name}_us" for name in ALL_PHASES} <= columns and "old_column" not in columns
+
+
+@pytest.mark.parametrize(
+    ("client_weight", "server_weight", "expected"),
+    [
+        ("100", "100", 100.0),  # a base-sampled call: both halves say so
+        ("1", "100", 1.0),  # kept for sure by one side: the smaller weight
+        ("100", None, 1.0),  # a half without one (another source: every call) was sure
+        (None, "100", 1.0),
+        (None, None, 1.0),  # every other source
+        ("100", "absent", 100.0),  # a client half alone (its server dropped it): its own
+        ("33.5", "33.5", 33.5),
+        # Hostile or broken values stand for themselves, never for billions of calls.
+        ("1e300", None, 1.0),
+        ("inf", None, 1.0),
+        ("nan", None, 1.0),
+        ("-5", None, 1.0),
+        ("0.5", None, 1.0),
+        ("a lot", None, 1.0),
+    ],
+)
+def test_a_calls_weight_is_the_smaller_of_its_halves_valid_weights(
+    store, client_weight, server_weight, expected
+):
+    client, server = seed.synthetic_call(Truth())
+    for span, weight in ((client, client_weight), (server, server_weight)):
+        if weight is not None:
+            span.attributes["grpc_overhead.sampling.weight"] = weight
+            span.attributes["grpc_overhead.sampling.reason"] = "base"
+    seed.insert_spans(store, [client] if server_weight == "absent" else [client, server])
+    [weight] = store.query(f"SELECT weight FROM {PHASES_VIEW}")["weight"].tolist()
+    assert weight == expected
+    answer = build_report(store)
+    assert answer.calls == round(expected) and answer.stored_calls == 1

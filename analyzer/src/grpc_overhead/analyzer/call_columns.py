@@ -156,7 +156,11 @@ def _int_attribute(name: str) -> str:
 
 LC = "LowCardinality(String)"
 _WEIGHT_VALUE = "toFloat64OrZero(SpanAttributes['grpc_overhead.sampling.weight'])"
-_WEIGHT = f"if({_WEIGHT_VALUE} >= 1 AND isFinite({_WEIGHT_VALUE}), {_WEIGHT_VALUE}, 1.0)"
+#: The largest weight taken (a base rate of one call in a billion): a span claiming more,
+#: or less than 1, NaN or infinity, is hostile or broken and stands for itself, so that
+#: one bad span cannot make every count and quantile meaningless.
+MAX_WEIGHT = 1e9
+_WEIGHT = f"if({_WEIGHT_VALUE} >= 1 AND {_WEIGHT_VALUE} <= {MAX_WEIGHT:.0f}, {_WEIGHT_VALUE}, 1.0)"
 _REASON = "SpanAttributes['grpc_overhead.sampling.reason']"
 
 _TIMES = "Array(Int64)"

@@ -40,6 +40,8 @@ from grpc_overhead.instrumentation.vocabulary import (
 _get_current = otel_context.get_current
 _Span = trace.Span
 Metadata = tuple[tuple[str, str | bytes], ...]
+#: The largest weight a server's kept trailer may give (the analyzer's bound too).
+_MAX_WEIGHT = 1e9
 #: gRPC core caps deadlines at 27,000 hours; longer timeouts are sent as that.
 _LONGEST_TIMEOUT_S = 27_000 * 3600
 
@@ -199,7 +201,7 @@ def kept_weight_from(trailing_metadata: Any) -> float:
                 weight = float(value)
             except (TypeError, ValueError):
                 return 0.0
-            return weight if 1.0 <= weight < float("inf") else 0.0
+            return weight if 1.0 <= weight <= _MAX_WEIGHT else 0.0
     return 0.0
 
 
