@@ -36,6 +36,7 @@ from grpc_overhead.analyzer.insights.rows import (
     time_span,
 )
 from grpc_overhead.analyzer.phases import QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT, phases_read
+from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.span_sources import SOURCE_KEYS
 from grpc_overhead.analyzer.status import CALL_STATUS, with_names
 from grpc_overhead.analyzer.store.base import Store
@@ -51,7 +52,6 @@ STREAM_CALLS = "request_message_transfer_defined OR response_message_transfer_de
 
 STATISTICS = ("mean", "p50")
 WEIGHTED, WHOLE = QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT
-CALLS = "toUInt64(round(sum(weight)))"
 TARGET_BUCKETS = 120
 
 #: ``overview`` rows: one per level.
@@ -96,26 +96,23 @@ def overview(
             return f"avgWeightedIf(toFloat64({expression}), weight, {COMPLETE}) / 1000"
         return f"{WEIGHTED}If(0.5)(toFloat64({expression}), {WHOLE}, {COMPLETE})[1] / 1000"
 
-    def count(condition: str = "") -> str:
-        return f"toUInt64(round(sumIf(weight, {condition})))" if condition else CALLS
-
     network, overhead = f"toFloat64({NETWORK}) / 1000", "toFloat64(network_overhead_value) / 1000"
     sql = (
         "SELECT multiIf(grouping(status_code) = 0, 'status', grouping(service) = 0, 'method',"
         " grouping(bucket_ns) = 0, 'bucket', grouping(client_source) = 0, 'source', 'all')"
         " AS level,\n"
         f"    service, method, bucket_ns, status_code, {', '.join(SOURCE_KEYS)},"
-        f" {count()} AS calls, count() AS stored_calls,\n"
+        f" {weighted_count()} AS calls, count() AS stored_calls,\n"
         "    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns,\n"
-        f"    {count('total_defined')} AS total_calls,\n"
+        f"    {weighted_count('total_defined')} AS total_calls,\n"
         f"    {WEIGHTED}If(0.5, 0.99)(toFloat64(total_value) / 1000, {WHOLE}, total_defined)"
         " AS total_q,\n"
         "    avgWeightedIf(toFloat64(total_value), weight, total_defined) / 1000"
         " AS total_mean_us,\n"
-        f"    {count(COMPLETE)} AS calls_with_events,\n"
-        f"    {count(SERVER_ONLY)} AS server_only_calls,\n"
-        f"    {count(CLIENT_ONLY)} AS client_only_calls,\n"
-        f"    {count(STREAM_CALLS)} AS stream_calls,\n"
+        f"    {weighted_count(COMPLETE)} AS calls_with_events,\n"
+        f"    {weighted_count(SERVER_ONLY)} AS server_only_calls,\n"
+        f"    {weighted_count(CLIENT_ONLY)} AS client_only_calls,\n"
+        f"    {weighted_count(STREAM_CALLS)} AS stream_calls,\n"
         f"    sumIf(total_value * weight, {COMPLETE}) AS complete_total_ns,\n"
         f"    sumIf(processing_value * weight, {COMPLETE}) AS complete_processing_ns,\n"
         f"    sumIf({NETWORK} * weight, {COMPLETE}) AS complete_network_ns,\n    "
@@ -123,10 +120,10 @@ def overview(
             f"{stat(f'{name}_value')} AS {name}_us" for name in (*STACKED_PHASES, "total")
         )
         + ",\n"
-        f"    {count(NETWORK_DEFINED)} AS network_calls,\n"
+        f"    {weighted_count(NETWORK_DEFINED)} AS network_calls,\n"
         f"    avgWeightedIf({network}, weight, {NETWORK_DEFINED}) AS network_mean_us,\n"
         f"    {WEIGHTED}If(0.99)({network}, {WHOLE}, {NETWORK_DEFINED})[1] AS network_p99_us,\n"
-        f"    {count('network_overhead_defined')} AS overhead_calls,\n"
+        f"    {weighted_count('network_overhead_defined')} AS overhead_calls,\n"
         "    avgWeightedIf(" + overhead + ", weight, network_overhead_defined)"
         " AS overhead_mean_us\n"
         "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"

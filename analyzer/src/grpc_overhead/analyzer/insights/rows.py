@@ -43,6 +43,7 @@ from grpc_overhead.analyzer.phases import (
     needed_phases,
     phases_read,
 )
+from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.rollup import settled_range
 from grpc_overhead.analyzer.store.base import Store
 
@@ -201,9 +202,9 @@ def sides(
     that needs both sides is missing for them; ``by_method``: one row per (service,
     method), for ``report``. Neither side needs a clock estimate: none is computed."""
     counts = (  # weighted: the calls made, estimated under sampling
-        "toUInt64(round(sum(weight))) AS calls,"
-        f" toUInt64(round(sumIf(weight, {SERVER_ONLY}))) AS server_only_calls,"
-        f" toUInt64(round(sumIf(weight, {CLIENT_ONLY}))) AS client_only_calls"
+        f"{weighted_count()} AS calls,"
+        f" {weighted_count(SERVER_ONLY)} AS server_only_calls,"
+        f" {weighted_count(CLIENT_ONLY)} AS client_only_calls"
     )
     rows, bound = rows_for(store, filters, options, clock=False, phases=phases_read(counts))
     if by_method:

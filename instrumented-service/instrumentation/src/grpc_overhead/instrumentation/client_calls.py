@@ -97,7 +97,8 @@ def start_client_call(
     attributes = CALL_ATTRIBUTES.get()
     run_id = attributes.get(RUN_ID) if attributes else None
     run_id = run_id or recorder.run_id
-    flagged = True if sampler.tail is None else sampler.flag(trace_id, parent_sampled)
+    # Tail-aware: pass on the sampled flag only for the base decision or a caller's ask.
+    flagged = True if sampler.tail is None else sampler.tail.flag(trace_id, parent_sampled)
     ours: Metadata = (
         (TRACEPARENT_HEADER, format_traceparent(trace_id, span_id, flagged)),
         (REQUEST_START_HEADER, str(started + wall_offset_ns())),

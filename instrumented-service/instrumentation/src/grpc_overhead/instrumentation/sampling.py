@@ -26,10 +26,9 @@ from grpc_overhead.instrumentation.environment import (
     SLOW_MS,
     environment_number,
 )
-from grpc_overhead.instrumentation.tail_sampling import TailSampler
+from grpc_overhead.instrumentation.tail_sampling import TRACE_ID_LIMIT, TailSampler
 
 _LOGGER = logging.getLogger(__name__)
-_TRACE_ID_LIMIT = (1 << 64) - 1
 
 _RATIO_SAMPLERS = {"traceidratio", "parentbased_traceidratio"}
 _KNOWN_SAMPLERS = {
@@ -55,7 +54,7 @@ class Sampling:
 
     @property
     def bound(self) -> int:
-        return round(self.ratio * (_TRACE_ID_LIMIT + 1))
+        return round(self.ratio * (TRACE_ID_LIMIT + 1))
 
     @classmethod
     def from_environment(cls) -> Sampling:
@@ -119,7 +118,7 @@ class Sampler:
     def __init__(self, sampling: Sampling) -> None:
         self.tail = TailSampler(sampling.ratio, sampling.slow_ns) if sampling.tail else None
         # Tail: every call is recorded; the decision comes at its end.
-        self._bound = _TRACE_ID_LIMIT + 1 if sampling.tail else sampling.bound
+        self._bound = TRACE_ID_LIMIT + 1 if sampling.tail else sampling.bound
         self._parent_based = sampling.parent_based and not sampling.tail
         ratio = sampling.ratio
         self.head_weight = 1.0 / ratio if 0.0 < ratio < 1.0 and not sampling.tail else 0.0
@@ -127,10 +126,4 @@ class Sampler:
     def should_sample(self, trace_id: int, parent_sampled: bool | None) -> bool:
         if parent_sampled is not None and self._parent_based:
             return parent_sampled
-        return (trace_id & _TRACE_ID_LIMIT) < self._bound
-
-    def flag(self, trace_id: int, parent_sampled: bool | None) -> bool:
-        """The W3C sampled flag a recorded call passes on: set, but under tail-aware
-        sampling only for the base decision or a parent's request (``TailSampler.flag``)."""
-        tail = self.tail
-        return True if tail is None else tail.flag(trace_id, parent_sampled)
+        return (trace_id & TRACE_ID_LIMIT) < self._bound

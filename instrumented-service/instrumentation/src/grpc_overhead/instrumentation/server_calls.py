@@ -91,7 +91,7 @@ def start_server_record(
     record.run_id = run_id or recorder.run_id
     if sampler.tail is not None:
         record.parent_sampled = parent_sampled
-        record.flagged = sampler.flag(trace_id, parent_sampled)
+        record.flagged = sampler.tail.flag(trace_id, parent_sampled)
     return record
 
 

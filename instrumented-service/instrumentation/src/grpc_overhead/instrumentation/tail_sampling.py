@@ -42,7 +42,8 @@ from grpc_overhead.instrumentation.vocabulary import ABANDONED
 if TYPE_CHECKING:
     from grpc_overhead.instrumentation.records import CallRecord
 
-_TRACE_ID_LIMIT = (1 << 64) - 1
+#: The low 64 bits of a trace id are what a trace-id ratio compares (W3C: random).
+TRACE_ID_LIMIT = (1 << 64) - 1
 SLOW_QUANTILE = 0.95
 #: Calls of a method seen before its adaptive threshold is trusted; all kept until then.
 WARMUP_CALLS = 100
@@ -113,17 +114,14 @@ class TailSampler:
     __slots__ = ("_bound", "_methods", "base_weight", "slow_ns")
 
     def __init__(self, rate: float, slow_ns: int = 0) -> None:
-        self._bound = round(rate * (_TRACE_ID_LIMIT + 1))
+        self._bound = round(rate * (TRACE_ID_LIMIT + 1))
         self.base_weight = 1.0 / rate if rate > 0 else 0.0
         self.slow_ns = slow_ns
         self._methods: dict[str, _Method] = {}
 
-    def base(self, trace_id: int) -> bool:
-        return (trace_id & _TRACE_ID_LIMIT) < self._bound
-
     def flag(self, trace_id: int, parent_sampled: bool | None) -> bool:
         """The sampled flag to pass on: the base decision, or the parent's request."""
-        return bool(parent_sampled) or (trace_id & _TRACE_ID_LIMIT) < self._bound
+        return bool(parent_sampled) or (trace_id & TRACE_ID_LIMIT) < self._bound
 
     def threshold(self, method: str, duration_ns: int) -> int:
         """Count the call; the slow threshold it is judged by (0 = not known yet)."""
@@ -138,6 +136,7 @@ class TailSampler:
         """Whether ``record`` becomes a span; if so its weight and reason are set on it.
         ``record.sampling_reason`` is "" for a call decided and dropped."""
         threshold = self.threshold(record.method, duration_ns)
+        in_base = (record.trace_id & TRACE_ID_LIMIT) < self._bound
         weight, reason = 1.0, ""
         if record.status_code != 0 or (record.attributes and ABANDONED in record.attributes):
             reason = "failed"
@@ -145,13 +144,11 @@ class TailSampler:
             reason = "warmup"
         elif duration_ns >= threshold:
             reason = "slow"
-        elif (record.trace_id & _TRACE_ID_LIMIT) < self._bound or record.peer_weight:
+        elif in_base or record.peer_weight:
             # Kept if either side's trace-id bound held (nested bounds: the larger rate's),
             # so the smaller weight; the server's weight when it alone kept the call.
             weight, reason = self.base_weight, "base"
-            if not (record.trace_id & _TRACE_ID_LIMIT) < self._bound or (
-                0 < record.peer_weight < weight
-            ):
+            if not in_base or 0 < record.peer_weight < weight:
                 weight, reason = record.peer_weight, "server"
         elif record.parent_sampled:
             reason = "parent"
