@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -177,11 +178,12 @@ def test_a_known_mix_keeps_every_slow_and_failed_call_and_its_weights_estimate_a
     for trace_id, (kind, _) in measured.items():
         if kind != "ok":
             assert trace_id in kept and trace_id in server_kept, kind
-    # Far fewer spans than calls: warm-up, the slowest ~5-9 %, 10 % of the rest.
-    assert len(kept) < 0.3 * calls
-    for span in client_spans:
-        assert span.attributes[SAMPLING_WEIGHT] in (1.0, 1 / rate)
-        assert span.attributes[SAMPLING_REASON] in ("base", "slow", "failed", "server", "warmup")
+    _every_call_is_kept_or_dropped_for_its_reason(measured, client_spans, server_spans, rate)
+    # Most calls dropped: warm-up (~3 %), failures (1 %), the base (10 %) and the calls
+    # slower than the running p95 on either side (~5-9 % each when the machine is steady;
+    # a loaded machine's bursts make more calls slow, and those are kept as they should
+    # be; that share on a known series is the adaptive threshold's unit test's).
+    assert len(kept) < 0.5 * calls
     # The weights estimate every call: the count, and the client's own p50 and p99.
     weighted = [(measured[t][1], span.attributes[SAMPLING_WEIGHT]) for t, span in kept.items()]
     assert sum(weight for _, weight in weighted) == pytest.approx(calls, rel=0.05)
@@ -190,6 +192,45 @@ def test_a_known_mix_keeps_every_slow_and_failed_call_and_its_weights_estimate_a
         truth = exact_quantile(everything, quantile)
         estimate = weighted_quantile(weighted, quantile)
         assert estimate == pytest.approx(truth, rel=0.05, abs=200e-6), quantile
+
+
+def _every_call_is_kept_or_dropped_for_its_reason(
+    measured: dict[int, tuple[str, float]], client_spans: list, server_spans: list, rate: float
+) -> None:
+    """Each side's spans, reason by reason, against what the calls were (made one by one,
+    in ``measured``'s order): the failed calls, the warm-up (the first 99 calls of the
+    method on each side: the 100th is judged by the threshold its histogram yields), the
+    calls the server kept as slow (client: weight 1, the smaller), the base (exactly the
+    calls under the trace-id bound that no earlier reason kept); every other call dropped. The slow
+    keeps, which depend on the machine's timing, are checked to be the slow ones."""
+    bound = round(rate * (1 << 64))
+    order = list(measured)
+    warmup = {trace_id for trace_id in order[:99] if measured[trace_id][0] != "fail"}
+    failed = {trace_id for trace_id, (kind, _) in measured.items() if kind == "fail"}
+    for side, spans in (("server", server_spans), ("client", client_spans)):
+        reasons = {span.context.trace_id: span.attributes[SAMPLING_REASON] for span in spans}
+        weights = {span.context.trace_id: span.attributes[SAMPLING_WEIGHT] for span in spans}
+        assert {t for t, reason in reasons.items() if reason == "failed"} == failed, side
+        assert {t for t, reason in reasons.items() if reason == "warmup"} == warmup, side
+        server_slow = {s.context.trace_id for s in server_spans
+                       if s.attributes[SAMPLING_REASON] == "slow"}  # fmt: skip
+        for trace_id in order:
+            reason = reasons.get(trace_id)
+            if reason in ("failed", "warmup", "slow"):
+                assert weights[trace_id] == 1.0, (side, reason)
+            elif side == "client" and trace_id in server_slow:  # the smaller weight
+                assert (reason, weights[trace_id]) == ("server", 1.0), side
+            elif (trace_id & ((1 << 64) - 1)) < bound:
+                assert (reason, weights[trace_id]) == ("base", 1 / rate), side
+            else:
+                assert reason is None, (side, reason)  # dropped
+        # What a side kept as slow took longer there than what it dropped.
+        durations = {span.context.trace_id: span.end_time - span.start_time for span in spans}
+        slow = [durations[t] for t, reason in reasons.items() if reason == "slow"]
+        assert slow, side
+        if side == "client":  # the dropped calls' durations: the caller's own clock
+            dropped = [seconds for t, (_, seconds) in measured.items() if t not in reasons]
+            assert statistics.median(slow) / 1e9 > statistics.median(dropped), side
 
 
 def _served(
