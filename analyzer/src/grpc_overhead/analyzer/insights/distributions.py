@@ -36,6 +36,7 @@ from grpc_overhead.analyzer.insights.rows import (
 )
 from grpc_overhead.analyzer.insights.settled import phase_states_sql
 from grpc_overhead.analyzer.phases import DESIGN_PHASES, QUANTILE_STATE_FUNCTION
+from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.store.base import Store
 
 #: The phases the page shows: the design's, then the server-side extras.
@@ -147,7 +148,7 @@ def phase_histogram(
     )
     rows, bound = rows_for(store, filters, options)
     sql = (
-        f"SELECT {index} AS bin, count() AS calls\nFROM ({rows})\n"
+        f"SELECT {index} AS bin, {weighted_count()} AS calls\nFROM ({rows})\n"
         f"WHERE {phase}_defined\nGROUP BY bin ORDER BY bin"
     )
     found = store.query(
@@ -228,6 +229,9 @@ TAIL_COLUMNS = (
 
 #: The calls "around the median": total between these quantiles.
 MEDIAN_BAND = (0.45, 0.55)
+#: Added to a level so that a weighted exact quantile picks the rank an unweighted one
+#: would (below one call's weight in a trillion calls).
+_RANK_NUDGE = 1e-13
 
 
 def tail(
@@ -253,20 +257,29 @@ def tail(
     if not 0 < slowest < 0.5:
         raise BadInput(f"the slowest share must be between 0 and 0.5, not {slowest}")
     options = options or CallsOptions()
-    means = [f"avg({name}_value) / 1000 AS {name}_us" for name in (*STACKED_PHASES, "total")]
+    means = [  # weighted: every call made, estimated under sampling
+        f"avgWeighted({name}_value, weight) / 1000 AS {name}_us"
+        for name in (*STACKED_PHASES, "total")
+    ]
     # Thresholds from the client halves alone (total is the client span's
     # duration): two columns and no merging, so the tail costs one merged pass.
     client_totals = (
-        "SELECT client_end_ns - client_start_ns AS total_ns FROM (SELECT client_start_ns AS"
-        " call_start_ns, client_start_ns, client_end_ns, service, method, run_id,"
+        "SELECT client_end_ns - client_start_ns AS total_ns, weight FROM (SELECT"
+        " client_start_ns AS call_start_ns, client_start_ns, client_end_ns, service, method,"
+        " run_id, toUInt64(round(greatest(client_sampling_weight, 1))) AS weight,"
         " client_service, server_service"
         f" FROM {options.calls} WHERE {ROW_FILTER} AND client_start_ns != 0"
         f" AND client_end_ns != 0) WHERE {TIME_FILTER} AND {CALL_FILTER}"
     )
     low, high = MEDIAN_BAND
-    bound = {**parameters(filters), "low": low, "high": high, "tail": 1 - float(slowest)}
+    # Weighted (each client half counts as the calls it stands for under sampling); the
+    # weighted quantile takes the first value whose running weight reaches ceil(level x
+    # weight), ``quantilesExact`` the value of rank floor(level x n): nudged to agree.
+    levels = {"low": low, "high": high, "tail": 1 - float(slowest)}
+    bound = {**parameters(filters), **{k: v + _RANK_NUDGE for k, v in levels.items()}}
     found = store.query(
-        "SELECT quantilesExact({low:Float64}, {high:Float64}, {tail:Float64})(total_ns) AS t,"
+        "SELECT quantilesExactWeighted({low:Float64}, {high:Float64}, {tail:Float64})"
+        "(total_ns, weight) AS t,"
         f" count() AS n FROM ({client_totals})",
         bound,
         readonly=True,
@@ -287,7 +300,8 @@ def tail(
     sql = (
         "SELECT multiIf(total_value >= {t_tail:Int64}, 'slowest',"
         " total_value >= {t_low:Int64} AND total_value <= {t_high:Int64}, 'median', '')"
-        " AS band,\n    count() AS calls, {t_tail:Int64} / 1000 AS slowest_from_us,\n    "
+        f" AS band,\n    {weighted_count()} AS calls,"
+        " {t_tail:Int64} / 1000 AS slowest_from_us,\n    "
         + ",\n    ".join(means)
         + f"\nFROM ({rows})\n"
         "WHERE unattributed_defined AND band != ''\nGROUP BY band"

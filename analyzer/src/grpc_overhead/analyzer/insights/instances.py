@@ -31,7 +31,8 @@ from grpc_overhead.analyzer.calls import (
 )
 from grpc_overhead.analyzer.clock_offsets import query_parameters
 from grpc_overhead.analyzer.insights.rows import rows_for
-from grpc_overhead.analyzer.phases import PHASES, QUANTILE_FUNCTION, Phase
+from grpc_overhead.analyzer.phases import PHASES, QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT, Phase
+from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.store.base import Store
 
 INSTANCE = (
@@ -69,7 +70,8 @@ def phase(name: str) -> Phase:
 def quantiles_us(name: str, alias: str) -> list[str]:
     """p50 and p99 (µs) of a self-contained phase over the calls where it is defined."""
     found = phase(name)
-    state = f"{QUANTILE_FUNCTION}If(0.5, 0.99)(toFloat64({found.value}) / 1000, {found.defined})"
+    arguments = f"toFloat64({found.value}) / 1000, {QUANTILE_WEIGHT}, {found.defined}"
+    state = f"{QUANTILE_STATE_FUNCTION}If(0.5, 0.99)({arguments})"  # weighted: every call made
     return [f"{state}[1] AS p50_{alias}_us", f"{state}[2] AS p99_{alias}_us"]
 
 
@@ -125,16 +127,17 @@ def instance_load(
     sql = (
         "SELECT multiIf(grouping(dialled) = 0, 'overlap', grouping(bucket_ns) = 0, 'bucket',"
         " 'instance') AS level, bucket_ns, instance, server_group, dialled,"
-        " any(server_host) AS host, any(server_service) AS server_service, count() AS calls,\n    "
+        " any(server_host) AS host, any(server_service) AS server_service,"
+        f" {weighted_count()} AS calls,\n    "
         + ",\n    ".join(
             [
                 *quantiles_us("total", "total"),
                 *quantiles_us("server_duration", "server_duration"),
-                f"countIf({total.defined}) AS total_calls",
-                f"countIf({server.defined}) AS server_calls",
+                f"{weighted_count(total.defined)} AS total_calls",
+                f"{weighted_count(server.defined)} AS server_calls",
             ]
         )
-        + ",\n    countIf(client_error OR server_error) AS errors,"
+        + f",\n    {weighted_count('client_error OR server_error')} AS errors,"
         "\n    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns\n"
         "FROM "
         + grouping_source(

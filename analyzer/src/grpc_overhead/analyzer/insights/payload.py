@@ -36,8 +36,14 @@ from grpc_overhead.analyzer.insights.rows import (
     halves,
     rows_for,
 )
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, QUANTILE_FUNCTION, phases_read
+from grpc_overhead.analyzer.phases import (
+    CONSECUTIVE_PHASES,
+    QUANTILE_STATE_FUNCTION,
+    QUANTILE_WEIGHT,
+    phases_read,
+)
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.weighted_fit import line, moment_sums
 
 BYTES_PER_MB = 1_000_000
 REQUEST_BYTES = "request_uncompressed_bytes"
@@ -107,33 +113,43 @@ def by_algorithm(
     for name in FITTED_PHASES:
         x = f"toFloat64({BASIS_BYTES[SIZE_BASIS[name]]})"
         y, defined = f"toFloat64({name}_value)", f"{name}_defined"
+        # Weighted (``weight``: the calls each stands for under sampling): the fit is
+        # weighted least squares over its moments (``weighted_fit``).
         aggregates += [
-            ("countIf", "", defined, f"{name}_calls"),
-            ("simpleLinearRegressionIf", "", f"{x}, {y}, {defined}", f"{name}_fit"),
-            ("varPopIf", "", f"{x}, {defined}", f"{name}_var"),
-            ("corrIf", "", f"{x}, {y}, {defined}", f"{name}_corr"),
+            ("sumIf", "", f"weight, {defined}", f"{name}_calls"),
+            *(
+                ("sumIf", "", sums, f"{name}_{suffix}")
+                for suffix, sums in moment_sums(x, y, defined)
+            ),
             ("minIf", "", f"{x}, {defined}", f"{name}_min"),
             ("maxIf", "", f"{x}, {defined}", f"{name}_max"),
         ]
     compressed = ("request_compressed_bytes", "response_compressed_bytes")
+    sent = ((REQUEST_BYTES, "request"), (RESPONSE_BYTES, "response"))
     aggregates += [
-        ("count", "", "", "calls"),
-        ("avg", "", REQUEST_BYTES, "request_bytes_mean"),
-        ("avg", "", RESPONSE_BYTES, "response_bytes_mean"),
-        *(("sumIf", "", f"{column}, {column} > 0", f"{column}_sum") for column in compressed),
-        ("sumIf", "", f"{REQUEST_BYTES}, request_compressed_bytes > 0", "request_sent_sum"),
-        ("sumIf", "", f"{RESPONSE_BYTES}, response_compressed_bytes > 0", "response_sent_sum"),
+        ("sum", "", "weight", "calls"),
+        ("count", "", "", "stored_calls"),
+        ("avgWeighted", "", f"{REQUEST_BYTES}, weight", "request_bytes_mean"),
+        ("avgWeighted", "", f"{RESPONSE_BYTES}, weight", "response_bytes_mean"),
+        *(
+            ("sumIf", "", f"{column} * weight, {column} > 0", f"{column}_sum")
+            for column in compressed
+        ),
+        *(
+            ("sumIf", "", f"{size} * weight, {side}_compressed_bytes > 0", f"{side}_sent_sum")
+            for size, side in sent
+        ),
         (
-            f"{QUANTILE_FUNCTION}If",
+            f"{QUANTILE_STATE_FUNCTION}If",
             "(0.5, 0.99)",
-            "toFloat64(total_value) / 1000, total_defined",
+            f"toFloat64(total_value) / 1000, {QUANTILE_WEIGHT}, total_defined",
             "q",
         ),
         # (total_calls: one of the fitted phases' counts above)
-        ("avgIf", "", "total_value, total_defined", "total_mean_ns"),
-        ("countIf", "", "unattributed_defined", "calls_with_events"),
+        ("avgWeightedIf", "", "total_value, weight, total_defined", "total_mean_ns"),
+        ("sumIf", "", "weight, unattributed_defined", "calls_with_events"),
         *(
-            ("avgIf", "", f"{name}_value, unattributed_defined", f"{name}_ns")
+            ("avgWeightedIf", "", f"{name}_value, weight, unattributed_defined", f"{name}_ns")
             for name in STACKED_PHASES
         ),
     ]
@@ -141,10 +157,13 @@ def by_algorithm(
         f"{function}State{params}({arguments}) AS {name}_state"
         for function, params, arguments, name in aggregates
     )
+    # Counts in whole calls: the calls made, estimated under sampling.
+    counts = {"calls", "calls_with_events", *(f"{name}_calls" for name in FITTED_PHASES)}
     merged = [
-        f"{function}Merge{params}({name}_state) AS {name}"
+        (f"toUInt64(round({function}Merge{params}({name}_state)))" if name in counts
+         else f"{function}Merge{params}({name}_state)") + f" AS {name}"
         for function, params, _, name in aggregates
-    ]
+    ]  # fmt: skip
     merged += [
         "request_compressed_bytes_sum / request_sent_sum AS request_compressed_ratio",
         "response_compressed_bytes_sum / response_sent_sum AS response_compressed_ratio",
@@ -246,10 +265,9 @@ def _fits(frame: pd.DataFrame, *, with_scope: bool) -> pd.DataFrame:
         scope = (row["service"], row["method"], row["run_id"]) if with_scope else ()
         for name in FITTED_PHASES:
             calls = int(row[f"{name}_calls"])
-            fitted = calls > 1 and float(row[f"{name}_var"]) > 0
-            slope, intercept = _line(row[f"{name}_fit"]) if fitted else (math.nan, math.nan)
-            corr = float(row[f"{name}_corr"]) if fitted else math.nan
-            r2 = corr * corr if math.isfinite(corr) else math.nan
+            slope, intercept, _, corr = line(row, name)
+            fitted = calls > 1 and math.isfinite(slope)
+            r2 = corr * corr if fitted and math.isfinite(corr) else math.nan
             slope_us = slope * BYTES_PER_MB / 1000  # ns per byte -> µs per MB
             finding, said = verdict(slope_us, r2, calls)
             records.append(
@@ -413,14 +431,6 @@ def algorithms(frame: pd.DataFrame) -> pd.DataFrame:
                 )
             )
     return pd.DataFrame.from_records(records, columns=list(ALGORITHM_COLUMNS))
-
-
-def _line(fit: object) -> tuple[float, float]:
-    """``simpleLinearRegression``'s (k, b), which arrives as a named tuple (a dict) or a tuple."""
-    if isinstance(fit, dict):
-        return float(fit["k"]), float(fit["b"])
-    slope, intercept = fit  # type: ignore[misc]
-    return float(slope), float(intercept)
 
 
 def _ratio(value: object) -> float:
