@@ -17,6 +17,7 @@ from grpc_overhead.instrumentation import (
     Sampling,
     SpanPipeline,
 )
+from grpc_overhead.instrumentation.client_calls import dropped_by_instance
 from grpc_overhead.instrumentation.recorder import Recorder
 from grpc_overhead.instrumentation.records import CallRecord
 from grpc_overhead.instrumentation.tail_sampling import (
@@ -26,7 +27,9 @@ from grpc_overhead.instrumentation.tail_sampling import (
 )
 from grpc_overhead.instrumentation.vocabulary import (
     ABANDONED,
+    RESOURCE_INSTANCE_ID,
     SAMPLING_REASON,
+    SAMPLING_SERVER_INSTANCE,
     SAMPLING_WEIGHT,
 )
 from tests.instrumentation.known_mix import (
@@ -275,6 +278,9 @@ def test_a_call_the_server_keeps_as_slow_is_kept_by_the_client_too():
 
 @pytest.mark.e2e
 def test_a_call_slow_only_for_the_client_keeps_its_client_half_alone_with_the_residence():
+    server_instance = SpanPipeline(exporter=InMemorySpanExporter()).resource.attributes[
+        RESOURCE_INSTANCE_ID
+    ]
     _, clients, servers = _served(
         Sampling(0.0, True, tail=True, slow_ns=10**12),
         Sampling(0.0, True, tail=True, slow_ns=1),
@@ -285,3 +291,22 @@ def test_a_call_slow_only_for_the_client_keeps_its_client_half_alone_with_the_re
     for span in clients:
         assert span.attributes[SAMPLING_REASON] == "slow"
         assert span.attributes["grpc_overhead.server_residence_ns"] > 0
+        # ... and names the server instance that dropped its half (its trailer).
+        assert span.attributes[SAMPLING_SERVER_INSTANCE] == server_instance
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("trailer", "expected"),
+    [
+        ((("x-grpc-overhead-instance", "a1b2"),), "a1b2"),
+        ((("other", "x"), ("x-grpc-overhead-instance", "i-7")), "i-7"),
+        ((), None),
+        ((("x-grpc-overhead-instance", ""),), None),
+        ((("x-grpc-overhead-instance", "x" * 257),), None),  # longer than any id
+        ((("x-grpc-overhead-instance", "bad\nline"),), None),
+        ((("x-grpc-overhead-instance", b"bytes"),), None),
+    ],
+)
+def test_the_instance_a_server_names_in_its_trailer_is_taken_only_when_it_is_one(trailer, expected):
+    assert dropped_by_instance(trailer) == expected

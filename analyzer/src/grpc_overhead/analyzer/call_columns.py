@@ -162,6 +162,7 @@ _WEIGHT_VALUE = "toFloat64OrZero(SpanAttributes['grpc_overhead.sampling.weight']
 MAX_WEIGHT = 1e9
 _WEIGHT = f"if({_WEIGHT_VALUE} >= 1 AND {_WEIGHT_VALUE} <= {MAX_WEIGHT:.0f}, {_WEIGHT_VALUE}, 1.0)"
 _REASON = "SpanAttributes['grpc_overhead.sampling.reason']"
+_SERVER_INSTANCE_SAID = "SpanAttributes['grpc_overhead.sampling.server_instance']"
 
 _TIMES = "Array(Int64)"
 _EMPTY = "CAST([], 'Array(Int64)')"
@@ -212,7 +213,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_instance", LC, client=_INSTANCE, absent="''"),
     Column("server_service", LC, server="ServiceName", absent="''"),
     Column("server_host", LC, server=_HOST, absent="''"),
-    Column("server_instance", LC, server=_INSTANCE, absent="''"),
+    # A client half kept alone under tail-aware sampling names the server instance that
+    # dropped its half (its trailer): counted on that instance, not on a dialled address.
+    Column("server_instance", LC, client=_SERVER_INSTANCE_SAID, server=_INSTANCE, absent="''"),
     # What the client dialled, and where the server saw the call come from.
     Column(
         "server_address",

@@ -153,6 +153,7 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
         and "StatusMessage" in query  # A72 status codes (call_columns._A72_CODE)
         and "'compressed', '')) AS compression" in query  # call_columns._COMPRESSION
         and "a['message.type']" in query  # semconv's older spellings (span_sources.semconv)
+        and "sampling.server_instance" in query  # call_columns._SERVER_INSTANCE_SAID
         and all(f"AS {column.name}" in query for column in COLUMNS)
     )
 

@@ -28,6 +28,7 @@ from grpc_overhead.instrumentation.propagation import format_traceparent
 from grpc_overhead.instrumentation.recorder import Recorder, compression_name, new_span_id
 from grpc_overhead.instrumentation.records import STATUS_UNKNOWN, CallRecord
 from grpc_overhead.instrumentation.vocabulary import (
+    INSTANCE_TRAILER,
     KEPT_TRAILER,
     REQUEST_CREATED,
     REQUEST_START_HEADER,
@@ -206,12 +207,29 @@ def kept_weight_from(trailing_metadata: Any) -> float:
     return 0.0
 
 
+#: The longest server instance id taken from a trailer (a UUID is 36 characters).
+_MAX_INSTANCE_CHARS = 256
+
+
+def dropped_by_instance(trailing_metadata: Any) -> str | None:
+    """The server instance that dropped its half of the call (its ``INSTANCE_TRAILER``),
+    None when it did not say or said something that is no instance id."""
+    for key, value in trailing_metadata:
+        if key == INSTANCE_TRAILER:
+            if isinstance(value, str) and 0 < len(value) <= _MAX_INSTANCE_CHARS:
+                return value if value.isprintable() else None
+            return None
+    return None
+
+
 def finish_client_call(
     record: CallRecord, code: grpc.StatusCode | None, details: str | None, trailing_metadata: Any
 ) -> None:
     record.residence_ns = residence_from(trailing_metadata)
     if trailing_metadata and record.recorder.sampler.tail is not None:
         record.peer_weight = kept_weight_from(trailing_metadata)
+        if not record.peer_weight:
+            record.peer_instance = dropped_by_instance(trailing_metadata)
     if code is not None and code is not grpc.StatusCode.OK:
         record.fail(code.value[0], details)
     record.finish()

@@ -51,6 +51,7 @@ from grpc_overhead.instrumentation.vocabulary import (
     RPC_SYSTEM,
     RUN_ID,
     SAMPLING_REASON,
+    SAMPLING_SERVER_INSTANCE,
     SAMPLING_WEIGHT,
     SERVER_ADDRESS,
     SERVER_PORT,
@@ -201,7 +202,7 @@ _RESERVED = frozenset((RPC_SYSTEM, RPC_SERVICE, RPC_METHOD, RPC_GRPC_STATUS_CODE
                        COMPRESSION, SERVER_ADDRESS, SERVER_PORT, PEER_ADDRESS, PEER_PORT,
                        SERVER_RESIDENCE_NS, RUN_ID, DEADLINE_BUDGET_NS, CLIENT_CONNECT_NS,
                        CLIENT_DISPATCH_NS, SAMPLING_WEIGHT, SAMPLING_REASON,
-                       *ATTRIBUTE_KEYS))  # fmt: skip
+                       SAMPLING_SERVER_INSTANCE, *ATTRIBUTE_KEYS))  # fmt: skip
 _CACHE_LIMIT = 4096
 _heads: dict[tuple, bytes] = {}
 _events: dict[tuple, tuple[bytes, bytes]] = {}

@@ -22,6 +22,7 @@ from grpc_overhead.instrumentation.environment import (
 )
 from grpc_overhead.instrumentation.pipeline import SpanPipeline, default_pipeline
 from grpc_overhead.instrumentation.sampling import Sampler, Sampling
+from grpc_overhead.instrumentation.vocabulary import RESOURCE_INSTANCE_ID
 
 _COMPRESSION_NAMES = {
     grpc.Compression.NoCompression: None,
@@ -78,6 +79,7 @@ class Recorder:
         "compressibility",
         "compression",
         "folding",
+        "instance_id",
         "pipeline",
         "residence_trailer",
         "run_id",
@@ -104,6 +106,8 @@ class Recorder:
         # Every span of this process carries it, unless a call brings its own (a client's).
         self.run_id = os.environ.get(RUN_ID, "").strip() or None
         self.folding = _other_grpc_instrumentation() and coexistence.install()
+        # What a server that drops its half under tail-aware sampling names itself as.
+        self.instance_id = str(self.pipeline.resource.attributes.get(RESOURCE_INSTANCE_ID, ""))
 
     def keep_for_compressed_size(self) -> bool:
         """True for every Nth compressed message: its exact compressed size is measured

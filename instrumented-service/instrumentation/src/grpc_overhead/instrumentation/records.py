@@ -106,6 +106,7 @@ class CallRecord:
         "parent_sampled",
         "parent_span_id",
         "peer",
+        "peer_instance",
         "peer_weight",
         "predictions_made",
         "recorder",
@@ -178,6 +179,7 @@ class CallRecord:
         self.flagged = True
         self.parent_sampled: bool | None = None
         self.peer_weight = 0.0
+        self.peer_instance: str | None = None  # client: the server that dropped its half
         self.sampling_weight = 0.0
         self.sampling_reason: str | None = None
 

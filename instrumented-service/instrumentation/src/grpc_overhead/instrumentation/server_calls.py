@@ -41,6 +41,7 @@ from grpc_overhead.instrumentation.records import (
 from grpc_overhead.instrumentation.servicers import handler_returned
 from grpc_overhead.instrumentation.vocabulary import (
     CALL_SCHEDULED,
+    INSTANCE_TRAILER,
     INTERCEPTORS_ENTERED,
     INTERCEPTORS_RETURNED,
     KEPT_TRAILER,
@@ -171,7 +172,7 @@ def _set_residence_trailer(record: CallRecord, sent: int) -> None:
     # call kept as slow at the server and keeps its half too (tail_sampling.py).
     tail = record.recorder.sampler.tail
     kept = tail is not None and tail.decide(record, residence)
-    if context is None or not (record.recorder.residence_trailer or kept):
+    if context is None or not (record.recorder.residence_trailer or tail is not None):
         return
     try:
         read_trailers = getattr(context, "trailing_metadata", None)
@@ -183,6 +184,8 @@ def _set_residence_trailer(record: CallRecord, sent: int) -> None:
             trailer = ((RESIDENCE_TRAILER, str(residence)),)
         if kept:
             trailer += ((KEPT_TRAILER, repr(record.sampling_weight)),)
+        elif tail is not None and record.recorder.instance_id:
+            trailer += ((INSTANCE_TRAILER, record.recorder.instance_id),)
         context.set_trailing_metadata(tuple(existing) + trailer if existing else trailer)
     except Exception:
         _LOGGER.debug("could not set the residence trailer", exc_info=True)

@@ -43,6 +43,7 @@ from grpc_overhead.instrumentation.vocabulary import (
     RPC_SYSTEM,
     RUN_ID,
     SAMPLING_REASON,
+    SAMPLING_SERVER_INSTANCE,
     SAMPLING_WEIGHT,
     SERVER_ADDRESS,
     SERVER_PORT,
@@ -192,7 +193,10 @@ def sampling_attributes(record: CallRecord) -> dict[str, Any] | None:
     tail-aware sampling (every kept call) and head sampling below a ratio of 1."""
     weight = record.sampling_weight
     if weight:
-        return {SAMPLING_WEIGHT: weight, SAMPLING_REASON: record.sampling_reason or "head"}
+        kept = {SAMPLING_WEIGHT: weight, SAMPLING_REASON: record.sampling_reason or "head"}
+        if record.peer_instance:
+            kept[SAMPLING_SERVER_INSTANCE] = record.peer_instance
+        return kept
     weight = record.recorder.sampler.head_weight
     return {SAMPLING_WEIGHT: weight, SAMPLING_REASON: "head"} if weight else None
 

@@ -78,6 +78,10 @@ COMPRESSIBILITY_PREFIX = "grpc_overhead.compressibility."
 # a span without it stands for itself (weight 1).
 SAMPLING_WEIGHT = "grpc_overhead.sampling.weight"
 SAMPLING_REASON = "grpc_overhead.sampling.reason"
+# A client half kept alone (tail-aware sampling: slow as the client saw it) names the
+# server instance that dropped its own half, from that server's INSTANCE_TRAILER: the
+# call is counted on the instance that served it, not on the address the client dialled.
+SAMPLING_SERVER_INSTANCE = "grpc_overhead.sampling.server_instance"
 #: base: the trace id fell in the base probability (both halves agree on it); slow: over
 #: the method's threshold on this side; failed: a non-OK status (or an abandoned call);
 #: server: the server kept it as slow and said so in its trailer (client halves); parent:
@@ -101,8 +105,10 @@ REQUEST_START_HEADER = "x-request-start"
 RUN_ID_HEADER = "x-grpc-overhead-run-id"
 RESIDENCE_TRAILER = "x-server-residence-ns"
 # Tail-aware sampling (tail_sampling.py): the server kept this call (slow by its own
-# measure) and tells the client, whose half is kept too; the value is the reason.
+# measure) and tells the client, whose half is kept too; the value is its weight.
 KEPT_TRAILER = "x-grpc-overhead-kept"
+# ... or it dropped its half and names itself (its service.instance.id), for the client's.
+INSTANCE_TRAILER = "x-grpc-overhead-instance"
 
 RESOURCE_HOST_NAME = "host.name"
 RESOURCE_INSTANCE_ID = "service.instance.id"
