@@ -11,7 +11,9 @@ import grpc
 import pandas as pd
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters
+from grpc_overhead.analyzer import weighted
+from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.findings.source import Reader, Source, per_method
 from grpc_overhead.analyzer.insights import distributions, instances, payload
 from grpc_overhead.analyzer.insights.overview import overview
 from grpc_overhead.analyzer.store import open_store
@@ -156,3 +158,25 @@ def test_the_payload_instances_and_phases_pages_estimate_every_call(stored):
     assert tail.loc["total", "slowest_from_us"] / 1e6 == pytest.approx(p99, rel=0.05, abs=200e-6)
     # The slowest 1 % of 3,000 calls made: ~30 calls (within one call's weight of it).
     assert tail.loc["total", "slowest_calls"] == pytest.approx(0.01 * CALLS, abs=1 / RATE)
+
+
+def test_the_findings_read_every_call_made(stored):
+    """The findings' per-method source weighs each call: its count, its total's quantiles
+    and the slow calls (over the method's p95 of every call made: ~5 % of the calls made,
+    where unweighted the kept calls' p95 would mark only the handler's slowest)."""
+    store_dir, measured = stored
+    seconds = [value for _, value in measured.values()]
+    build = per_method(
+        [
+            f"{weighted.quantiles('0.5, 0.99', 'total_us')} AS q",
+            f"{weighted.count_if('slow')} AS slow_calls",
+        ]
+    )
+    with open_store(str(store_dir)) as store:
+        source = Source.run(store, CallFilters().at_rest(), None, CallsOptions())
+        [row] = Reader(store, source).query(build).to_dict("records")
+    assert row["calls"] == pytest.approx(CALLS, rel=0.05)
+    for estimate_us, quantile in zip(row["q"], (0.5, 0.99), strict=True):
+        truth = exact_quantile(seconds, quantile)
+        assert estimate_us / 1e6 == pytest.approx(truth, rel=0.05, abs=200e-6), quantile
+    assert 0.03 * CALLS <= row["slow_calls"] <= 0.08 * CALLS

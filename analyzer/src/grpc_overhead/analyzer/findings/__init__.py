@@ -17,7 +17,7 @@ CPU, from sampled messages). ``KIND_NAMES`` is the vocabulary, a contract.
 
 from __future__ import annotations
 
-from grpc_overhead.analyzer import compressibility
+from grpc_overhead.analyzer import compressibility, weighted
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.findings import clock as clock_kind
@@ -40,7 +40,9 @@ KIND_NAMES: tuple[str, ...] = (
 
 
 #: Calls whose halves ran on two hosts: only they need the clock kind's second query.
-CROSS_HOST = "countIf(client_host != server_host AND client_host != '' AND server_host != '')"
+CROSS_HOST = weighted.count_if(
+    "client_host != server_host AND client_host != '' AND server_host != ''"
+)
 
 
 def findings(

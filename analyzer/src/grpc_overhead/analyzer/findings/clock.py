@@ -15,6 +15,7 @@ act on. Confidence from the calls alone.
 
 from __future__ import annotations
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.findings.advice import ACTIONS, VERIFY
 from grpc_overhead.analyzer.findings.model import Checked, Finding, confidence, fmt_us
 from grpc_overhead.analyzer.findings.source import UNARY, Reader, Source
@@ -26,10 +27,11 @@ UNCERTAIN_SHARE = 0.5
 
 def query(relation: str) -> str:
     return (
-        "SELECT rpc_service, rpc_method, client_host, server_host, count() AS calls,\n"
-        "    quantileTDigest(0.5)(clock_uncertainty_us) AS uncertainty_p50,\n"
-        "    quantileTDigest(0.5)(request_network_us) AS request_p50,\n"
-        "    quantileTDigest(0.5)(response_network_us) AS response_p50\n"
+        "SELECT rpc_service, rpc_method, client_host, server_host,"
+        f" {weighted.count()} AS calls,\n"
+        f"    {weighted.quantile('0.5', 'clock_uncertainty_us')} AS uncertainty_p50,\n"
+        f"    {weighted.quantile('0.5', 'request_network_us')} AS request_p50,\n"
+        f"    {weighted.quantile('0.5', 'response_network_us')} AS response_p50\n"
         f"FROM {relation}\n"
         f"WHERE {UNARY} AND client_host != server_host AND client_host != ''"
         " AND server_host != '' AND clock_uncertainty_us IS NOT NULL"

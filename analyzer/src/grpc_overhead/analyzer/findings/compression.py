@@ -44,6 +44,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.findings import transfer, waits
 from grpc_overhead.analyzer.findings.advice import (
     ACTIONS,
@@ -106,11 +107,13 @@ def aggregates() -> list[str]:
         for aggregate in _fit_aggregates(kind, direction)
     ]
     _, _, size, _ = transfer.DIRECTIONS[PATHS["request"]]
+    among = f"{CALLS[COSTS]} AND {size} > 0 AND request_network_us IS NOT NULL"
     before_headers = (
-        f"quantileTDigestIf(0.5)(request_network_us / ({size} / 1e6), {CALLS[COSTS]}"
-        f" AND {size} > 0 AND request_network_us IS NOT NULL) AS {CORE_CPU_FLOOR}"
+        f"{weighted.quantile('0.5', f'request_network_us / ({size} / 1e6)', among)}"
+        f" AS {CORE_CPU_FLOOR}"
     )
-    return [*out, f"topKIf(1)(compression, {CALLS[COSTS]}) AS {COSTS}__algorithm", before_headers]
+    algorithm = f"topKWeightedIf(1)(compression, {weighted.WHOLE}, {CALLS[COSTS]})"
+    return [*out, f"{algorithm} AS {COSTS}__algorithm", before_headers]
 
 
 def _fit_aggregates(kind: str, direction: str) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, unix_ns
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.findings.model import SUBSET
@@ -53,6 +54,7 @@ _IDENTITY: tuple[tuple[str, str], ...] = (
             "start_time",
             "request_bytes",
             "response_bytes",
+            "weight",
         )
     ),
     ("call_shape", CALL_SHAPE),
@@ -158,7 +160,7 @@ _PER_CALL = (
     f"        toUInt8(least({TIME_BUCKETS - 1}, intDiv((at - first) * {TIME_BUCKETS},"
     " greatest(last - first, 1)))) AS bucket\n"
     f"    FROM (SELECT *, {SUBSET} AS subset, toUnixTimestamp64Nano(start_time) AS at,\n"
-    f"            quantileTDigest({SLOW_QUANTILE})(total_us) OVER method AS slow_from,\n"
+    f"            {weighted.quantile(str(SLOW_QUANTILE), 'total_us')} OVER method AS slow_from,\n"
     "            min(at) OVER method AS first, max(at) OVER method AS last\n"
     "        FROM {relation} WHERE " + UNARY + " AND total_us IS NOT NULL\n"
     "        WINDOW method AS (PARTITION BY rpc_service, rpc_method))"
@@ -172,7 +174,7 @@ def per_method(aggregates: list[str]) -> Query:
 
     def build(relation: str) -> str:
         return (
-            "SELECT rpc_service, rpc_method, count() AS calls,\n    "
+            f"SELECT rpc_service, rpc_method, {weighted.count()} AS calls,\n    "
             + ",\n    ".join(aggregates)
             + "\nFROM ("
             + _PER_CALL.replace("{relation}", relation)

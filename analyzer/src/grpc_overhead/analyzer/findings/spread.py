@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.findings.advice import ACTIONS, VERIFY
 from grpc_overhead.analyzer.findings.model import (
     HIGH,
@@ -76,10 +77,10 @@ OVER_REPRESENTED = 2.0
 
 def imbalance_query(relation: str) -> str:
     return (
-        "SELECT rpc_service, rpc_method, instance, count() AS calls,\n"
-        "    quantilesTDigest(0.5, 0.99)(total_us) AS total_q,\n"
-        f"    quantileTDigestResample(0.5, 0, {SUBSETS}, 1)(total_us, subset) AS p50_by_subset\n"
-        f"FROM (SELECT rpc_service, rpc_method, {INSTANCE} AS instance, total_us,"
+        f"SELECT rpc_service, rpc_method, instance, {weighted.count()} AS calls,\n"
+        f"    {weighted.quantiles('0.5, 0.99', 'total_us')} AS total_q,\n"
+        f"    {weighted.quantile_by_subset('0.5', 'total_us', SUBSETS)} AS p50_by_subset\n"
+        f"FROM (SELECT rpc_service, rpc_method, {INSTANCE} AS instance, total_us, weight,"
         f" {SUBSET} AS subset\n"
         f"    FROM {relation} WHERE total_us IS NOT NULL AND {INSTANCE} != '')\n"
         "GROUP BY rpc_service, rpc_method, instance\nORDER BY rpc_service, rpc_method, instance"
@@ -188,21 +189,23 @@ def tail_aggregates() -> list[str]:
     """Per method (``source.per_method``: ``slow`` and ``bucket`` per call): total's p50/p99,
     the slow calls' count and mean, per phase their mean and its p50 over all calls, and
     the calls per instance and per tenth of the time, slow and all. Columns ``tail__...``."""
-    slow_means = ", ".join(f"avgIf(coalesce({p}_us, 0), slow)" for p in TAIL_PHASES)
-    medians = ", ".join(f"quantileTDigest(0.5)(coalesce({p}_us, 0))" for p in TAIL_PHASES)
+    # Weighted: every call made, estimated under sampling (``weighted``).
+    slow_means = ", ".join(weighted.average_if(f"coalesce({p}_us, 0)", "slow") for p in TAIL_PHASES)
+    medians = ", ".join(weighted.quantile("0.5", f"coalesce({p}_us, 0)") for p in TAIL_PHASES)
     instance, bytes_ = f"[{INSTANCE}]", "toFloat64(request_bytes + response_bytes)"
+    calls = f"[{weighted.WHOLE}]"
     return [
-        "countIf(slow) AS tail__slow_calls",
-        "quantilesTDigest(0.5, 0.99)(total_us) AS tail__total_q",
-        "avgIf(total_us, slow) AS tail__slow_mean",
+        f"{weighted.count_if('slow')} AS tail__slow_calls",
+        f"{weighted.quantiles('0.5, 0.99', 'total_us')} AS tail__total_q",
+        f"{weighted.average_if('total_us', 'slow')} AS tail__slow_mean",
         f"[{slow_means}] AS tail__slow_means",
         f"[{medians}] AS tail__medians",
-        f"sumMapIf({instance}, [toUInt64(1)], slow) AS tail__slow_by_instance",
-        f"sumMap({instance}, [toUInt64(1)]) AS tail__by_instance",
-        "sumMapIf([bucket], [toUInt64(1)], slow) AS tail__slow_by_time",
-        "sumMap([bucket], [toUInt64(1)]) AS tail__by_time",
-        f"quantileTDigestIf(0.5)({bytes_}, slow) AS tail__slow_bytes_p50",
-        f"quantileTDigest(0.5)({bytes_}) AS tail__bytes_p50",
+        f"sumMapIf({instance}, {calls}, slow) AS tail__slow_by_instance",
+        f"sumMap({instance}, {calls}) AS tail__by_instance",
+        f"sumMapIf([bucket], {calls}, slow) AS tail__slow_by_time",
+        f"sumMap([bucket], {calls}) AS tail__by_time",
+        f"{weighted.quantile('0.5', bytes_, 'slow')} AS tail__slow_bytes_p50",
+        f"{weighted.quantile('0.5', bytes_)} AS tail__bytes_p50",
     ]
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.findings.advice import ACTIONS, VERIFY, upload_experiment
 from grpc_overhead.analyzer.findings.model import (
     LOW,
@@ -79,15 +80,14 @@ def aggregates(kind: str, *, among: str = "1", prefix: str = "") -> list[str]:
     p = prefix or f"{kind}__"
     known = f"({path}) IS NOT NULL AND {size} > 0 AND ({among})"
     mb, path_us = f"if({known}, {size} / 1e6, NULL)", f"if({known}, {path}, NULL)"
-    return [
-        f"count({path_us}) AS {p}calls",
-        f"simpleLinearRegression({mb}, {path_us}) AS {p}fit",
-        f"corr({mb}, {path_us}) AS {p}r",
-        f"quantilesTDigest(0.1, 0.5, 0.9, 0.99)({mb}) AS {p}mb_q",
-        f"quantilesTDigest(0.5, 0.99)({path_us}) AS {p}path_q",
-        f"quantilesTDigest(0.5, 0.99)(if({known}, total_us, NULL)) AS {p}total_q",
-        f"simpleLinearRegressionResample(0, {SUBSETS}, 1)({mb}, {path_us}, subset)"
-        f" AS {p}fit_by_subset",
+    return [  # weighted: every call made, estimated under sampling (``weighted``)
+        f"{weighted.count(path_us)} AS {p}calls",
+        f"{weighted.fit(mb, path_us)} AS {p}fit",
+        f"{weighted.correlation(mb, path_us)} AS {p}r",
+        f"{weighted.quantiles('0.1, 0.5, 0.9, 0.99', mb)} AS {p}mb_q",
+        f"{weighted.quantiles('0.5, 0.99', path_us)} AS {p}path_q",
+        f"{weighted.quantiles('0.5, 0.99', f'if({known}, total_us, NULL)')} AS {p}total_q",
+        f"{weighted.fit_by_subset(mb, path_us, SUBSETS)} AS {p}fit_by_subset",
     ]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.findings.advice import ACTIONS, VERIFY
 from grpc_overhead.analyzer.findings.model import (
     SUBSETS,
@@ -166,14 +167,14 @@ def aggregates(kind: PhaseKind) -> list[str]:
     p50 and p99 per subset. Columns ``{kind}__...``."""
     x, p = f"({kind.value})", f"{kind.kind}__"
     over = f"if({x} IS NULL, NULL, {{}})"
-    return [
-        f"count({x}) AS {p}calls",
-        f"quantilesTDigest(0.05, 0.5, 0.99)({x}) AS {p}value_q",
-        f"quantilesTDigest(0.5, 0.99)({over.format('total_us')}) AS {p}total_q",
-        f"quantileTDigest(0.5)({over.format('toFloat64(request_bytes + response_bytes)')})"
-        f" AS {p}bytes_p50",
-        f"quantileTDigestResample(0.5, 0, {SUBSETS}, 1)({x}, subset) AS {p}p50_by_subset",
-        f"quantileTDigestResample(0.99, 0, {SUBSETS}, 1)({x}, subset) AS {p}p99_by_subset",
+    size = over.format("toFloat64(request_bytes + response_bytes)")
+    return [  # weighted: every call made, estimated under sampling (``weighted``)
+        f"{weighted.count(x)} AS {p}calls",
+        f"{weighted.quantiles('0.05, 0.5, 0.99', x)} AS {p}value_q",
+        f"{weighted.quantiles('0.5, 0.99', over.format('total_us'))} AS {p}total_q",
+        f"{weighted.quantile('0.5', size)} AS {p}bytes_p50",
+        f"{weighted.quantile_by_subset('0.5', x, SUBSETS)} AS {p}p50_by_subset",
+        f"{weighted.quantile_by_subset('0.99', x, SUBSETS)} AS {p}p99_by_subset",
     ]
 
 

@@ -43,7 +43,7 @@ from grpc_overhead.analyzer.phases import (
     phases_read,
 )
 from grpc_overhead.analyzer.store.base import Store
-from grpc_overhead.analyzer.weighted_fit import line, moment_sums
+from grpc_overhead.analyzer.weighted import line, moment_sums
 
 BYTES_PER_MB = 1_000_000
 REQUEST_BYTES = "request_uncompressed_bytes"
@@ -114,7 +114,7 @@ def by_algorithm(
         x = f"toFloat64({BASIS_BYTES[SIZE_BASIS[name]]})"
         y, defined = f"toFloat64({name}_value)", f"{name}_defined"
         # Weighted (``weight``: the calls each stands for under sampling): the fit is
-        # weighted least squares over its moments (``weighted_fit``).
+        # weighted least squares over its moments (``weighted``).
         aggregates += [
             ("sumIf", "", f"weight, {defined}", f"{name}_calls"),
             *(
