@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.grafana.experiments import experiments
 from grpc_overhead.analyzer.grafana.findings import findings
 from grpc_overhead.analyzer.grafana.panels import (
@@ -21,7 +22,7 @@ from grpc_overhead.analyzer.grafana.panels import (
     timeseries,
 )
 from grpc_overhead.analyzer.grafana.source import calls_from
-from grpc_overhead.analyzer.phases import ALL_PHASES, CONSECUTIVE_PHASES, QUANTILE_FUNCTION
+from grpc_overhead.analyzer.phases import ALL_PHASES, CONSECUTIVE_PHASES
 
 #: Phases a table lists: all but the ``*_corrected`` aliases of the best estimates.
 TABLE_PHASES = tuple(name for name in ALL_PHASES if not name.endswith("_corrected"))
@@ -29,11 +30,14 @@ TABLE_PHASES = tuple(name for name in ALL_PHASES if not name.endswith("_correcte
 STACKED_PHASES = (*CONSECUTIVE_PHASES, "unattributed")
 _INTERVAL = "toStartOfInterval(start_time, INTERVAL $__interval_s second) AS time"
 _METHOD = "concat(rpc_service, '/', rpc_method) AS method"
+#: Calls weighted by what each stands for under sampling (``weighted``): the calls made.
+_CALLS = f"{weighted.count()} AS calls"
 
 
 def _quantile(level: float, expression: str) -> str:
-    """One quantile, computed exactly as the report computes it (same function, same digest)."""
-    return f"{QUANTILE_FUNCTION}({level})({expression})[1]"
+    """One quantile, computed exactly as the report computes it (same function, same digest,
+    each call weighted by the calls it stands for under sampling)."""
+    return f"{weighted.quantiles(str(level), expression)}[1]"
 
 
 def _filtered() -> str:
@@ -47,18 +51,18 @@ def _phase_tuples(statistic: str) -> str:
 
 def phases() -> dict[str, Any]:
     per_phase = _phase_tuples(
-        f"tuple('{{p}}', count({{p}}_us), {QUANTILE_FUNCTION}(0.5, 0.9, 0.99)({{p}}_us),"
-        " avg({p}_us))"
+        f"tuple('{{p}}', {weighted.count('{p}_us')},"
+        f" {weighted.quantiles('0.5, 0.9, 0.99', '{p}_us')}, avgWeighted({{p}}_us, weight))"
     )
     breakdown = (
         "SELECT service, method, calls, item.1 AS phase, item.2 AS phase_calls,\n"
         "  item.3[1] AS p50_us, item.3[2] AS p90_us, item.3[3] AS p99_us, item.4 AS mean_us\n"
         "FROM (\n"
-        "SELECT rpc_service AS service, rpc_method AS method, count() AS calls,\n"
+        f"SELECT rpc_service AS service, rpc_method AS method, {_CALLS},\n"
         f"  {per_phase} AS items\n{_filtered()}\nGROUP BY service, method\n)\n"
         "ARRAY JOIN items AS item\nORDER BY service, method"
     )
-    means = ", ".join(f"avg({name}_us) AS {name}" for name in STACKED_PHASES)
+    means = ", ".join(f"avgWeighted({name}_us, weight) AS {name}" for name in STACKED_PHASES)
     return dashboard(
         "grpc-overhead-phases",
         "gRPC phases per method",
@@ -67,7 +71,7 @@ def phases() -> dict[str, Any]:
         [
             table(
                 "Phase breakdown (p50 / p90 / p99 / mean, µs)",
-                "Per method and phase, as `grpc-overhead report` computes it (quantilesTDigest"
+                "Per method and phase, as `grpc-overhead report` computes it (weighted t-digest"
                 " over the calls that define the phase; phase_calls counts them).",
                 breakdown,
                 (0, 0, 24, 12),
@@ -104,16 +108,17 @@ def phases() -> dict[str, Any]:
 
 def tail() -> dict[str, Any]:
     per_phase = _phase_tuples(
-        f"tuple('{{p}}', {QUANTILE_FUNCTION}(0.5)({{p}}_us)[1], avgIf({{p}}_us, total_us >= p99))"
+        f"tuple('{{p}}', {_quantile(0.5, '{p}_us')},"
+        " avgWeightedIf({p}_us, weight, total_us >= p99))"
     )
     comparison = (
         "SELECT service, method, calls, tail_from_us, item.1 AS phase,\n"
         "  item.2 AS median_us, item.3 AS slowest_1pct_mean_us,\n"
         "  item.3 - item.2 AS extra_in_tail_us\n"
         "FROM (\n"
-        "SELECT rpc_service AS service, rpc_method AS method, count() AS calls,\n"
+        f"SELECT rpc_service AS service, rpc_method AS method, {_CALLS},\n"
         f"  any(p99) AS tail_from_us,\n  {per_phase} AS items\n"
-        f"FROM (\nSELECT *, ({QUANTILE_FUNCTION}(0.99)(total_us)"
+        f"FROM (\nSELECT *, ({weighted.quantiles('0.99', 'total_us')}"
         " OVER (PARTITION BY rpc_service, rpc_method))[1] AS p99\n"
         f"{_filtered()}\n)\nGROUP BY service, method\n)\n"
         "ARRAY JOIN items AS item\nORDER BY service, method"
@@ -171,11 +176,12 @@ _COMPRESSION = (
 
 def payload() -> dict[str, Any]:
     by_compression = (
-        f"SELECT {_METHOD}, {_COMPRESSION}, count() AS calls,\n"
-        "  avg(request_bytes) AS request_bytes, avg(response_bytes) AS response_bytes,\n"
-        "  avgIf(request_compressed_bytes, request_compressed_bytes > 0)"
+        f"SELECT {_METHOD}, {_COMPRESSION}, toUInt64(round(sum(weight))) AS calls,\n"
+        "  avgWeighted(request_bytes, weight) AS request_bytes,"
+        " avgWeighted(response_bytes, weight) AS response_bytes,\n"
+        "  avgWeightedIf(request_compressed_bytes, weight, request_compressed_bytes > 0)"
         " AS request_compressed_bytes,\n"
-        "  avgIf(response_compressed_bytes, response_compressed_bytes > 0)"
+        "  avgWeightedIf(response_compressed_bytes, weight, response_compressed_bytes > 0)"
         " AS response_compressed_bytes,\n"
         + ",\n".join(
             f"  {_quantile(0.5, name + '_us')} AS {name}_p50_us"
@@ -192,7 +198,7 @@ def payload() -> dict[str, Any]:
         + f"\n{_filtered()}\nGROUP BY method, compression_used ORDER BY method, compression_used"
     )
     by_size = (
-        "SELECT size_class, count() AS calls,\n"
+        "SELECT size_class, toUInt64(round(sum(weight))) AS calls,\n"
         + ",\n".join(
             f"  {_quantile(0.5, name + '_us')} AS {name}_p50_us"
             for name in ("client_serialize", "request_network", "request_deserialize", "total")
@@ -225,7 +231,8 @@ def payload() -> dict[str, Any]:
             timeseries(
                 "Mean message size",
                 "Uncompressed bytes per call.",
-                f"SELECT {_INTERVAL}, avg(request_bytes) AS request, avg(response_bytes)"
+                f"SELECT {_INTERVAL}, avgWeighted(request_bytes, weight) AS request,"
+                " avgWeighted(response_bytes, weight)"
                 f" AS response\n{_filtered()}\nGROUP BY time ORDER BY time",
                 (12, 10, 12, 10),
                 unit="bytes",
@@ -236,9 +243,9 @@ def payload() -> dict[str, Any]:
 
 def instances() -> dict[str, Any]:
     per_instance = (
-        "SELECT server_instance, any(server_host) AS server_host, count() AS calls,\n"
-        "  round(100 * count() / sum(count()) OVER (), 2) AS share_pct,\n"
-        "  countIf(error = 1) AS errors,\n"
+        f"SELECT server_instance, any(server_host) AS server_host, {_CALLS},\n"
+        "  round(100 * sum(weight) / sum(sum(weight)) OVER (), 2) AS share_pct,\n"
+        "  sumIf(weight, error = 1) AS errors,\n"
         + ",\n".join(
             f"  {_quantile(0.5, name + '_us')} AS {name}_p50_us,"
             f" {_quantile(0.99, name + '_us')} AS {name}_p99_us"
@@ -261,7 +268,7 @@ def instances() -> dict[str, Any]:
             timeseries(
                 "Calls per second per server instance",
                 "Load balance over time.",
-                f"SELECT {_INTERVAL}, server_instance, count() / $__interval_s AS calls\n"
+                f"SELECT {_INTERVAL}, server_instance, sum(weight) / $__interval_s AS calls\n"
                 f"{_filtered()}\nGROUP BY time, server_instance ORDER BY time",
                 (0, 9, 12, 9),
                 unit="reqps",
@@ -269,7 +276,7 @@ def instances() -> dict[str, Any]:
             table(
                 "Client instance -> server instance",
                 "Calls per pair: a client pinned to one server shows as one row.",
-                "SELECT client_instance, server_instance, count() AS calls,"
+                "SELECT client_instance, server_instance, toUInt64(round(sum(weight))) AS calls,"
                 f" {_quantile(0.5, 'total_us')} AS total_p50_us\n"
                 f"{_filtered()}\nGROUP BY client_instance, server_instance"
                 " ORDER BY client_instance, server_instance",
@@ -282,14 +289,16 @@ def instances() -> dict[str, Any]:
 
 def clock_offsets() -> dict[str, Any]:
     per_pair = (
-        "SELECT client_host, server_host, count() AS calls,\n"
-        "  avg(clock_offset_us) AS offset_us, min(clock_offset_us) AS offset_min_us,"
-        " max(clock_offset_us) AS offset_max_us, avg(clock_uncertainty_us) AS uncertainty_us,\n"
-        "  avg(request_network_raw_us) AS request_network_raw_mean_us,"
-        " avg(request_network_us) AS request_network_mean_us,\n"
-        "  avg(response_network_raw_us) AS response_network_raw_mean_us,"
-        " avg(response_network_us) AS response_network_mean_us,\n"
-        "  avg(request_network_us + response_network_us) AS both_directions_mean_us\n"
+        "SELECT client_host, server_host, toUInt64(round(sum(weight))) AS calls,\n"
+        "  avgWeighted(clock_offset_us, weight) AS offset_us,"
+        " min(clock_offset_us) AS offset_min_us, max(clock_offset_us) AS offset_max_us,"
+        " avgWeighted(clock_uncertainty_us, weight) AS uncertainty_us,\n"
+        "  avgWeighted(request_network_raw_us, weight) AS request_network_raw_mean_us,"
+        " avgWeighted(request_network_us, weight) AS request_network_mean_us,\n"
+        "  avgWeighted(response_network_raw_us, weight) AS response_network_raw_mean_us,"
+        " avgWeighted(response_network_us, weight) AS response_network_mean_us,\n"
+        "  avgWeighted(request_network_us + response_network_us, weight)"
+        " AS both_directions_mean_us\n"
         f"{_filtered()}\nGROUP BY client_host, server_host ORDER BY client_host, server_host"
     )
     return dashboard(
@@ -309,7 +318,7 @@ def clock_offsets() -> dict[str, Any]:
                 "Offset over time",
                 "Mean applied offset per interval and host pair.",
                 f"SELECT {_INTERVAL}, concat(client_host, ' -> ', server_host) AS pair,"
-                f" avg(clock_offset_us) AS offset\n{_filtered()}\n"
+                f" avgWeighted(clock_offset_us, weight) AS offset\n{_filtered()}\n"
                 "GROUP BY time, pair ORDER BY time",
                 (0, 8, 12, 9),
                 unit="µs",
@@ -317,7 +326,7 @@ def clock_offsets() -> dict[str, Any]:
             stat(
                 "Calls without an offset estimate",
                 "Cross-host calls whose one-way phases stay raw.",
-                f"SELECT countIf(clock_offset_us IS NULL) AS calls\n{_filtered()}",
+                f"SELECT sumIf(weight, clock_offset_us IS NULL) AS calls\n{_filtered()}",
                 (12, 8, 12, 9),
                 unit="none",
             ),
@@ -327,8 +336,9 @@ def clock_offsets() -> dict[str, Any]:
 
 def errors() -> dict[str, Any]:
     by_status = (
-        f"SELECT {_METHOD}, status_code, count() AS calls,\n"
-        "  round(100 * count() / sum(count()) OVER (PARTITION BY method), 2) AS share_pct,\n"
+        f"SELECT {_METHOD}, status_code, toUInt64(round(sum(weight))) AS calls,\n"
+        "  round(100 * sum(weight) / sum(sum(weight)) OVER (PARTITION BY method), 2)"
+        " AS share_pct,\n"
         f"  {_quantile(0.5, 'total_us')} AS total_p50_us\n"
         f"{_filtered()}\nGROUP BY method, status_code ORDER BY method, status_code"
     )
@@ -351,7 +361,7 @@ def errors() -> dict[str, Any]:
             timeseries(
                 "Error rate",
                 "Share of calls with an error status per interval.",
-                f"SELECT {_INTERVAL}, countIf(error = 1 OR status_code > 0) / count()"
+                f"SELECT {_INTERVAL}, sumIf(weight, error = 1 OR status_code > 0) / sum(weight)"
                 f" AS error_rate\n{_filtered()}\nGROUP BY time ORDER BY time",
                 (12, 0, 12, 9),
                 unit="percentunit",

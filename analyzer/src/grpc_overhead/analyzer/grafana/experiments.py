@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.grafana.panels import DATASOURCE, barchart, dashboard, table
 from grpc_overhead.analyzer.grafana.source import DATABASE, calls_from
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, QUANTILE_FUNCTION
+from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
 from grpc_overhead.analyzer.runs import RUNS_TABLE
 
 _STACKED = (*CONSECUTIVE_PHASES, "unattributed")
@@ -72,14 +73,15 @@ def experiments() -> dict[str, Any]:
         "ORDER BY started, cell"
     )
     per_run = (
-        "SELECT run_id, rpc_service AS service, rpc_method AS method, count() AS calls,\n"
-        f"  {QUANTILE_FUNCTION}(0.5)(total_us)[1] AS total_p50_us,\n"
-        f"  {QUANTILE_FUNCTION}(0.99)(total_us)[1] AS total_p99_us,\n  "
-        + ", ".join(f"avg({name}_us) AS {name}_mean_us" for name in _STACKED)
+        "SELECT run_id, rpc_service AS service, rpc_method AS method,"
+        f" {weighted.count()} AS calls,\n"
+        f"  {weighted.quantiles('0.5', 'total_us')}[1] AS total_p50_us,\n"
+        f"  {weighted.quantiles('0.99', 'total_us')}[1] AS total_p99_us,\n  "
+        + ", ".join(f"avgWeighted({name}_us, weight) AS {name}_mean_us" for name in _STACKED)
         + f"\n{calls_from()}\n{CALLS_WHERE}\n"
         "GROUP BY run_id, service, method ORDER BY run_id, service, method"
     )
-    means = ", ".join(f"avg({name}_us) AS {name}" for name in _STACKED)
+    means = ", ".join(f"avgWeighted({name}_us, weight) AS {name}" for name in _STACKED)
     model = dashboard(
         "grpc-overhead-experiments",
         "gRPC experiments",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.findings import waits
 from grpc_overhead.analyzer.grafana.panels import WHERE, dashboard, table
 from grpc_overhead.analyzer.grafana.source import calls_from
@@ -39,12 +40,12 @@ def waits_sql() -> str:
     values = ", ".join(f"toNullable(toFloat64({kind.value})) AS x{i}" for i, kind in kinds)
     aggregates = []
     for i, _ in kinds:
-        aggregates += [
-            f"count(x{i}) AS calls{i}",
-            f"quantilesTDigest(0.05, 0.5, 0.99)(x{i}) AS q{i}",
-            f"quantilesTDigest(0.5, 0.99)(if(x{i} IS NULL, NULL, total_us)) AS t{i}",
-            f"quantileTDigest(0.5)(if(x{i} IS NULL, NULL, toFloat64(request_bytes"
-            f" + response_bytes))) AS b{i}",
+        size = f"if(x{i} IS NULL, NULL, toFloat64(request_bytes + response_bytes))"
+        aggregates += [  # weighted: every call made, estimated under sampling
+            f"{weighted.count(f'x{i}')} AS calls{i}",
+            f"{weighted.quantiles('0.05, 0.5, 0.99', f'x{i}')} AS q{i}",
+            f"{weighted.quantiles('0.5, 0.99', f'if(x{i} IS NULL, NULL, total_us)')} AS t{i}",
+            f"{weighted.quantile('0.5', size)} AS b{i}",
         ]
     savings = []
     for i, kind in kinds:

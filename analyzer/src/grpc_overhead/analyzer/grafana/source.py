@@ -90,6 +90,8 @@ CALL_COLUMNS: tuple[str, ...] = (
     "response_uncompressed_bytes AS response_bytes",
     "request_compressed_bytes",
     "response_compressed_bytes",
+    # How many calls this one stands for under sampling: every panel's aggregate weighs it.
+    "weight",
     "if(clock_defined, clock_offset_ns / 1000, NULL) AS clock_offset_us",
     "if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us",
     *(f"if({name}_defined, {name}_value / 1000, NULL) AS {name}_us" for name in ALL_PHASES),
