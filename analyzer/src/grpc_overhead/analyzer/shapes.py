@@ -12,7 +12,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer.calls import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
-from grpc_overhead.analyzer.result_columns import ALL_PHASES, STREAM_PHASES
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, CALL_WEIGHT, STREAM_PHASES
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, STREAM_SHAPES, UNARY_ONLY
 
@@ -48,8 +48,8 @@ def method_shapes(
         f"WITH\n{merged_cte(options)}\n"
         "SELECT service, method,"
         " if(countIf(call_shape != '') = 0, '', topKIf(1)(call_shape, call_shape != '')[1])"
-        " AS shape, avg(request_messages) AS request_messages,"
-        " avg(response_messages) AS response_messages\n"
+        f" AS shape, avgWeighted(request_messages, {CALL_WEIGHT}) AS request_messages,"
+        f" avgWeighted(response_messages, {CALL_WEIGHT}) AS response_messages\n"
         f"FROM (SELECT *, {CALL_SHAPE} AS call_shape FROM merged WHERE {CALL_FILTER})\n"
         "GROUP BY service, method ORDER BY service, method"
     )

@@ -108,12 +108,9 @@ def aggregates() -> list[str]:
     ]
     _, _, size, _ = transfer.DIRECTIONS[PATHS["request"]]
     among = f"{CALLS[COSTS]} AND {size} > 0 AND request_network_us IS NOT NULL"
-    before_headers = (
-        f"{weighted.quantile('0.5', f'request_network_us / ({size} / 1e6)', among)}"
-        f" AS {CORE_CPU_FLOOR}"
-    )
+    floor = weighted.quantile("0.5", f"request_network_us / ({size} / 1e6)", among)
     algorithm = f"topKWeightedIf(1)(compression, {weighted.WHOLE}, {CALLS[COSTS]})"
-    return [*out, f"{algorithm} AS {COSTS}__algorithm", before_headers]
+    return [*out, f"{algorithm} AS {COSTS}__algorithm", f"{floor} AS {CORE_CPU_FLOOR}"]
 
 
 def _fit_aggregates(kind: str, direction: str) -> list[str]:

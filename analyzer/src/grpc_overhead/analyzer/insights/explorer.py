@@ -75,6 +75,7 @@ FOUND_COLUMNS = (
     *(f"{name}_us" for name in FOUND_PHASES),
     "request_bytes",
     "response_bytes",
+    "weight",  # the calls this stored one stands for under sampling (1 unless sampled)
 )
 
 
@@ -116,7 +117,7 @@ def find_calls(
         f" {CALL_STATUS} AS status_code,\n    "
         + ",\n    ".join(phases_us)
         + ",\n    request_uncompressed_bytes AS request_bytes,"
-        " response_uncompressed_bytes AS response_bytes\n"
+        " response_uncompressed_bytes AS response_bytes, weight\n"
         "FROM (\n    SELECT *, if(total_defined, total_value, NULL) AS total_ns\n"
         f"    FROM ({rows})\n"
         "    WHERE ({trace_id:String} = '' OR TraceId = {trace_id:String})\n"
