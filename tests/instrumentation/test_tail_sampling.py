@@ -32,7 +32,7 @@ from grpc_overhead.instrumentation.vocabulary import (
     SAMPLING_SERVER_INSTANCE,
     SAMPLING_WEIGHT,
 )
-from tests.instrumentation.known_mix import (
+from harness.known_mix import (
     exact_quantile,
     kinds,
     make_calls,

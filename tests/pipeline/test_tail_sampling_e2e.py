@@ -30,7 +30,7 @@ from harness.ground_truth.pipeline import report, through_collector
 from tests.dashboards import seeded
 from tests.dashboards.datasource import QueryContext
 from tests.dashboards.test_dashboards import panel, run
-from tests.instrumentation.known_mix import (
+from harness.known_mix import (
     exact_quantile,
     kinds,
     make_calls,

@@ -1,6 +1,7 @@
-"""A known mix of calls for tail-aware sampling's tests: a handler that is slow or fails
-when asked, the mix of asks, trace ids spread evenly over their range, and the calls
-made one by one under those ids, each timed by the caller."""
+"""A known mix of calls for tail-aware sampling's tests and its benchmark
+(``bench/sampling.py``): a handler that is slow or fails when asked, the mix of asks,
+trace ids spread evenly over their range, and the calls made one by one under those
+ids, each timed by the caller."""
 
 from __future__ import annotations
 
@@ -24,12 +25,13 @@ SLOW_S = 0.02
 
 
 class MixedHandler:
-    """Calls asked to be slow take ``SLOW_S``, those asked to fail fail (UNAVAILABLE)."""
+    """Calls asked to be slow take ``SLOW_S``, those asked to fail fail (UNAVAILABLE); the
+    ask opens the request (a payload may follow it), which is echoed."""
 
     def look(self, request: BytesValue, context) -> BytesValue:
-        if request.value == b"slow":
+        if request.value.startswith(b"slow"):
             time.sleep(SLOW_S)
-        elif request.value == b"fail":
+        elif request.value.startswith(b"fail"):
             context.abort(grpc.StatusCode.UNAVAILABLE, "asked to fail")
         return request
 
@@ -40,11 +42,11 @@ class MixedHandler:
         return grpc.method_handlers_generic_handler(SERVICE, {METHOD_NAME: method})
 
 
-def kinds(calls: int) -> list[str]:
+def kinds(calls: int, seed: int = 3) -> list[str]:
     """1.25 % slow (so that the p99 is a slow call, not the edge between the two groups),
     1 % failing, the rest fast; shuffled."""
     mix = ["slow" if i % 80 == 37 else "fail" if i % 100 == 73 else "ok" for i in range(calls)]
-    random.Random(3).shuffle(mix)
+    random.Random(seed).shuffle(mix)
     return mix
 
 
@@ -59,17 +61,19 @@ def spread_trace_ids(calls: int) -> list[int]:
 
 
 def make_calls(
-    look: Callable, mix: list[str], trace_ids: list[int]
+    look: Callable, mix: list[str], trace_ids: list[int], padding: bytes = b""
 ) -> dict[int, tuple[str, float]]:
     """Each call under its trace id (an unsampled parent: tail-aware sampling ignores
-    that flag); {trace id: (kind, seconds the caller measured)}."""
+    that flag), its ask followed by ``padding``; {trace id: (kind, seconds the caller
+    measured)}."""
     measured: dict[int, tuple[str, float]] = {}
+    requests = {kind: BytesValue(value=kind.encode() + padding) for kind in set(mix)}
     for kind, trace_id in zip(mix, trace_ids, strict=True):
         parent = trace.SpanContext(trace_id, 1, False, trace.TraceFlags(0))
         token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(parent)))
         started = time.perf_counter()
         try:
-            look(BytesValue(value=kind.encode()), timeout=10)
+            look(requests[kind], timeout=10)
         except grpc.RpcError as error:
             assert kind == "fail" and error.code() is grpc.StatusCode.UNAVAILABLE
         finally:
