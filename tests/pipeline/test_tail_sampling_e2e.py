@@ -27,9 +27,6 @@ from grpc_overhead.instrumentation import (
 )
 from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
 from harness.ground_truth.pipeline import report, through_collector
-from tests.dashboards import seeded
-from tests.dashboards.datasource import QueryContext
-from tests.dashboards.test_dashboards import panel, run
 from harness.known_mix import (
     exact_quantile,
     kinds,
@@ -37,6 +34,9 @@ from harness.known_mix import (
     mixed_pair,
     spread_trace_ids,
 )
+from tests.dashboards import seeded
+from tests.dashboards.datasource import QueryContext
+from tests.dashboards.test_dashboards import panel, run
 
 pytestmark = pytest.mark.e2e
 
