@@ -160,3 +160,26 @@ def test_a_client_that_dialled_one_instance_chose_it(store):
     together = _together(store, spans)
     assert together.empty
     assert instances.imbalance(instances.instance_load(store)) == pytest.approx(1.5)
+
+
+@pytest.mark.e2e
+def test_a_client_half_kept_alone_counts_on_the_instance_that_dropped_its_server_half(store):
+    """Tail-aware sampling keeps a call slow only for its client without the server half;
+    the server named itself in its trailer. Such halves of s-2 count on s-2, in s-2's
+    service: no `dialled:` pseudo-instance, no group of their own, no blank host."""
+    spans = []
+    for index in range(20):
+        spans += call(seed.BASE_NS + index * SECOND, "s-1")
+        if index % 3 == 0:
+            spans += call(seed.BASE_NS + index * SECOND + 100 * MS, "s-2")
+            client, _ = call(seed.BASE_NS + index * SECOND + 300 * MS, "s-2")
+            client.attributes["grpc_overhead.sampling.server_instance"] = "s-2"
+            spans.append(client)
+    together = _together(store, spans)
+    assert len(together) == 1
+    row = together.iloc[0]
+    assert row["server_service"] == "prediction-service" and row["instances"] == 2
+    assert row["calls"] == 19 + 14  # s-2's 7 calls with both halves and its 7 alone
+    summary = instances.summary(instances.instance_load(store)).set_index("instance")
+    assert sorted(summary.index) == ["s-1", "s-2"]
+    assert summary.loc["s-2", "calls"] == 14 and summary.loc["s-2", "host"] == "host-s-2"

@@ -152,3 +152,20 @@ def test_one_sided_calls_make_no_clock_pair(store):
         ("host-a", "host-a")
     }
     assert int(counts["calls"].sum()) == 2
+
+
+def test_a_client_half_whose_server_dropped_its_half_is_shown_at_once(store):
+    """Tail-aware sampling: a server that dropped its half names itself in its trailer, so
+    the client half kept alone has no peer to wait for; a client half that says nothing
+    still waits out the grace period."""
+    now = store_clock_ns(store)
+    alone, _ = synthetic_call(Truth(start=now - 50 * MS))
+    alone.attributes["grpc_overhead.sampling.server_instance"] = "s-9"
+    waiting, _ = synthetic_call(Truth(start=now - 45 * MS))
+    insert_spans(store, [alone, waiting])
+    arrived = store_clock_ns(store)
+    at_arrival = to_json(build_report(store, CallFilters(as_of_ns=arrived)))
+    assert at_arrival["calls"] == 1 and at_arrival["sides"]["client_only"] == 1
+    assert _count(store, "SELECT count() AS n FROM grpc_call_phases") == 1
+    later = to_json(build_report(store, CallFilters(as_of_ns=arrived + HOLD_BACK_NS + 1)))
+    assert later["calls"] == 2 and later["sides"]["client_only"] == 2

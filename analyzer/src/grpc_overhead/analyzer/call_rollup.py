@@ -43,8 +43,9 @@ from grpc_overhead.analyzer.store.base import Store, table_exists
 #: 1: phase and offset rollups (no version table); 2: + grpc_settled_calls; 3: A72 status
 #: codes and attempts that reached no server never a call of their own (1970's minute);
 #: 4: phase_bounds (request_network only for our clients, request_receive, no network
-#: phase negative on a shared clock); 5: the halves' sampling weights and reasons.
-ROLLUP_VERSION = 5
+#: phase negative on a shared clock); 5: the halves' sampling weights and reasons; 6: an
+#: offset window's calls weighted (the calls made, under sampling).
+ROLLUP_VERSION = 6
 VERSION_TABLE = "grpc_rollup_version"
 SETTLED_CALLS_TABLE = "grpc_settled_calls"
 

@@ -65,6 +65,7 @@ from grpc_overhead.analyzer.calls import (
 from grpc_overhead.analyzer.dispatch import DISPATCH_CANDIDATE_COLUMNS
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.phase_bounds import SERVER_REQUEST_SEEN
+from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
 from grpc_overhead.analyzer.store.base import Store
 
 DOMAIN_HOST = "host"
@@ -144,6 +145,7 @@ OFFSET_CTES = f"""\
 samples AS (
     SELECT
         client_domain, server_domain, window_start_ns, same_domain, pair_key, window_key,
+        {CALL_WEIGHT} AS call_weight,
         {_USE_EVENTS} AS use_events,
         if(use_events, client_outbound_message_sent_ns, client_start_ns) AS t1,
         if(use_events, {SERVER_REQUEST_SEEN}, server_start_ns) AS t2,
@@ -163,7 +165,7 @@ windows AS (
         window_key,
         argMin(offset_ns, round_trip_ns) AS window_offset_ns,
         min(round_trip_ns) / 2 AS window_uncertainty_ns,
-        count() AS window_calls
+        toUInt64(round(sum(call_weight))) AS window_calls
     FROM samples
     GROUP BY window_key
 )"""

@@ -234,10 +234,12 @@ def _settled_half(side: str) -> str:
 #: spans' times: imported, replayed and clock-skewed spans are judged by when they landed
 #: (span times only tell history apart: ``HISTORY_NS``). Rows stored before those columns
 #: existed read 0: long arrived. With one ``as_of_ns`` every query of a page sees the same
-#: calls, so its counts agree.
+#: calls, so its counts agree. A client half whose server said it dropped its own half
+#: (tail-aware sampling: the server's instance arrived with the client half, the only way
+#: ``server_instance`` is set without a server half) waits for nothing: shown at once.
 SHOWN_FILTER = (
     f"(({_CLIENT_SEEN} AND {_SERVER_SEEN})"
-    f" OR ({_CLIENT_SEEN} AND {_settled_half('client')})"
+    f" OR ({_CLIENT_SEEN} AND ({_settled_half('client')} OR server_instance != ''))"
     f" OR ({_SERVER_SEEN} AND {_settled_half('server')}))"
 )
 

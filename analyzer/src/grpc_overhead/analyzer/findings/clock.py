@@ -28,7 +28,7 @@ UNCERTAIN_SHARE = 0.5
 def query(relation: str) -> str:
     return (
         "SELECT rpc_service, rpc_method, client_host, server_host,"
-        f" {weighted.count()} AS calls,\n"
+        f" {weighted.count()} AS calls, count() AS stored_calls,\n"
         f"    {weighted.quantile('0.5', 'clock_uncertainty_us')} AS uncertainty_p50,\n"
         f"    {weighted.quantile('0.5', 'request_network_us')} AS request_p50,\n"
         f"    {weighted.quantile('0.5', 'response_network_us')} AS response_p50\n"
@@ -73,7 +73,7 @@ def find(reader: Reader, source: Source) -> tuple[list[Finding], list[Checked]]:
                 saving_p99_us=0.0,
                 saving_basis="none: the clocks' offset is a limit of the measurement, not time "
                 "the calls spend",
-                confidence=confidence(int(row.calls), None),
+                confidence=confidence(int(row.stored_calls), None),
                 action=ACTIONS[KIND],
                 verify=VERIFY[KIND],
                 **reader.shown(query, row.rpc_service, row.rpc_method),

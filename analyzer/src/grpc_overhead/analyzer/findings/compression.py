@@ -287,7 +287,7 @@ def _one(
     if fitted:
         subsets = [_priced(kind, _slope(fit), sample, floor)[1] * p50 for fit in row.fit_by_subset]
         spread = Spread(saving[0], [max(0.0, value) for value in subsets])
-        level = confidence(calls, spread)
+        level = confidence(int(row.stored_calls), spread)
     # The samples' spread: the saving at the least favourable ratio sampled.
     worst = replace(sample, ratio=sample.ratio_max if kind == HELP else sample.ratio_min)
     worst_saving = _priced(kind, slope, worst, floor)[1] * p50

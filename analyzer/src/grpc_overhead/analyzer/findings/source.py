@@ -168,13 +168,15 @@ _PER_CALL = (
 
 
 def per_method(aggregates: list[str]) -> Query:
-    """One row per method of unary calls with a total: ``calls`` and ``aggregates``, over
+    """One row per method of unary calls with a total: ``calls`` (weighted: the calls made,
+    under sampling), ``stored_calls`` (the evidence a confidence rests on) and ``aggregates``, over
     per-call rows that also carry ``subset``, ``slow`` and ``bucket``. The kinds' queries
     all have this shape, so the engine runs them as one (``findings``)."""
 
     def build(relation: str) -> str:
         return (
-            f"SELECT rpc_service, rpc_method, {weighted.count()} AS calls,\n    "
+            f"SELECT rpc_service, rpc_method, {weighted.count()} AS calls,"
+            " count() AS stored_calls,\n    "
             + ",\n    ".join(aggregates)
             + "\nFROM ("
             + _PER_CALL.replace("{relation}", relation)

@@ -77,7 +77,8 @@ OVER_REPRESENTED = 2.0
 
 def imbalance_query(relation: str) -> str:
     return (
-        f"SELECT rpc_service, rpc_method, instance, {weighted.count()} AS calls,\n"
+        f"SELECT rpc_service, rpc_method, instance, {weighted.count()} AS calls,"
+        " count() AS stored_calls,\n"
         f"    {weighted.quantiles('0.5, 0.99', 'total_us')} AS total_q,\n"
         f"    {weighted.quantile_by_subset('0.5', 'total_us', SUBSETS)} AS p50_by_subset\n"
         f"FROM (SELECT rpc_service, rpc_method, {INSTANCE} AS instance, total_us, weight,"
@@ -173,7 +174,9 @@ def find_imbalance(reader: Reader) -> tuple[list[Finding], list[Checked]]:
                     f"{len(group)} instances' share and p50/p99, read at 1/{len(group)}); "
                     f"{hot_row.instance} takes {share:.0%}"
                 ),
-                confidence=confidence(int(calls.sum()), Spread(saving[0], by_subset)),
+                confidence=confidence(
+                    int(group["stored_calls"].sum()), Spread(saving[0], by_subset)
+                ),
                 action=ACTIONS["load_imbalance"],
                 verify=VERIFY["load_imbalance"],
                 **reader.shown(imbalance_query, service, method),
@@ -196,6 +199,7 @@ def tail_aggregates() -> list[str]:
     calls = f"[{weighted.WHOLE}]"
     return [
         f"{weighted.count_if('slow')} AS tail__slow_calls",
+        "countIf(slow) AS tail__slow_stored",  # the evidence: what confidence counts
         f"{weighted.quantiles('0.5, 0.99', 'total_us')} AS tail__total_q",
         f"{weighted.average_if('total_us', 'slow')} AS tail__slow_mean",
         f"[{slow_means}] AS tail__slow_means",
@@ -231,7 +235,8 @@ def find_tail(reader: Reader, rows: pd.DataFrame) -> tuple[list[Finding], list[C
         if p99 < TAIL_RATIO * p50 or p99 - p50 < MIN_TAIL_US or part < TAIL_PART or not slow_calls:
             continue
         correlates, instance = _correlates(row)
-        level = next((lvl for lvl, least in SLOW_CALLS if slow_calls >= least), LOW)
+        stored = int(row.slow_stored)
+        level = next((lvl for lvl, least in SLOW_CALLS if stored >= least), LOW)
         evidence: dict[str, Any] = {
             "total_p50_us": p50,
             "total_p99_us": p99,

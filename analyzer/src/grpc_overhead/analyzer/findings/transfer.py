@@ -82,6 +82,7 @@ def aggregates(kind: str, *, among: str = "1", prefix: str = "") -> list[str]:
     mb, path_us = f"if({known}, {size} / 1e6, NULL)", f"if({known}, {path}, NULL)"
     return [  # weighted: every call made, estimated under sampling (``weighted``)
         f"{weighted.count(path_us)} AS {p}calls",
+        f"count({path_us}) AS {p}stored_calls",  # the evidence: what confidence counts
         f"{weighted.fit(mb, path_us)} AS {p}fit",
         f"{weighted.correlation(mb, path_us)} AS {p}r",
         f"{weighted.quantiles('0.1, 0.5, 0.9, 0.99', mb)} AS {p}mb_q",
@@ -137,7 +138,7 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
         if fitted:
             slopes = [_fit(fit)[0] for fit in row.fit_by_subset]
             spread = Spread(saving[0], [max(0.0, s - REFERENCE_US_PER_MB) * p50 for s in slopes])
-        level = confidence(int(row.calls), spread) if fitted else LOW
+        level = confidence(int(row.stored_calls), spread) if fitted else LOW
         evidence: dict[str, Any] = {
             "us_per_mb": rate,
             "mb_per_s": 1e6 / rate if rate else None,

@@ -170,6 +170,7 @@ def aggregates(kind: PhaseKind) -> list[str]:
     size = over.format("toFloat64(request_bytes + response_bytes)")
     return [  # weighted: every call made, estimated under sampling (``weighted``)
         f"{weighted.count(x)} AS {p}calls",
+        f"count({x}) AS {p}stored_calls",  # the evidence: what confidence counts
         f"{weighted.quantiles('0.05, 0.5, 0.99', x)} AS {p}value_q",
         f"{weighted.quantiles('0.5, 0.99', over.format('total_us'))} AS {p}total_q",
         f"{weighted.quantile('0.5', size)} AS {p}bytes_p50",
@@ -269,7 +270,7 @@ def find(
                     # A p99 rests on the slowest 1 % of the calls: a tail-only finding
                     # needs TAIL_ONLY_CALLS times the calls for the same confidence.
                     confidence=confidence(
-                        int(row.calls) // (1 if at_p50 else TAIL_ONLY_CALLS), spread
+                        int(row.stored_calls) // (1 if at_p50 else TAIL_ONLY_CALLS), spread
                     ),
                     action=ACTIONS[kind.kind],
                     verify=VERIFY[kind.kind],

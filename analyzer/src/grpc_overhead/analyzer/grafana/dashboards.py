@@ -245,7 +245,7 @@ def instances() -> dict[str, Any]:
     per_instance = (
         f"SELECT server_instance, any(server_host) AS server_host, {_CALLS},\n"
         "  round(100 * sum(weight) / sum(sum(weight)) OVER (), 2) AS share_pct,\n"
-        "  sumIf(weight, error = 1) AS errors,\n"
+        "  toUInt64(round(sumIf(weight, error = 1))) AS errors,\n"
         + ",\n".join(
             f"  {_quantile(0.5, name + '_us')} AS {name}_p50_us,"
             f" {_quantile(0.99, name + '_us')} AS {name}_p99_us"
@@ -326,7 +326,7 @@ def clock_offsets() -> dict[str, Any]:
             stat(
                 "Calls without an offset estimate",
                 "Cross-host calls whose one-way phases stay raw.",
-                f"SELECT sumIf(weight, clock_offset_us IS NULL) AS calls\n{_filtered()}",
+                f"SELECT {weighted.count_if('clock_offset_us IS NULL')} AS calls\n{_filtered()}",
                 (12, 8, 12, 9),
                 unit="none",
             ),

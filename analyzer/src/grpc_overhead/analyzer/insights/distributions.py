@@ -245,7 +245,7 @@ def tail(
     calls and over the calls around the median, and where the extra time goes.
 
     Thresholds are quantiles of ``total`` over every call with a client span
-    (exact, ``quantilesExact``: the element at rank ``floor(level * n)``);
+    (exact, weighted by the calls each stands for: the element at rank ``floor(level * n)``);
     the means are over the calls that record every event (so the phases add
     up to total): *slowest* = ``total`` >= the ``1 - slowest`` quantile (p99
     by default), *median* = ``total`` within p45..p55. ``extra_us`` = slowest - median,

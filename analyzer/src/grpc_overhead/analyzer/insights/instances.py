@@ -53,7 +53,12 @@ TARGET_BUCKETS = 60
 _PHASES = {phase.name: phase for phase in PHASES}
 
 #: Instances of one service: the server's OpenTelemetry service name, else the gRPC service.
-SERVER_GROUP = "if(server_service != '', server_service, service)"
+#: A client half kept alone under tail-aware sampling names its server instance but not
+#: the server's service: '' (``concurrent`` gives it its instance's group).
+SERVER_GROUP = (
+    "multiIf(server_service != '', server_service,"
+    " server_start_ns = 0 AND server_instance != '', '', service)"
+)
 #: Time buckets two instances of a group must share before their spread means anything:
 #: one instance taking over from another shares the bucket of the hand-over, no more.
 MIN_SHARED_BUCKETS = 3
@@ -127,7 +132,8 @@ def instance_load(
     sql = (
         "SELECT multiIf(grouping(dialled) = 0, 'overlap', grouping(bucket_ns) = 0, 'bucket',"
         " 'instance') AS level, bucket_ns, instance, server_group, dialled,"
-        " any(server_host) AS host, any(server_service) AS server_service,"
+        " anyIf(server_host, server_host != '') AS host,"
+        " anyIf(server_service, server_service != '') AS server_service,"
         f" {weighted_count()} AS calls,\n    "
         + ",\n    ".join(
             [
@@ -217,7 +223,14 @@ def concurrent(load: pd.DataFrame) -> pd.DataFrame:
     ``imbalance`` is the busiest instance's calls against the mean per instance
     within the shared buckets (1 = even).
     """
-    rows = load[load["level"] == "overlap"]
+    rows = load[load["level"] == "overlap"].copy()
+    # A client half kept alone under sampling has no group of its own (''): it takes its
+    # instance's, so its calls are not split off (an instance with only such halves
+    # keeps '').
+    known = rows[rows["server_group"] != ""].drop_duplicates("instance")
+    own = known.set_index("instance")["server_group"]
+    alone = rows["server_group"] == ""
+    rows.loc[alone, "server_group"] = rows.loc[alone, "instance"].map(own).fillna("")
     step_s = int(load["bucket_s"].iloc[0]) if len(load) else 0
     records = []
     for (group, dialled), part in rows.groupby(["server_group", "dialled"], sort=True):

@@ -117,6 +117,7 @@ def by_algorithm(
         # weighted least squares over its moments (``weighted``).
         aggregates += [
             ("sumIf", "", f"weight, {defined}", f"{name}_calls"),
+            ("countIf", "", defined, f"{name}_stored"),  # the evidence a fit rests on
             *(
                 ("sumIf", "", sums, f"{name}_{suffix}")
                 for suffix, sums in moment_sums(x, y, defined)
@@ -264,12 +265,16 @@ def _fits(frame: pd.DataFrame, *, with_scope: bool) -> pd.DataFrame:
     for row in frame.to_dict("records"):
         scope = (row["service"], row["method"], row["run_id"]) if with_scope else ()
         for name in FITTED_PHASES:
-            calls = int(row[f"{name}_calls"])
+            calls, stored = int(row[f"{name}_calls"]), int(row[f"{name}_stored"])
             slope, intercept, _, corr = line(row, name)
-            fitted = calls > 1 and math.isfinite(slope)
+            # Two sizes at least (min < max: no rounding of the moments makes one size a line).
+            spread = stored > 1 and float(row[f"{name}_min"]) < float(row[f"{name}_max"])
+            fitted = spread and math.isfinite(slope)
+            if not fitted:
+                slope = intercept = corr = math.nan
             r2 = corr * corr if fitted and math.isfinite(corr) else math.nan
             slope_us = slope * BYTES_PER_MB / 1000  # ns per byte -> µs per MB
-            finding, said = verdict(slope_us, r2, calls)
+            finding, said = verdict(slope_us, r2, stored)
             records.append(
                 (
                     *scope,

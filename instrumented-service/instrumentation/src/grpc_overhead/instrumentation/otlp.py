@@ -284,7 +284,12 @@ def _encode_fast(record: CallRecord) -> bytes:
         parts.append(_int_attribute(_DISPATCH_KEY, dispatch))
     sampling = sampling_attributes(record)
     if sampling:
+        # A server instance's id comes and goes with deploys: never in the pair cache.
+        instance = sampling.pop(SAMPLING_SERVER_INSTANCE, None)
         parts.append(_attributes(b"\x4a", sampling))
+        if instance is not None:
+            key_value = _key_value(SAMPLING_SERVER_INSTANCE, instance)
+            parts.append(_length_delimited(b"\x4a", key_value))
     if record.compress_sample is not None:
         sample = sample_attributes(record)
         if sample:

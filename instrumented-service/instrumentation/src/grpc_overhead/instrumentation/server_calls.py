@@ -172,7 +172,7 @@ def _set_residence_trailer(record: CallRecord, sent: int) -> None:
     # call kept as slow at the server and keeps its half too (tail_sampling.py).
     tail = record.recorder.sampler.tail
     kept = tail is not None and tail.decide(record, residence)
-    if context is None or not (record.recorder.residence_trailer or tail is not None):
+    if context is None or not (record.recorder.residence_trailer or kept):
         return
     try:
         read_trailers = getattr(context, "trailing_metadata", None)
@@ -184,7 +184,9 @@ def _set_residence_trailer(record: CallRecord, sent: int) -> None:
             trailer = ((RESIDENCE_TRAILER, str(residence)),)
         if kept:
             trailer += ((KEPT_TRAILER, repr(record.sampling_weight)),)
-        elif tail is not None and record.recorder.instance_id:
+        elif tail is not None and trailer and record.recorder.instance_id:
+            # Dropped here: name this instance for the client's half, should it keep it
+            # (off with the residence trailer: GRPC_OVERHEAD_RESIDENCE_TRAILER=false).
             trailer += ((INSTANCE_TRAILER, record.recorder.instance_id),)
         context.set_trailing_metadata(tuple(existing) + trailer if existing else trailer)
     except Exception:
