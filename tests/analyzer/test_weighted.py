@@ -106,6 +106,21 @@ def test_a_line_needs_a_spread_of_x(store):
     assert not all(math.isfinite(float(v)) for v in _items(row["fit"]))
 
 
+def test_a_line_over_no_call_is_nan_not_null(store):
+    """Every x NULL, and a subset with no row (subset 2 of 3 here): NaN, as the engine's
+    regression answers, never NULL (which a caller's float() cannot read)."""
+    nothing = _rows([(None, 1.0, 1.0), (None, 2.0, 5.0), (1.0, None, 1.0)])
+    row = _one(store, f"SELECT {weighted.fit('x', 'y')} AS fit,"
+                      f" {weighted.correlation('x', 'y')} AS r FROM {nothing}")  # fmt: skip
+    assert all(math.isnan(float(v)) for v in _items(row["fit"]))
+    assert row["r"] is None or math.isnan(float(row["r"]))
+    two_subsets = _rows([(1.0, 2.0, 1.0), (2.0, 4.0, 1.0), (None, 1.0, 1.0)] * 2)
+    row = _one(store, f"SELECT {weighted.fit_by_subset('x', 'y', 3)} AS fits FROM {two_subsets}")
+    slopes = [float(_items(fit)[0]) for fit in row["fits"]]
+    assert len(slopes) == 3 and sum(math.isnan(slope) for slope in slopes) >= 1
+    assert all(math.isnan(slope) or slope == pytest.approx(2.0) for slope in slopes)
+
+
 def test_line_from_moments_is_the_weighted_least_squares_line():
     rng = random.Random(8)
     pairs = _pairs(rng, 200)

@@ -105,11 +105,13 @@ def quantile_by_subset(level: str, value: str, subsets: int) -> str:
 
 
 def _sums(x: str, y: str, sum_function: str) -> dict[str, str]:
-    """The weighted moments over the rows where neither x nor y is NULL."""
-    both = f"if(({x}) IS NULL OR ({y}) IS NULL, NULL, weight)"
+    """The weighted moments over the rows where neither x nor y is NULL. Never NULL
+    themselves (a sum over no value is 0, so a line over no call is NaN, as the engine's
+    own regression says, not NULL): a row without x or y weighs 0."""
+    both = f"if(({x}) IS NULL OR ({y}) IS NULL, 0., weight)"
     sums = {}
-    for suffix, summed in MOMENTS:  # each starts with "weight": NULL unless x and y are set
-        rest = summed.removeprefix("weight").format(x=f"({x})", y=f"({y})")
+    for suffix, summed in MOMENTS:  # each starts with "weight": 0 unless x and y are set
+        rest = summed.removeprefix("weight").format(x=f"ifNull({x}, 0.)", y=f"ifNull({y}, 0.)")
         sums[suffix] = f"{sum_function}({both}{rest})"
     return sums
 
