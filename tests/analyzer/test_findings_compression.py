@@ -249,6 +249,5 @@ def test_the_shown_query_reproduces_the_finding_from_the_view(
         assert int(row[prefix + "calls"]) == found.calls
         assert int(row["samples"]) == found.evidence["samples"]
         assert float(row["ratio_p50"]) == pytest.approx(found.evidence["ratio_p50"])
-        fit = row[prefix + "fit"]
-        slope = float(next(iter(fit.values())) if isinstance(fit, dict) else fit[0])
+        slope = float(row[prefix + "us_per_mb"])
         assert slope == pytest.approx(found.evidence["fitted_us_per_mb"], rel=0.01)

@@ -53,6 +53,10 @@ class FindingsResult:
     others: list[dict[str, Any]]  # every finding, summarised, in rank order
     seconds: float = 0.0
     error: str = ""  # the scenario failed to run (a traceback's last line)
+    #: Why the analyzer found no injected kind (its ``checked`` reasons), for the failure's text.
+    not_found: list[str] = field(default_factory=list)
+    #: Earlier attempts' descriptions, where a scenario was played again (the test's retry).
+    earlier: list[str] = field(default_factory=list)
 
     @property
     def estimated_saving_us(self) -> float | None:
@@ -104,6 +108,7 @@ class FindingsResult:
             return f"{plan.name}: FAILED TO RUN: {self.error}"
         lines = [f"{plan.name}: injected {plan.injected} (cure: {plan.cure or '-'})"]
         lines.append(f"  top finding: {_short(self.top)}; injected kind: {_short(self.found)}")
+        lines.extend(f"  checked: {reason}" for reason in self.not_found)
         if plan.kind is not None:
             lines.append(
                 f"  saving {plan.quantile}: estimated {self.estimated_saving_us} us, measured "
@@ -144,7 +149,13 @@ def judge(plan: Plan, answer: dict[str, Any], seconds: float = 0.0) -> FindingsR
     injected = next(
         (f for f in found if f["kind"] == plan.kind and f["method"] == plan.method), None
     )
-    return FindingsResult(plan, found[0] if found else None, injected, found, seconds)
+    not_found = [
+        str(entry.get("why_not", entry))
+        for entry in answer.get("checked", [])
+        if isinstance(entry, dict) and entry.get("kind") == plan.kind
+    ]
+    return FindingsResult(plan, found[0] if found else None, injected, found, seconds, "",
+                          not_found)  # fmt: skip
 
 
 def _short(finding: dict[str, Any] | None) -> str:

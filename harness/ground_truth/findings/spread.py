@@ -8,9 +8,14 @@
   waits 25 ms; cure: it does not wait. The saving is about p99 (the median call
   is not slow), measured as the client's p99 with the cause minus without.
 * ``clock_uncertain``: the server runs 40 ms ahead (libfaketime) as another
-  host; there is nothing to save, so the measured saving is 0 and the finding
-  ranks last (a caveat on the one-way phases, not time to win back): it must be
-  found, at any rank.
+  host, 2 ms away each way (toxiproxy, as two hosts a few hops apart); there is
+  nothing to save, so the measured saving is 0 and the finding ranks last (a
+  caveat on the one-way phases, not time to win back): it must be found, at any
+  rank. The path is what makes two hosts' one-way times about half their best
+  round trip (the kind's condition): over bare loopback on a loaded machine the
+  typical round trip grew to several times the best one (wake-ups of ms), the
+  offset's bound fell below half the one-way times, and the split was, rightly,
+  not flagged (CI, 2026-11-30).
 * ``healthy_light`` / ``healthy_model``: no cause (small calls to an idle
   server; a model waiting 3 ms with a worker for every caller): no finding may be
   above low confidence.
@@ -24,6 +29,10 @@ from harness.ground_truth.findings.common import SMALL, calls, cause_and_cure
 from harness.ground_truth.findings.result import ANY_KIND, Plan
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile
+from harness.ground_truth.toxiproxy import DOWNSTREAM, UPSTREAM, Toxiproxy
+
+#: The clock scenario's path, each way (ms): the two hosts' distance.
+CLOCK_PATH_MS = 2
 
 IMBALANCE_LIMIT = (
     "an instance's latency grows faster than its share of the calls near saturation; the "
@@ -80,12 +89,15 @@ def tail(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
 
 
 def clock_uncertain(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
-    with pipeline.service("--workers", "4", skew_s=0.040) as skewed:
-        pipeline.load(skewed.target, "clock-cause", "--calls", str(calls(profile, 100, 250)),
+    with Toxiproxy() as toxiproxy, pipeline.service("--workers", "4", skew_s=0.040) as skewed:
+        proxy = toxiproxy.proxy(skewed.target)
+        toxiproxy.set_toxics(proxy, {f"latency:{way}": {"latency": CLOCK_PATH_MS, "jitter": 0}
+                                     for way in (UPSTREAM, DOWNSTREAM)})  # fmt: skip
+        pipeline.load(proxy.listen, "clock-cause", "--calls", str(calls(profile, 100, 250)),
                       "--concurrency", "2", *SMALL)  # fmt: skip
     return Plan("clock_uncertain", "clock_uncertain", "clock-cause",
-                "the server's clock 40 ms ahead, on another host (libfaketime), loopback "
-                "one-way times of ~100 µs", 0.0,
+                "the server's clock 40 ms ahead, on another host (libfaketime), "
+                f"{CLOCK_PATH_MS} ms away each way (toxiproxy)", 0.0,
                 cure="none: a limit of the measurement, nothing to save",
                 ranks_below=ANY_KIND)  # fmt: skip
 

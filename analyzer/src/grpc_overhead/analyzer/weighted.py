@@ -10,58 +10,78 @@ line.
 
 The engine's ``simpleLinearRegression``, ``varPop`` and ``corr`` take no weights: a line
 is weighted least squares over the weighted moments below, which are sums, so they
-aggregate as states (``sumIfState``) and merge across grouping sets, and resample by
-subset (``sumResample``) like any sum.
+aggregate as states (``sumForEachState``) and merge across grouping sets, and resample
+by subset (``sumForEachResample``) like any sum; the line itself is computed from them
+in Python (``line``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
-#: The moments of a fit: (suffix, what is summed with weight ``w`` over x and y).
-MOMENTS: tuple[tuple[str, str], ...] = (
-    ("w", "weight"),
-    ("wx", "weight * {x}"),
-    ("wy", "weight * {y}"),
-    ("wxx", "weight * {x} * {x}"),
-    ("wxy", "weight * {x} * {y}"),
-    ("wyy", "weight * {y} * {y}"),
-)
+#: The moments of a line, in the order ``moments`` gives them: the sums, weighted, of 1,
+#: x, y, x², xy and y².
+MOMENTS = ("w", "wx", "wy", "wxx", "wxy", "wyy")
 
 #: Below this share of the mean's square, x's spread is rounding, not sizes that differ:
 #: one size only, no line to fit.
 _NO_SPREAD = 1e-12
 
 
-def moment_sums(x: str, y: str, defined: str) -> list[tuple[str, str]]:
-    """(suffix, ``sumIf`` arguments) for each moment over the rows where ``defined``."""
-    return [
-        (suffix, f"{summed.format(x=f'({x})', y=f'({y})')}, {defined}")
-        for suffix, summed in MOMENTS
-    ]
+def moments(x: str, y: str, defined: str) -> str:
+    """SQL: one row's weighted moments (``MOMENTS``), an array of zeros where not
+    ``defined``. Summed element-wise (``sumForEach``, as states too, by subset with
+    ``-Resample``: ``sums``, ``sums_by_subset``) they give ``line``. x and y are written
+    once each (a lambda's arguments): a query with many fits stays short, and the engine's
+    analysis of it quick."""
+    return (
+        "arrayMap((w, x, y) -> [w, w * x, w * y, w * x * x, w * x * y, w * y * y],"
+        f" [if({defined}, weight, 0.)], [ifNull(toFloat64({x}), 0.)],"
+        f" [ifNull(toFloat64({y}), 0.)])[1]"
+    )
 
 
-def line(row: Mapping[str, Any], prefix: str) -> tuple[float, float, float, float]:
-    """(slope, intercept, x variance, correlation) from the moments ``{prefix}_{suffix}``
-    in ``row``; NaN slope, intercept and correlation where x has no spread (one size)
-    or there is no call, a NaN correlation where y has none."""
-    w, wx, wy, wxx, wxy, wyy = (float(row[f"{prefix}_{suffix}"] or 0) for suffix, _ in MOMENTS)
-    if w <= 0:
+def sums(x: str, y: str, defined: str) -> str:
+    """SQL: the moments summed over the rows (``[]`` over no row)."""
+    return f"sumForEach({moments(x, y, defined)})"
+
+
+def sums_by_subset(x: str, y: str, defined: str, subsets: int) -> str:
+    """SQL: the moments summed per ``subset`` (0 .. subsets - 1): an array of ``sums``."""
+    return f"sumForEachResample(0, {subsets}, 1)({moments(x, y, defined)}, subset)"
+
+
+def slope(summed: str) -> str:
+    """SQL: the line's slope from ``sums``' column ``summed`` (NaN or infinite where x has
+    no spread): what a query shown to a user reads beside the moments."""
+    m = {name: f"{summed}[{index}]" for index, name in enumerate(MOMENTS, start=1)}
+    return (
+        f"({m['w']} * {m['wxy']} - {m['wx']} * {m['wy']})"
+        f" / ({m['w']} * {m['wxx']} - {m['wx']} * {m['wx']})"
+    )
+
+
+def line(summed: Sequence[float] | None) -> tuple[float, float, float, float]:
+    """(slope, intercept, x variance, correlation) from ``sums``' moments: weighted least
+    squares. NaN slope, intercept and correlation where x has no spread (one size) or
+    there is no call, a NaN correlation where y has none."""
+    values = [float(v or 0) for v in (summed if summed is not None else ())]
+    if len(values) != len(MOMENTS) or values[0] <= 0:
         return math.nan, math.nan, 0.0, math.nan
+    w, wx, wy, wxx, wxy, wyy = values
     mean_x, mean_y = wx / w, wy / w
     var_x = wxx / w - mean_x * mean_x
     var_y = wyy / w - mean_y * mean_y
     covariance = wxy / w - mean_x * mean_y
     if var_x <= _NO_SPREAD * max(mean_x * mean_x, 1.0):
         return math.nan, math.nan, 0.0, math.nan
-    slope = covariance / var_x
+    fitted = covariance / var_x
     spread_y = var_y > _NO_SPREAD * max(mean_y * mean_y, 1.0)
     if not spread_y:
-        return slope, mean_y - slope * mean_x, var_x, math.nan
+        return fitted, mean_y - fitted * mean_x, var_x, math.nan
     correlation = max(-1.0, min(1.0, covariance / math.sqrt(var_x * var_y)))
-    return slope, mean_y - slope * mean_x, var_x, correlation
+    return fitted, mean_y - fitted * mean_x, var_x, correlation
 
 
 #: A call's weight in whole calls, what the weighted t-digest and ``sumMap`` take.
@@ -102,49 +122,3 @@ def quantile(level: str, value: str, condition: str = "") -> str:
 def quantile_by_subset(level: str, value: str, subsets: int) -> str:
     """``quantileTDigestResample(level, 0, subsets, 1)(value, subset)`` weighted."""
     return f"quantileTDigestWeightedResample({level}, 0, {subsets}, 1)({value}, {WHOLE}, subset)"
-
-
-def _sums(x: str, y: str, sum_function: str) -> dict[str, str]:
-    """The weighted moments over the rows where neither x nor y is NULL. Never NULL
-    themselves (a sum over no value is 0, so a line over no call is NaN, as the engine's
-    own regression says, not NULL): a row without x or y weighs 0."""
-    both = f"if(({x}) IS NULL OR ({y}) IS NULL, 0., weight)"
-    sums = {}
-    for suffix, summed in MOMENTS:  # each starts with "weight": 0 unless x and y are set
-        rest = summed.removeprefix("weight").format(x=f"ifNull({x}, 0.)", y=f"ifNull({y}, 0.)")
-        sums[suffix] = f"{sum_function}({both}{rest})"
-    return sums
-
-
-def _line_sql(m: dict[str, str]) -> str:
-    covariance = f"({m['w']} * {m['wxy']} - {m['wx']} * {m['wy']})"
-    slope = f"{covariance} / ({m['w']} * {m['wxx']} - {m['wx']} * {m['wx']})"
-    return f"tuple({slope}, ({m['wy']} - ({slope}) * {m['wx']}) / {m['w']})"
-
-
-def fit(x: str, y: str) -> str:
-    """``simpleLinearRegression(x, y)`` weighted: a tuple (slope, intercept), NaN or
-    infinite where x has no spread."""
-    return _line_sql(_sums(x, y, "sum"))
-
-
-def fit_by_subset(x: str, y: str, subsets: int) -> str:
-    """``simpleLinearRegressionResample(0, subsets, 1)(x, y, subset)`` weighted: an array
-    of (slope, intercept) tuples, one per subset."""
-    sums = _sums(x, y, f"sumResample(0, {subsets}, 1)")
-    sums = {suffix: f"{summed[:-1]}, subset)" for suffix, summed in sums.items()}
-    names = {suffix: f"_{suffix}" for suffix in sums}
-    return (
-        f"arrayMap(({', '.join(names.values())}) -> {_line_sql(names)}, "
-        + ", ".join(sums[suffix] for suffix in names)
-        + ")"
-    )
-
-
-def correlation(x: str, y: str) -> str:
-    """``corr(x, y)`` weighted."""
-    m = _sums(x, y, "sum")
-    covariance = f"({m['w']} * {m['wxy']} - {m['wx']} * {m['wy']})"
-    spread_x = f"({m['w']} * {m['wxx']} - {m['wx']} * {m['wx']})"
-    spread_y = f"({m['w']} * {m['wyy']} - {m['wy']} * {m['wy']})"
-    return f"{covariance} / sqrt({spread_x} * {spread_y})"

@@ -63,7 +63,7 @@ from grpc_overhead.analyzer.findings.model import (
     fmt_us,
     method_name,
 )
-from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method, tuple_items
+from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method
 from grpc_overhead.analyzer.sample_columns import ALGORITHMS, column, size_column
 
 HELP, COSTS = "compression_would_help", "compression_costs_more"
@@ -255,9 +255,10 @@ def _one(
             why.unsampled = (count, name)
         return None
     fitted = p10 > 0 and p90 >= transfer.MIN_SIZE_RATIO * p10
-    r2 = float(row.r) ** 2 if fitted and row.r == row.r else None
+    fitted_slope, _, _, r = weighted.line(row.moments)
+    r2 = r**2 if fitted and r == r else None
     path_p50 = float(row.path_q[0])
-    slope = _slope(row.fit) if fitted else (path_p50 / p50 if p50 > 0 else 0.0)
+    slope = fitted_slope if fitted else (path_p50 / p50 if p50 > 0 else 0.0)
     floor = _cpu_floor(kind, direction, method_row)
     rate, per_mb = _priced(kind, slope, sample, floor)
     saving = (max(0.0, per_mb * p50), max(0.0, per_mb * p99))
@@ -285,7 +286,8 @@ def _one(
     level = LOW
     spread = None
     if fitted:
-        subsets = [_priced(kind, _slope(fit), sample, floor)[1] * p50 for fit in row.fit_by_subset]
+        subsets = [_priced(kind, weighted.line(moments)[0], sample, floor)[1] * p50
+                   for moments in row.moments_by_subset]  # fmt: skip
         spread = Spread(saving[0], [max(0.0, value) for value in subsets])
         level = confidence(int(row.stored_calls), spread)
     # The samples' spread: the saving at the least favourable ratio sampled.
@@ -414,10 +416,6 @@ def _algorithm(method_row: Any) -> str:
     (A72 and semconv events say only that a message was compressed)."""
     top = list(getattr(method_row, f"{COSTS}__algorithm"))
     return top[0] if top and top[0] in ALGORITHMS else SUGGESTED
-
-
-def _slope(fit: Any) -> float:
-    return float(tuple_items(fit)[0])
 
 
 def _note(why: _Why, saving: float, line: str) -> None:

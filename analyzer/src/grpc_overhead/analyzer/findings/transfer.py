@@ -1,7 +1,8 @@
 """slow_upload / slow_download: bytes crossing a narrow path, priced from the calls' own sizes.
 
-Each direction's path time is fitted against its bytes across the calls
-(``simpleLinearRegression``: path µs = latency + µs/MB x MB). The slope is the
+Each direction's path time is fitted against its bytes across the calls (least
+squares, weighted by the calls each stands for under sampling: ``weighted.line``;
+path µs = latency + µs/MB x MB). The slope is the
 path's price per MB; above ``SLOW_US_PER_MB`` (slower than about 1 Gbit/s)
 the path is narrow. The saving is what the bytes would cost on a good path
 instead: (slope - ``REFERENCE_US_PER_MB``) x the calls' MB at p50 and p99.
@@ -36,7 +37,7 @@ from grpc_overhead.analyzer.findings.model import (
     confidence,
     method_name,
 )
-from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method, tuple_items
+from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method
 
 #: A path slower than this (µs per MB; 1 Gbit/s is 8,000) is narrow.
 SLOW_US_PER_MB = 8_000.0
@@ -72,8 +73,9 @@ KIND_NAMES = tuple(DIRECTIONS)
 
 def aggregates(kind: str, *, among: str = "1", prefix: str = "") -> list[str]:
     """Per method (``source.per_method``), over calls with the path's phases and bytes: the
-    fit of path µs against MB (whole and per subset), r, the MB's and the path's quantiles
-    and total's. Columns ``{kind}__...``. ``among`` (SQL) keeps only some calls, columns
+    moments of path µs against MB (whole and per subset: ``weighted.sums``, read with
+    ``weighted.line``) and the fit's slope, the MB's and the path's quantiles and total's.
+    Columns ``{kind}__...``. ``among`` (SQL) keeps only some calls, columns
     then ``{prefix}...``: the compression kinds fit compressed and uncompressed calls apart
     with this same fit."""
     _, path, size, _ = DIRECTIONS[kind]
@@ -83,16 +85,12 @@ def aggregates(kind: str, *, among: str = "1", prefix: str = "") -> list[str]:
     return [  # weighted: every call made, estimated under sampling (``weighted``)
         f"{weighted.count(path_us)} AS {p}calls",
         f"count({path_us}) AS {p}stored_calls",  # the evidence: what confidence counts
-        # The line unweighted, for now: weighted from moments (``weighted.fit``) every
-        # kind's fits made the one findings query 7x longer (140,000 characters) and its
-        # analysis too slow; the moments want to be columns computed once (next step).
-        f"simpleLinearRegression({mb}, {path_us}) AS {p}fit",
-        f"corr({mb}, {path_us}) AS {p}r",
+        f"{weighted.sums(f'{size} / 1e6', path, known)} AS {p}moments",
+        f"{weighted.slope(f'{p}moments')} AS {p}us_per_mb",  # what a shown query reads
         f"{weighted.quantiles('0.1, 0.5, 0.9, 0.99', mb)} AS {p}mb_q",
         f"{weighted.quantiles('0.5, 0.99', path_us)} AS {p}path_q",
         f"{weighted.quantiles('0.5, 0.99', f'if({known}, total_us, NULL)')} AS {p}total_q",
-        f"simpleLinearRegressionResample(0, {SUBSETS}, 1)({mb}, {path_us}, subset)"
-        f" AS {p}fit_by_subset",
+        f"{weighted.sums_by_subset(f'{size} / 1e6', path, known, SUBSETS)} AS {p}moments_by_subset",
     ]
 
 
@@ -125,8 +123,9 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
         total = (float(row.total_q[0]), float(row.total_q[1]))
         path = (float(row.path_q[0]), float(row.path_q[1]))
         fitted = p10 > 0 and p90 >= MIN_SIZE_RATIO * p10
-        r2 = float(row.r) ** 2 if fitted and row.r == row.r else None
-        rate = _fit(row.fit)[0] if fitted else (path[0] / p50 if p50 > 0 else 0.0)
+        slope, intercept, _, r = weighted.line(row.moments)
+        r2 = r**2 if fitted and r == r else None
+        rate = slope if fitted else (path[0] / p50 if p50 > 0 else 0.0)
         excess = max(0.0, rate - REFERENCE_US_PER_MB)
         saving = (excess * p50, excess * p99)
         name = method_name(row.rpc_service, row.rpc_method)
@@ -140,13 +139,13 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
             continue
         spread = None
         if fitted:
-            slopes = [_fit(fit)[0] for fit in row.fit_by_subset]
+            slopes = [weighted.line(moments)[0] for moments in row.moments_by_subset]
             spread = Spread(saving[0], [max(0.0, s - REFERENCE_US_PER_MB) * p50 for s in slopes])
         level = confidence(int(row.stored_calls), spread) if fitted else LOW
         evidence: dict[str, Any] = {
             "us_per_mb": rate,
             "mb_per_s": 1e6 / rate if rate else None,
-            "latency_us": _fit(row.fit)[1] if fitted else None,
+            "latency_us": intercept if fitted else None,
             "r2": r2,
             "fitted": fitted,
             "bytes_p10": p10 * 1e6,
@@ -203,13 +202,6 @@ def _direction(reader: Reader, kind: str, rows: pd.DataFrame) -> tuple[list[Find
     )
 
 
-def _fit(fit: Any) -> tuple[float, float]:
-    """(slope, intercept) of a ``simpleLinearRegression`` result: a tuple, or a dict
-    ``{k, b}`` as chDB returns named tuples."""
-    values = tuple_items(fit)
-    return float(values[0]), float(values[1])
-
-
 #: Findings that explain a network_latency of the same method, and how.
 EXPLAIN_NETWORK = {
     "slow_upload": "bytes on a narrow path, not distance",
@@ -223,8 +215,13 @@ def supersede(found: list[Finding], checked: list[Checked]) -> tuple[list[Findin
     moving the client closer would not save that time: calls under 64 KiB on a narrow path
     spend it on bytes (a 500 KB/s path with 52 KB requests read as both, with the same
     saving); a busy client's GIL wait lands partly in response_network (its network
-    "latency" ranked above client_busy in 1 run of 8 of the findings ground truth)."""
-    explained = {(f.service, f.method): f.kind for f in found if f.kind in EXPLAIN_NETWORK}
+    "latency" ranked above client_busy in 1 run of 8 of the findings ground truth).
+
+    Only a finding made at p50 explains it: one made at p99 alone (saving 0 at p50) says
+    nothing of the typical call, whose network time network_latency is about (a loaded
+    machine's tail-only client_busy hid 6 ms of injected latency each way)."""
+    explained = {(f.service, f.method): f.kind for f in found
+                 if f.kind in EXPLAIN_NETWORK and f.saving_p50_us > 0}  # fmt: skip
     dropped = [f for f in found
                if f.kind == "network_latency" and (f.service, f.method) in explained]  # fmt: skip
     kept = [f for f in found if f not in dropped]

@@ -3,8 +3,9 @@
 * ``costs``, ``method_fits``, ``across_runs_fits``: per phase (and per compression
   algorithm; per method and run for ``method_fits``, the ones worth reading; per
   method across its runs for ``across_runs_fits``, where each run has one size), the
-  least-squares line of the phase against the bytes it moves, fitted in
-  ClickHouse (``simpleLinearRegression``): its slope is the cost per MB
+  least-squares line of the phase against the bytes it moves (weighted by the calls
+  each stands for under sampling: ``weighted.line`` over moments summed in
+  ClickHouse): its slope is the cost per MB
   (µs per 1,000,000 bytes), its intercept the fixed cost of a call.
 * ``payload_sample``: a bounded, deterministic sample of calls (size and
   phases) for scatter plots: never every call.
@@ -43,7 +44,7 @@ from grpc_overhead.analyzer.phases import (
     phases_read,
 )
 from grpc_overhead.analyzer.store.base import Store
-from grpc_overhead.analyzer.weighted import line, moment_sums
+from grpc_overhead.analyzer.weighted import line, moments
 
 BYTES_PER_MB = 1_000_000
 REQUEST_BYTES = "request_uncompressed_bytes"
@@ -118,10 +119,7 @@ def by_algorithm(
         aggregates += [
             ("sumIf", "", f"weight, {defined}", f"{name}_calls"),
             ("countIf", "", defined, f"{name}_stored"),  # the evidence a fit rests on
-            *(
-                ("sumIf", "", sums, f"{name}_{suffix}")
-                for suffix, sums in moment_sums(x, y, defined)
-            ),
+            ("sumForEach", "", moments(x, y, defined), f"{name}_moments"),
             ("minIf", "", f"{x}, {defined}", f"{name}_min"),
             ("maxIf", "", f"{x}, {defined}", f"{name}_max"),
         ]
@@ -266,7 +264,7 @@ def _fits(frame: pd.DataFrame, *, with_scope: bool) -> pd.DataFrame:
         scope = (row["service"], row["method"], row["run_id"]) if with_scope else ()
         for name in FITTED_PHASES:
             calls, stored = int(row[f"{name}_calls"]), int(row[f"{name}_stored"])
-            slope, intercept, _, corr = line(row, name)
+            slope, intercept, _, corr = line(row[f"{name}_moments"])
             # Two sizes at least (min < max: no rounding of the moments makes one size a line).
             spread = stored > 1 and float(row[f"{name}_min"]) < float(row[f"{name}_max"])
             fitted = spread and math.isfinite(slope)
