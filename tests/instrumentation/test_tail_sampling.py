@@ -17,7 +17,7 @@ from grpc_overhead.instrumentation import (
     Sampling,
     SpanPipeline,
 )
-from grpc_overhead.instrumentation.client_calls import dropped_by_instance
+from grpc_overhead.instrumentation.client_calls import PeerTrailers, peer_trailers
 from grpc_overhead.instrumentation.recorder import Recorder
 from grpc_overhead.instrumentation.records import CallRecord
 from grpc_overhead.instrumentation.tail_sampling import (
@@ -311,4 +311,31 @@ def test_a_call_slow_only_for_the_client_keeps_its_client_half_alone_with_the_re
     ],
 )
 def test_the_instance_a_server_names_in_its_trailer_is_taken_only_when_it_is_one(trailer, expected):
-    assert dropped_by_instance(trailer) == expected
+    assert peer_trailers(trailer).dropped_by == expected
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("trailer", "expected"),
+    [
+        (None, PeerTrailers(-1, 0.0, None)),
+        ((), PeerTrailers(-1, 0.0, None)),
+        (
+            (
+                ("x-server-residence-ns", "1234"),
+                ("x-grpc-overhead-kept", "100.0"),
+                ("x-grpc-overhead-instance", "i-1"),
+            ),
+            PeerTrailers(1234, 100.0, "i-1"),
+        ),
+        # the first of a repeated key counts, even when it is no value
+        ((("x-server-residence-ns", "x"), ("x-server-residence-ns", "5")), PeerTrailers()),
+        ((("x-grpc-overhead-kept", "0.5"), ("x-grpc-overhead-kept", "3")), PeerTrailers()),
+        ((("x-grpc-overhead-kept", "1e10"),), PeerTrailers()),  # above any weight
+        ((("x-grpc-overhead-kept", "nan"),), PeerTrailers()),
+        ((("x-grpc-overhead-instance", ""), ("x-grpc-overhead-instance", "i-2")), PeerTrailers()),
+        ((("other", "7"), ("x-grpc-overhead-kept", "1")), PeerTrailers(-1, 1.0, None)),
+    ],
+)
+def test_the_trailers_are_read_in_one_pass_each_value_checked(trailer, expected):
+    assert peer_trailers(trailer) == expected

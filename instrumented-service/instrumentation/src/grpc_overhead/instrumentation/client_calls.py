@@ -12,7 +12,7 @@ every other call style a copy per call with closures bound to the record
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 from opentelemetry import context as otel_context
@@ -183,53 +183,67 @@ def bind_slot_serializers(
     return serialize, deserialize
 
 
-def residence_from(trailing_metadata: Any) -> int:
-    if trailing_metadata:
-        for key, value in trailing_metadata:
-            if key == RESIDENCE_TRAILER:
-                try:
-                    return int(value)
-                except (TypeError, ValueError):
-                    return -1
-    return -1
-
-
-def kept_weight_from(trailing_metadata: Any) -> float:
-    """The weight the server kept the call with (its ``KEPT_TRAILER``), 0 when it did not
-    say or said something that is no weight >= 1."""
-    for key, value in trailing_metadata:
-        if key == KEPT_TRAILER:
-            try:
-                weight = float(value)
-            except (TypeError, ValueError):
-                return 0.0
-            return weight if 1.0 <= weight <= _MAX_WEIGHT else 0.0
-    return 0.0
-
-
 #: The longest server instance id taken from a trailer (a UUID is 36 characters).
 _MAX_INSTANCE_CHARS = 256
 
 
-def dropped_by_instance(trailing_metadata: Any) -> str | None:
-    """The server instance that dropped its half of the call (its ``INSTANCE_TRAILER``),
-    None when it did not say or said something that is no instance id."""
-    for key, value in trailing_metadata:
-        if key == INSTANCE_TRAILER:
-            if isinstance(value, str) and 0 < len(value) <= _MAX_INSTANCE_CHARS:
-                return value if value.isprintable() else None
-            return None
+class PeerTrailers(NamedTuple):
+    """What the server said in its trailers about the call (one pass over them).
+
+    ``residence_ns``: its ``RESIDENCE_TRAILER`` (-1 when absent or not a number).
+    ``kept_weight``: the weight it kept the call with (``KEPT_TRAILER``), 0 when it did not
+    say or said something that is no weight >= 1. ``dropped_by``: the server instance that
+    dropped its half (``INSTANCE_TRAILER``), None when it did not say or said something
+    that is no instance id.
+    """
+
+    residence_ns: int = -1
+    kept_weight: float = 0.0
+    dropped_by: str | None = None
+
+
+def peer_trailers(trailing_metadata: Any) -> PeerTrailers:
+    residence = weight = instance = None  # the first of a repeated key counts
+    for key, value in trailing_metadata or ():
+        if key == RESIDENCE_TRAILER and residence is None:
+            residence = _whole(value)
+        elif key == KEPT_TRAILER and weight is None:
+            weight = _weight(value)
+        elif key == INSTANCE_TRAILER and instance is None:
+            instance = _instance(value) or ""
+    return PeerTrailers(-1 if residence is None else residence, weight or 0.0, instance or None)
+
+
+def _whole(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _weight(value: Any) -> float:
+    try:
+        weight = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return weight if 1.0 <= weight <= _MAX_WEIGHT else 0.0
+
+
+def _instance(value: Any) -> str | None:
+    if isinstance(value, str) and 0 < len(value) <= _MAX_INSTANCE_CHARS and value.isprintable():
+        return value
     return None
 
 
 def finish_client_call(
     record: CallRecord, code: grpc.StatusCode | None, details: str | None, trailing_metadata: Any
 ) -> None:
-    record.residence_ns = residence_from(trailing_metadata)
-    if trailing_metadata and record.recorder.sampler.tail is not None:
-        record.peer_weight = kept_weight_from(trailing_metadata)
-        if not record.peer_weight:
-            record.peer_instance = dropped_by_instance(trailing_metadata)
+    said = peer_trailers(trailing_metadata)
+    record.residence_ns = said.residence_ns
+    if record.recorder.sampler.tail is not None:
+        record.peer_weight = said.kept_weight
+        if not said.kept_weight:
+            record.peer_instance = said.dropped_by
     if code is not None and code is not grpc.StatusCode.OK:
         record.fail(code.value[0], details)
     record.finish()
