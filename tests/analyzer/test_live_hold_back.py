@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from grpc_overhead.analyzer.calls import HOLD_BACK_NS, CallFilters
+from grpc_overhead.analyzer.insights import overview
 from grpc_overhead.analyzer.insights.clock import window_calls
 from grpc_overhead.analyzer.report import build_report, render_table, to_json
 from grpc_overhead.analyzer.rollup import settle, store_clock_ns
@@ -43,6 +44,7 @@ def test_a_half_waits_for_its_peer_then_counts_once(store):
         "two_sided": 1,
         "server_only": 0,
         "client_only": 0,
+        "client_only_sampled": 0,
         "missing": None,
     }
     assert sum(code["calls"] for code in at_arrival["status_codes"]) == 1
@@ -56,6 +58,7 @@ def test_a_half_waits_for_its_peer_then_counts_once(store):
         "two_sided": 1,
         "server_only": 1,
         "client_only": 0,
+        "client_only_sampled": 0,
         "missing": "client",
     }
     assert sum(code["calls"] for code in later["status_codes"]) == 2
@@ -100,6 +103,7 @@ def test_report_says_which_half_is_missing(store):
         "two_sided": 2,
         "server_only": 3,
         "client_only": 1,
+        "client_only_sampled": 0,
         "missing": "client and server",
     }
     assert method["sides"] == expected
@@ -118,6 +122,7 @@ def test_server_only_calls_say_the_client_half_is_missing(store):
         "two_sided": 0,
         "server_only": 4,
         "client_only": 0,
+        "client_only_sampled": 0,
         "missing": "client",
     }
     assert "client half missing" in render_table(build_report(store), width=200)
@@ -166,6 +171,18 @@ def test_a_client_half_whose_server_dropped_its_half_is_shown_at_once(store):
     arrived = store_clock_ns(store)
     at_arrival = to_json(build_report(store, CallFilters(as_of_ns=arrived)))
     assert at_arrival["calls"] == 1 and at_arrival["sides"]["client_only"] == 1
+    assert at_arrival["sides"]["client_only_sampled"] == 1
     assert _count(store, "SELECT count() AS n FROM grpc_call_phases") == 1
-    later = to_json(build_report(store, CallFilters(as_of_ns=arrived + HOLD_BACK_NS + 1)))
+    later_report = build_report(store, CallFilters(as_of_ns=arrived + HOLD_BACK_NS + 1))
+    later = to_json(later_report)
     assert later["calls"] == 2 and later["sides"]["client_only"] == 2
+    # The report tells the two apart: one server is not instrumented, the other dropped
+    # its half by design.
+    assert later["sides"]["client_only_sampled"] == 1
+    table = render_table(later_report, width=200)
+    assert "1 client side only (server half missing: the server is not instrumented" in table
+    assert "1 client side only by sampling (the server dropped its half" in table
+    # So do the pages (the Overview's summary and every page's sides row).
+    frame = overview.summary(overview.overview(store, CallFilters(as_of_ns=arrived)))
+    assert int(frame["client_only_sampled_calls"].iloc[0]) == 1
+    assert int(frame["client_only_calls"].iloc[0]) == 1

@@ -60,7 +60,13 @@ def test_json_contract(store):
     assert size["bytes_per_call"] == round(size["bytes_on_disk"] / 10, 1)
     for entry in size["tables"]:
         assert entry["bytes_per_call"] == round(entry["bytes_on_disk"] / 10, 1)
-    two_sided = {"two_sided": 10, "server_only": 0, "client_only": 0, "missing": None}
+    two_sided = {
+        "two_sided": 10,
+        "server_only": 0,
+        "client_only": 0,
+        "client_only_sampled": 0,
+        "missing": None,
+    }
     assert document["sides"] == two_sided
     methods = {(m["service"], m["method"]): m for m in document["methods"]}
     assert set(methods) == {

@@ -85,6 +85,7 @@ def _consistent(body: dict[str, Any]) -> None:
     assert body["calls"] == sum(code["calls"] for code in body["status_codes"]), shown
     sides = body["sides"]
     assert sides == {"two_sided": body["calls"], "server_only": 0, "client_only": 0,
+                     "client_only_sampled": 0,
                      "missing": None}  # fmt: skip
     for method in body["methods"]:
         assert method["calls"] == sum(code["calls"] for code in method["status_codes"])

@@ -10,7 +10,7 @@ returns a ``Report``; ``to_json``/``render_table``/``to_csv`` only format it.
                   "phases": {PHASE: {"p50_us", "p90_us", "p99_us", "mean_us"}}}],
      "clock_offsets": [{"client_host", "server_host", "offset_us", "uncertainty_us", "calls"}],
      "status_codes": [{"code", "status", "calls", "share"}],
-     "sides": {"two_sided", "server_only", "client_only"},
+     "sides": {"two_sided", "server_only", "client_only", "client_only_sampled"},
      "store": {"calls", "parts", "rows", "bytes_on_disk", "uncompressed_bytes",
                "bytes_per_call", "tables": [{"table", ...the same}]}}
 
@@ -156,12 +156,14 @@ def build_report(
 def _sides(rows: pd.DataFrame) -> dict[str, Any]:
     server_only = int(rows["server_only_calls"].sum()) if len(rows) else 0
     client_only = int(rows["client_only_calls"].sum()) if len(rows) else 0
+    sampled = int(rows["client_only_sampled_calls"].sum()) if len(rows) else 0
     calls = int(rows["calls"].sum()) if len(rows) else 0
     missing = [half for half, n in (("client", server_only), ("server", client_only)) if n]
     return {
         "two_sided": calls - server_only - client_only,
         "server_only": server_only,
         "client_only": client_only,
+        "client_only_sampled": sampled,
         "missing": " and ".join(missing) or None,
     }
 
@@ -176,10 +178,16 @@ def sides_text(counts: dict[str, Any]) -> str:
             f"{counts['server_only']:,} server side only (client half missing: the caller"
             " is not instrumented; no client or network phase)"
         )
-    if counts["client_only"]:
+    sampled = counts.get("client_only_sampled", 0)
+    if counts["client_only"] - sampled:
         parts.append(
-            f"{counts['client_only']:,} client side only (server half missing: the server"
-            " is not instrumented; no server phase)"
+            f"{counts['client_only'] - sampled:,} client side only (server half missing: the"
+            " server is not instrumented; no server phase)"
+        )
+    if sampled:
+        parts.append(
+            f"{sampled:,} client side only by sampling (the server dropped its half: slow for"
+            " the client alone; no server phase)"
         )
     return "sides: " + ", ".join(parts)
 

@@ -376,9 +376,13 @@ def require_calls(filters: CallFilters) -> None:
         st.stop()
 
 
-def one_side_caption(server_only: int, client_only: int) -> None:
-    """Say which calls were seen from one side only (one side attached), and what that
-    leaves out, instead of showing their missing phases as if they were zero."""
+def one_side_caption(sides: pd.Series) -> None:
+    """Say which calls were seen from one side only (one side attached, or a server half
+    dropped by tail-aware sampling), and what that leaves out, instead of showing their
+    missing phases as if they were zero. ``sides``: a row with ``insights.rows.sides``'
+    counts (``server_only_calls``, ``client_only_calls``, ``client_only_sampled_calls``)."""
+    server_only, client_only = int(sides["server_only_calls"]), int(sides["client_only_calls"])
+    client_only_sampled = int(sides.get("client_only_sampled_calls", 0))
     parts = []
     if server_only:
         parts.append(
@@ -386,11 +390,18 @@ def one_side_caption(server_only: int, client_only: int) -> None:
             "server phases and the count are measured; total and the network phases need the "
             "client's half and are left out for them."
         )
-    if client_only:
+    if client_only - client_only_sampled:
         parts.append(
-            f"**Client side only: {client_only:,} calls** (their server is not instrumented): "
-            "client phases and total are measured; the server's phases and the one-way "
-            "network phases are left out for them."
+            f"**Client side only: {client_only - client_only_sampled:,} calls** (their server "
+            "is not instrumented): client phases and total are measured; the server's phases "
+            "and the one-way network phases are left out for them."
+        )
+    if client_only_sampled:
+        parts.append(
+            f"**Client side only by sampling: {client_only_sampled:,} calls** (slow for the "
+            "client alone, their server dropped its half under tail-aware sampling): client "
+            "phases and total are measured, counted on the server's instance; the server's "
+            "phases and the one-way network phases are left out for them."
         )
     if parts:
         st.caption(" ".join(parts))

@@ -24,11 +24,13 @@ import math
 
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.analysis_cost import grouping_source
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.rows import (
     CLIENT_ONLY,
+    CLIENT_ONLY_SAMPLED,
     SERVER_ONLY,
     STACKED_PHASES,
     bucket_seconds,
@@ -36,7 +38,6 @@ from grpc_overhead.analyzer.insights.rows import (
     time_span,
 )
 from grpc_overhead.analyzer.phases import QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT, phases_read
-from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.span_sources import SOURCE_KEYS
 from grpc_overhead.analyzer.status import CALL_STATUS, with_names
 from grpc_overhead.analyzer.store.base import Store
@@ -102,17 +103,18 @@ def overview(
         " grouping(bucket_ns) = 0, 'bucket', grouping(client_source) = 0, 'source', 'all')"
         " AS level,\n"
         f"    service, method, bucket_ns, status_code, {', '.join(SOURCE_KEYS)},"
-        f" {weighted_count()} AS calls, count() AS stored_calls,\n"
+        f" {weighted.count()} AS calls, count() AS stored_calls,\n"
         "    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns,\n"
-        f"    {weighted_count('total_defined')} AS total_calls,\n"
+        f"    {weighted.count_if('total_defined')} AS total_calls,\n"
         f"    {WEIGHTED}If(0.5, 0.99)(toFloat64(total_value) / 1000, {WHOLE}, total_defined)"
         " AS total_q,\n"
         "    avgWeightedIf(toFloat64(total_value), weight, total_defined) / 1000"
         " AS total_mean_us,\n"
-        f"    {weighted_count(COMPLETE)} AS calls_with_events,\n"
-        f"    {weighted_count(SERVER_ONLY)} AS server_only_calls,\n"
-        f"    {weighted_count(CLIENT_ONLY)} AS client_only_calls,\n"
-        f"    {weighted_count(STREAM_CALLS)} AS stream_calls,\n"
+        f"    {weighted.count_if(COMPLETE)} AS calls_with_events,\n"
+        f"    {weighted.count_if(SERVER_ONLY)} AS server_only_calls,\n"
+        f"    {weighted.count_if(CLIENT_ONLY)} AS client_only_calls,\n"
+        f"    {weighted.count_if(CLIENT_ONLY_SAMPLED)} AS client_only_sampled_calls,\n"
+        f"    {weighted.count_if(STREAM_CALLS)} AS stream_calls,\n"
         f"    sumIf(total_value * weight, {COMPLETE}) AS complete_total_ns,\n"
         f"    sumIf(processing_value * weight, {COMPLETE}) AS complete_processing_ns,\n"
         f"    sumIf({NETWORK} * weight, {COMPLETE}) AS complete_network_ns,\n    "
@@ -120,10 +122,10 @@ def overview(
             f"{stat(f'{name}_value')} AS {name}_us" for name in (*STACKED_PHASES, "total")
         )
         + ",\n"
-        f"    {weighted_count(NETWORK_DEFINED)} AS network_calls,\n"
+        f"    {weighted.count_if(NETWORK_DEFINED)} AS network_calls,\n"
         f"    avgWeightedIf({network}, weight, {NETWORK_DEFINED}) AS network_mean_us,\n"
         f"    {WEIGHTED}If(0.99)({network}, {WHOLE}, {NETWORK_DEFINED})[1] AS network_p99_us,\n"
-        f"    {weighted_count('network_overhead_defined')} AS overhead_calls,\n"
+        f"    {weighted.count_if('network_overhead_defined')} AS overhead_calls,\n"
         "    avgWeightedIf(" + overhead + ", weight, network_overhead_defined)"
         " AS overhead_mean_us\n"
         "FROM (SELECT *, intDiv(call_start_ns, {bucket_ns:Int64}) * {bucket_ns:Int64}"
@@ -167,6 +169,7 @@ SUMMARY_COLUMNS = (
     "calls_with_events",
     "server_only_calls",
     "client_only_calls",
+    "client_only_sampled_calls",
     "stream_calls",
     "stored_calls",
 )
@@ -190,6 +193,7 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
             "calls_with_events": 0,
             "server_only_calls": 0,
             "client_only_calls": 0,
+            "client_only_sampled_calls": 0,
             "stream_calls": 0,
             "stored_calls": 0,
         }
@@ -221,6 +225,7 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                 "calls_with_events": int(row["calls_with_events"]),
                 "server_only_calls": int(row["server_only_calls"]),
                 "client_only_calls": int(row["client_only_calls"]),
+                "client_only_sampled_calls": int(row["client_only_sampled_calls"]),
                 "stream_calls": int(row["stream_calls"]),
                 "stored_calls": int(row["stored_calls"]),
             }

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer import call_rollup
+from grpc_overhead.analyzer import call_rollup, weighted
 from grpc_overhead.analyzer.call_rollup import ALGORITHM as ALGORITHM
 from grpc_overhead.analyzer.call_rollup import rows_sql as rows_sql
 from grpc_overhead.analyzer.calls import (
@@ -43,7 +43,6 @@ from grpc_overhead.analyzer.phases import (
     needed_phases,
     phases_read,
 )
-from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.rollup import settled_range
 from grpc_overhead.analyzer.store.base import Store
 
@@ -59,6 +58,10 @@ STACKED_PHASES: tuple[str, ...] = (*CONSECUTIVE_PHASES, "unattributed")
 #: calling a server that is not (client phases and total stand).
 SERVER_ONLY = "server_duration_defined AND NOT total_defined"
 CLIENT_ONLY = "total_defined AND NOT server_duration_defined"
+#: Client-only calls whose server dropped its half by design (tail-aware sampling: the
+#: server named itself in its trailer, the only way ``server_instance`` is set without a
+#: server half): its server is instrumented, the half was not kept.
+CLIENT_ONLY_SAMPLED = f"{CLIENT_ONLY} AND server_instance != ''"
 
 #: Bucket lengths a timeline picks from (seconds): round numbers a reader trusts.
 BUCKET_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -187,7 +190,7 @@ def bucket_seconds(first_ns: int, last_ns: int, target: int) -> int:
 
 
 #: What ``sides`` counts (after ``service, method`` when ``by_method``).
-SIDES_COLUMNS = ("calls", "server_only_calls", "client_only_calls")
+SIDES_COLUMNS = ("calls", "server_only_calls", "client_only_calls", "client_only_sampled_calls")
 
 
 def sides(
@@ -197,14 +200,16 @@ def sides(
     options: CallsOptions | None = None,
     by_method: bool = False,
 ) -> pd.DataFrame:
-    """One row: ``calls``, ``server_only_calls`` and ``client_only_calls`` (``SERVER_ONLY``,
-    ``CLIENT_ONLY``) among the calls the filters keep, so a page can say why a phase
+    """One row: ``calls``, ``server_only_calls``, ``client_only_calls`` (``SERVER_ONLY``,
+    ``CLIENT_ONLY``) and, among those, ``client_only_sampled_calls`` (``CLIENT_ONLY_SAMPLED``)
+    among the calls the filters keep, so a page can say why a phase
     that needs both sides is missing for them; ``by_method``: one row per (service,
     method), for ``report``. Neither side needs a clock estimate: none is computed."""
     counts = (  # weighted: the calls made, estimated under sampling
-        f"{weighted_count()} AS calls,"
-        f" {weighted_count(SERVER_ONLY)} AS server_only_calls,"
-        f" {weighted_count(CLIENT_ONLY)} AS client_only_calls"
+        f"{weighted.count()} AS calls,"
+        f" {weighted.count_if(SERVER_ONLY)} AS server_only_calls,"
+        f" {weighted.count_if(CLIENT_ONLY)} AS client_only_calls,"
+        f" {weighted.count_if(CLIENT_ONLY_SAMPLED)} AS client_only_sampled_calls"
     )
     rows, bound = rows_for(store, filters, options, clock=False, phases=phases_read(counts))
     if by_method:

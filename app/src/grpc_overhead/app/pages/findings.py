@@ -24,7 +24,7 @@ filters = shared.filters()
 shared.require_calls(filters)
 # Kinds that read a side's phases cannot see calls traced from the other side only.
 sides = shared.load(rows.sides, filters).iloc[0]
-shared.one_side_caption(int(sides["server_only_calls"]), int(sides["client_only_calls"]))
+shared.one_side_caption(sides)
 answer = shared.load(findings_cards.cards, filters)
 found = answer[answer["found"]].reset_index(drop=True)
 checked = answer[~answer["found"]]

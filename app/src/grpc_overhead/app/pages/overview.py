@@ -56,7 +56,7 @@ columns[5].metric(
     "client's half is missing). Calls with no recorded code count as unknown, not as errors.",
 )
 server_only, client_only = int(summary["server_only_calls"]), int(summary["client_only_calls"])
-shared.one_side_caption(server_only, client_only)
+shared.one_side_caption(summary)
 streams = int(summary["stream_calls"])
 without_events = (
     int(summary["calls"]) - int(summary["calls_with_events"]) - server_only - client_only - streams

@@ -18,7 +18,7 @@ shared.note_unavailable_phases(filters)
 
 quantiles = shared.load(distributions.phase_quantiles, filters)
 sides = shared.load(rows.sides, filters).iloc[0]
-shared.one_side_caption(int(sides["server_only_calls"]), int(sides["client_only_calls"]))
+shared.one_side_caption(sides)
 table = distributions.statistics(quantiles)
 recorded = table[table["calls"] > 0]
 
