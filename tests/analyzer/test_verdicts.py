@@ -76,3 +76,68 @@ def test_calls_are_given_their_round_by_the_gaps_between_rounds() -> None:
     assert round_windows(runs, "a") == [(1, 2), (5, 6)]
     assert round_windows(runs, "b") == []  # one round: nothing to split
     assert round_windows(runs, "missing") == []
+
+
+def test_a_weighted_median_is_the_median_of_the_calls_it_stands_for() -> None:
+    """A call of weight w counts as w calls: the lower median of the replicated sample."""
+    rng = np.random.default_rng(11)
+    values = rng.lognormal(0, 0.5, 301) * 1000
+    weights = rng.choice([1.0, 10.0, 100.0], values.size)
+    replicated = np.sort(np.repeat(values, weights.astype(int)))
+    assert verdicts.median(values, weights) == replicated[(replicated.size - 1) // 2]
+    assert verdicts.median(values) == np.median(values)
+    # weights of 1 are no weights: the plain path, the plain median
+    groups, weighted = verdicts.weighted_rounds_of(values, np.ones(values.size), None)
+    assert weighted is None and np.array_equal(groups[0], values)
+    # a weight that is no number above 0 counts 1
+    _, weighted = verdicts.weighted_rounds_of(
+        np.array([1.0, 2.0, 3.0]), np.array([np.nan, -5.0, 4.0]), None
+    )
+    assert weighted is not None and list(weighted[0]) == [1.0, 1.0, 4.0]
+
+
+def _tail_sampled(values: np.ndarray, rate: float) -> pd.DataFrame:
+    """Tail-aware sampling's keep: the slowest 5 % with weight 1, the rest one in
+    1 / rate with weight 1 / rate (deterministically: every n-th)."""
+    slow = values >= np.quantile(values, 0.95)
+    every = round(1 / rate)
+    base = ~slow & (np.arange(values.size) % every == 0)
+    kept = slow | base
+    return pd.DataFrame({"total_us": values[kept], "weight": np.where(slow, 1.0, every)[kept]})
+
+
+def test_a_tail_sampled_run_compares_as_the_calls_it_stands_for() -> None:
+    """The same service measured twice, once keeping every call and once tail-sampled: the
+    stored calls alone lean to the slow ones (the median 'slower' by a quarter), the
+    weights make the two the same calls, no measurable difference."""
+    rng = np.random.default_rng(12)
+    every_call = pd.DataFrame({"total_us": 1000 * rng.lognormal(0, 0.3, 20_000)})
+    sampled = _tail_sampled(1000 * rng.lognormal(0, 0.3, 20_000), rate=0.1)
+    assert len(sampled) < 0.2 * 20_000
+    [unweighted] = compare_phases(every_call, sampled.drop(columns="weight"), ("total",))
+    assert unweighted.verdict == verdicts.SLOWER and unweighted.diff_us > 100
+    [weighted] = compare_phases(every_call, sampled, ("total",))
+    assert weighted.verdict == verdicts.NO_DIFFERENCE, weighted
+    assert abs(weighted.diff_us) < 25
+    assert weighted.other_calls == pytest.approx(20_000, rel=0.02)
+    assert weighted.ci_low_us < 0 < weighted.ci_high_us
+    # and a true shift still shows through the weights
+    shifted = sampled.assign(total_us=sampled["total_us"] + 80)
+    [moved] = compare_phases(every_call, shifted, ("total",))
+    assert moved.verdict == verdicts.SLOWER and moved.ci_low_us < 80 < moved.ci_high_us
+
+
+def test_a_cells_phase_summary_weighs_its_calls() -> None:
+    from grpc_overhead.analyzer.runs import phase_summary
+
+    rng = np.random.default_rng(13)
+    sampled = _tail_sampled(1000 * rng.lognormal(0, 0.3, 20_000), rate=0.1)
+    summary = phase_summary(sampled, ("total",))["total"]
+    replicated = np.sort(np.repeat(sampled["total_us"], sampled["weight"].astype(int)))
+    assert summary["p50_us"] == pytest.approx(replicated[(replicated.size - 1) // 2], abs=1e-3)
+    assert summary["calls"] == replicated.size
+    assert summary["mean_us"] == pytest.approx(replicated.mean())
+    low, high = summary["ci_us"]
+    assert low < summary["p50_us"] < high
+    plain = phase_summary(sampled.drop(columns="weight"), ("total",))["total"]
+    assert plain["calls"] == len(sampled) and plain["p50_us"] > summary["p50_us"] + 100

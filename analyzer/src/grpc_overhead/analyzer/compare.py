@@ -217,22 +217,26 @@ def compare_phases(
     deltas = []
     for phase in phases:
         column = f"{phase}_us"
-        a = _values(baseline, column)
-        b = _values(other, column)
-        if a.size == 0 or b.size == 0:
-            deltas.append(
-                PhaseDelta(phase, _median(a), _median(b), None, None, None, None, a.size, b.size)
-            )
+        # Each side's calls by round, with their weights where sampling gave some.
+        a, a_weights = verdicts.weighted_rounds_of(
+            _column(baseline, column), _weights(baseline), baseline_rounds
+        )
+        b, b_weights = verdicts.weighted_rounds_of(
+            _column(other, column), _weights(other), other_rounds
+        )
+        a_calls, b_calls = _calls(a, a_weights), _calls(b, b_weights)
+        if not a or not b:
+            deltas.append(PhaseDelta(phase, _median(a, a_weights), _median(b, b_weights),
+                                     None, None, None, None, a_calls, b_calls))  # fmt: skip
             continue
-        a50, b50 = float(np.median(a)), float(np.median(b))
+        a50, b50 = _median(a, a_weights), _median(b, b_weights)
         low, high = verdicts.difference_interval(
-            verdicts.rounds_of(_column(baseline, column), baseline_rounds),
-            verdicts.rounds_of(_column(other, column), other_rounds),
-            paired=paired, resamples=resamples, confidence=confidence, seed=len(deltas),
+            a, b, paired=paired, resamples=resamples, confidence=confidence, seed=len(deltas),
+            baseline_weights=a_weights, other_weights=b_weights,
         )  # fmt: skip
         ratio = b50 / a50 if a50 else None
         deltas.append(
-            PhaseDelta(phase, a50, b50, b50 - a50, ratio, low, high, a.size, b.size, confidence)
+            PhaseDelta(phase, a50, b50, b50 - a50, ratio, low, high, a_calls, b_calls, confidence)
         )
     return deltas
 
@@ -243,6 +247,9 @@ def _varies(baseline: pd.DataFrame, other: pd.DataFrame, column: str) -> bool:
 
 
 def _column(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """The column's values, one per row (all NaN where the frame lacks it)."""
+    if column not in frame:
+        return np.full(len(frame), np.nan)
     return frame[column].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
@@ -252,8 +259,26 @@ def _values(frame: pd.DataFrame, column: str) -> np.ndarray:
     return frame[column].dropna().to_numpy(dtype=np.float64)
 
 
-def _median(values: np.ndarray) -> float | None:
-    return float(np.median(values)) if values.size else None
+def _weights(frame: pd.DataFrame) -> np.ndarray | None:
+    """The calls each row stands for (``weight``; none: every row is one call)."""
+    if "weight" not in frame:
+        return None
+    return frame["weight"].to_numpy(dtype=np.float64, na_value=1.0)
+
+
+def _median(groups: list[np.ndarray], weights: verdicts.Weights) -> float | None:
+    """The (weighted) median of a side's rounds pooled; None without values."""
+    if not groups:
+        return None
+    pooled = None if weights is None else np.concatenate(weights)
+    return verdicts.median(np.concatenate(groups), pooled)
+
+
+def _calls(groups: list[np.ndarray], weights: verdicts.Weights) -> int:
+    """The calls a side's values stand for: the calls made, estimated under sampling."""
+    if weights is None:
+        return int(sum(group.size for group in groups))
+    return round(sum(float(group.sum()) for group in weights))
 
 
 def compare(

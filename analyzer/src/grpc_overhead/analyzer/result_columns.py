@@ -137,14 +137,6 @@ CALL_WEIGHT = (
 )
 
 
-def weighted_count(condition: str = "") -> str:
-    """SQL: the calls (where ``condition`` holds) that per-call rows with a ``weight``
-    stand for, in whole calls: the calls made, estimated under sampling."""
-    if condition:
-        return f"toUInt64(round(sumIf(weight, {condition})))"
-    return "toUInt64(round(sum(weight)))"
-
-
 #: ``quantilesTDigest``, chosen for accuracy per cost: against exact quantiles
 #: (pandas) over every method and phase of the benchmark its largest relative
 #: error was 0.1 % at p50 and p99 (bench/results/analysis.md), and its states

@@ -286,16 +286,22 @@ def phase_summary(
     summary: dict[str, Any] = {}
     for index, phase in enumerate(phases):
         column = f"{phase}_us"
-        values = frame[column].dropna() if column in frame else pd.Series(dtype=float)
-        if values.empty:
+        if column not in frame or frame[column].dropna().empty:
             summary[phase] = {"p50_us": None, "mean_us": None, "calls": 0, "ci_us": None}
             continue
-        groups = verdicts.rounds_of(frame[column].to_numpy(dtype=np.float64), rounds)
-        interval = verdicts.median_interval(groups, resamples, seed=index)
-        summary[phase] = {
-            "p50_us": _number(values.median()),
-            "mean_us": _number(values.mean()),
-            "calls": int(values.size),
+        weights = (
+            frame["weight"].to_numpy(dtype=np.float64, na_value=1.0) if "weight" in frame else None
+        )
+        groups, weighted = verdicts.weighted_rounds_of(
+            frame[column].to_numpy(dtype=np.float64, na_value=np.nan), weights, rounds
+        )
+        values = np.concatenate(groups)
+        pooled = None if weighted is None else np.concatenate(weighted)
+        interval = verdicts.median_interval(groups, resamples, seed=index, weights=weighted)
+        summary[phase] = {  # weighted: every call made, estimated under sampling
+            "p50_us": _number(verdicts.median(values, pooled)),
+            "mean_us": _number(np.average(values, weights=pooled)),
+            "calls": int(values.size) if pooled is None else round(float(pooled.sum())),
             "ci_us": None if interval is None else [_number(interval[0]), _number(interval[1])],
         }
     return summary

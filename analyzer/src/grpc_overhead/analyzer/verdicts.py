@@ -29,6 +29,12 @@ the call level the noise within a run. A run of one round (a plain ``load
 --run-id`` run) has the call level only, and says so: the interval then holds
 the sampling noise of its calls, not the drift between runs.
 
+Under tail-aware sampling each stored call stands for ``weight`` calls (``analyzer.weighted``):
+the medians are then weighted medians (the lower one: the first value whose cumulative
+weight reaches half the total), and the bootstrap draws stored calls as above, each
+carrying its weight into the resample's weighted median. With every weight 1 (no
+sampling) nothing changes: the plain median and the plain bootstrap.
+
 A comparison's phases form one family: their intervals are simultaneous
 (Bonferroni: each at ``1 - 0.05 / phases``), so an A/A comparison, the same
 cell twice, comes out "no measurable difference" on the total and every phase
@@ -63,38 +69,93 @@ FASTER, SLOWER, NO_DIFFERENCE = "faster", "slower", "no measurable difference"
 VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE)
 
 
+#: A cell's weights, one array per round as ``rounds_of`` splits its values; None: every
+#: call weighs 1 (no sampling).
+Weights = list[np.ndarray] | None
+
+
 def rounds_of(values: np.ndarray, round_index: np.ndarray | None) -> list[np.ndarray]:
     """The values split by round (one array per round present), NaNs dropped."""
+    return _split(np.asarray(values, dtype=np.float64), None, round_index)[0]
+
+
+def weighted_rounds_of(
+    values: np.ndarray, weights: np.ndarray | None, round_index: np.ndarray | None
+) -> tuple[list[np.ndarray], Weights]:
+    """``rounds_of`` and, where some call weighs other than 1, each round's weights in the
+    same order (``Weights``); weights that are no number above 0 count 1."""
     values = np.asarray(values, dtype=np.float64)
+    if weights is None:
+        return _split(values, None, round_index)[0], None
+    weights = np.asarray(weights, dtype=np.float64)
+    weights = np.where(np.isfinite(weights) & (weights > 0), weights, 1.0)
+    groups, weight_groups = _split(values, weights, round_index)
+    if all(bool((group == 1.0).all()) for group in weight_groups):
+        return groups, None
+    return groups, weight_groups
+
+
+def _split(
+    values: np.ndarray, weights: np.ndarray | None, round_index: np.ndarray | None
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    kept = ~np.isnan(values)
     if round_index is None:
-        kept = values[~np.isnan(values)]
-        return [kept] if kept.size else []
-    round_index = np.asarray(round_index)
-    groups = []
-    for label in np.unique(round_index):
-        group = values[(round_index == label) & ~np.isnan(values)]
-        if group.size:
-            groups.append(group)
-    return groups
-
-
-def _capped(groups: Sequence[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
-    return [
-        rng.choice(group, MAX_CALLS_PER_ROUND, replace=False)
-        if group.size > MAX_CALLS_PER_ROUND
-        else group
-        for group in groups
+        masks = [kept]
+    else:
+        round_index = np.asarray(round_index)
+        masks = [(round_index == label) & kept for label in np.unique(round_index)]
+    masks = [mask for mask in masks if mask.any()]
+    return [values[mask] for mask in masks], [
+        weights[mask] if weights is not None else np.ones(0) for mask in masks
     ]
 
 
+def median(values: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """The median, or with ``weights`` the lower weighted median."""
+    if weights is None:
+        return float(np.median(values))
+    return float(_weighted_medians(values[None, :], weights[None, :])[0])
+
+
+def _weighted_medians(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Row by row: the first value (ascending) whose cumulative weight reaches half the
+    row's weight. NaN values (padding) must weigh 0."""
+    order = np.argsort(np.where(np.isnan(values), np.inf, values), axis=1, kind="stable")
+    ordered = np.take_along_axis(values, order, axis=1)
+    cumulative = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
+    at = np.argmax(cumulative >= cumulative[:, -1:] / 2, axis=1)
+    return ordered[np.arange(values.shape[0]), at]
+
+
+def _capped(
+    groups: Sequence[np.ndarray], rng: np.random.Generator, weights: Weights = None
+) -> tuple[list[np.ndarray], Weights]:
+    capped, capped_weights = [], []
+    for index, group in enumerate(groups):
+        keep = (
+            rng.choice(group.size, MAX_CALLS_PER_ROUND, replace=False)
+            if group.size > MAX_CALLS_PER_ROUND
+            else slice(None)
+        )
+        capped.append(group[keep])
+        if weights is not None:
+            capped_weights.append(weights[index][keep])
+    return capped, (capped_weights if weights is not None else None)
+
+
 def _medians(
-    groups: list[np.ndarray], drawn_rounds: np.ndarray, rng: np.random.Generator
+    groups: list[np.ndarray],
+    drawn_rounds: np.ndarray,
+    rng: np.random.Generator,
+    weights: Weights = None,
 ) -> np.ndarray:
     """Median of each resample: calls drawn within each of its drawn rounds, as many as
-    the round has. Vectorized in blocks: rounds of unequal size are padded with NaN."""
+    the round has (each with its weight: a weighted median). Vectorized in blocks: rounds
+    of unequal size are padded with NaN."""
     sizes = np.array([group.size for group in groups])
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     values = np.concatenate(groups)
+    all_weights = np.concatenate(weights) if weights is not None else None
     widest = int(sizes.max())
     slots = drawn_rounds.shape[1]
     out = np.empty(drawn_rounds.shape[0])
@@ -105,7 +166,15 @@ def _medians(
         counts = sizes[chosen]
         picks = (rng.random((*chosen.shape, widest)) * counts[..., None]).astype(np.int64)
         drawn = values[offsets[chosen][..., None] + picks]
-        if uneven:
+        if all_weights is not None:
+            drawn_weights = all_weights[offsets[chosen][..., None] + picks]
+            if uneven:
+                padding = np.arange(widest) >= counts[..., None]
+                drawn[padding], drawn_weights[padding] = np.nan, 0.0
+            out[start : start + chosen.shape[0]] = _weighted_medians(
+                drawn.reshape(chosen.shape[0], -1), drawn_weights.reshape(chosen.shape[0], -1)
+            )
+        elif uneven:
             drawn[np.arange(widest) >= counts[..., None]] = np.nan
             out[start : start + chosen.shape[0]] = np.nanmedian(
                 drawn.reshape(chosen.shape[0], -1), axis=1
@@ -137,15 +206,18 @@ def median_interval(
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = CONFIDENCE,
     seed: int = 0,
+    weights: Weights = None,
 ) -> tuple[float, float] | None:
-    """The interval of the median of one cell's calls (split by round); None if no calls."""
+    """The interval of the median of one cell's calls (split by round; weighted with
+    ``weights``); None if no calls."""
     if not groups:
         return None
     rng = np.random.default_rng(seed)
     pooled = np.concatenate(groups)
-    groups = _capped(groups, rng)
-    medians = _medians(groups, _draw_rounds(len(groups), resamples, rng), rng)
-    low, high = _interval(float(np.median(pooled)), medians, confidence)
+    observed = median(pooled, _pooled(weights))
+    groups, weights = _capped(groups, rng, weights)
+    medians = _medians(groups, _draw_rounds(len(groups), resamples, rng), rng, weights)
+    low, high = _interval(observed, medians, confidence)
     # a median lies within its data, whatever the normal approximation says
     return max(low, float(pooled.min())), min(high, float(pooled.max()))
 
@@ -158,32 +230,56 @@ def difference_interval(
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = CONFIDENCE,
     seed: int = 0,
+    baseline_weights: Weights = None,
+    other_weights: Weights = None,
 ) -> tuple[float, float]:
     """Interval of median(other) - median(baseline); ``paired`` draws the same rounds for
     both (they must have as many rounds, ran side by side). With rounds on both sides, the
-    interval also covers the Student t interval of the rounds' own differences."""
+    interval also covers the Student t interval of the rounds' own differences. Each side
+    weighted by its ``*_weights`` where given (``weighted_rounds_of``)."""
     rng = np.random.default_rng(seed)
-    observed = float(np.median(np.concatenate(other)) - np.median(np.concatenate(baseline)))
-    baseline, other = _capped(baseline, rng), _capped(other, rng)
+    observed = median(np.concatenate(other), _pooled(other_weights)) - median(
+        np.concatenate(baseline), _pooled(baseline_weights)
+    )
+    baseline, baseline_weights = _capped(baseline, rng, baseline_weights)
+    other, other_weights = _capped(other, rng, other_weights)
     paired = paired and len(baseline) == len(other) and len(baseline) > 1
     drawn_baseline = _draw_rounds(len(baseline), resamples, rng)
     drawn_other = drawn_baseline if paired else _draw_rounds(len(other), resamples, rng)
-    differences = _medians(other, drawn_other, rng) - _medians(baseline, drawn_baseline, rng)
+    differences = _medians(other, drawn_other, rng, other_weights) - _medians(
+        baseline, drawn_baseline, rng, baseline_weights
+    )
     low, high = _interval(observed, differences, confidence)
-    rounds = _rounds_interval(baseline, other, paired, confidence)
+    rounds = _rounds_interval(baseline, other, paired, confidence, baseline_weights, other_weights)
     if rounds is not None:
         low, high = min(low, rounds[0]), max(high, rounds[1])
     return low, high
 
 
+def _pooled(weights: Weights) -> np.ndarray | None:
+    return None if weights is None else np.concatenate(weights)
+
+
+def _round_medians(groups: list[np.ndarray], weights: Weights) -> np.ndarray:
+    return np.array([
+        median(group, None if weights is None else weights[index])
+        for index, group in enumerate(groups)
+    ])  # fmt: skip
+
+
 def _rounds_interval(
-    baseline: list[np.ndarray], other: list[np.ndarray], paired: bool, confidence: float
+    baseline: list[np.ndarray],
+    other: list[np.ndarray],
+    paired: bool,
+    confidence: float,
+    baseline_weights: Weights = None,
+    other_weights: Weights = None,
 ) -> tuple[float, float] | None:
     """The t interval of the difference of the rounds' medians: a bootstrap over three or
     five rounds sees only a handful of distinct draws and reads too narrow, while the
     rounds' spread, taken with its degrees of freedom, does not."""
-    a = np.array([np.median(group) for group in baseline])
-    b = np.array([np.median(group) for group in other])
+    a = _round_medians(baseline, baseline_weights)
+    b = _round_medians(other, other_weights)
     # Two rounds give the spread one degree of freedom: a t factor of 12.7 (hundreds once
     # the family's correction applies) says nothing; three are the least it needs.
     if a.size < MIN_T_ROUNDS or b.size < MIN_T_ROUNDS:

@@ -16,7 +16,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from grpc_overhead.analyzer import call_rollup
+from grpc_overhead.analyzer import call_rollup, weighted
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
     CallFilters,
@@ -33,7 +33,6 @@ from grpc_overhead.analyzer.clock_offsets import (
 )
 from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phases import per_call_sql
-from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.rollup import settled_range, settled_until
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import IS_STREAM
@@ -137,8 +136,8 @@ def window_calls(
     sql = (
         "SELECT any(client_domain) AS client_host, any(server_domain) AS server_host,\n"
         "    fromUnixTimestamp64Nano(any(window_start_ns), 'UTC') AS window_start,\n"
-        f"    {weighted_count()} AS calls,\n"  # weighted: the calls made, under sampling
-        f"    {weighted_count(f'NOT same_domain AND ({network})')} AS network_calls\n"
+        f"    {weighted.count()} AS calls,\n"  # weighted: the calls made, under sampling
+        f"    {weighted.count_if(f'NOT same_domain AND ({network})')} AS network_calls\n"
         f"FROM ({rows})\nWHERE client_start_ns != 0 AND server_start_ns != 0\n"
         "GROUP BY window_key\nORDER BY client_host, server_host, window_start"
     )

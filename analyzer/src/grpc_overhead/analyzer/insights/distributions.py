@@ -20,6 +20,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
     ROW_FILTER,
@@ -36,7 +37,6 @@ from grpc_overhead.analyzer.insights.rows import (
 )
 from grpc_overhead.analyzer.insights.settled import phase_states_sql
 from grpc_overhead.analyzer.phases import DESIGN_PHASES, QUANTILE_STATE_FUNCTION
-from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.store.base import Store
 
 #: The phases the page shows: the design's, then the server-side extras.
@@ -148,7 +148,7 @@ def phase_histogram(
     )
     rows, bound = rows_for(store, filters, options)
     sql = (
-        f"SELECT {index} AS bin, {weighted_count()} AS calls\nFROM ({rows})\n"
+        f"SELECT {index} AS bin, {weighted.count()} AS calls\nFROM ({rows})\n"
         f"WHERE {phase}_defined\nGROUP BY bin ORDER BY bin"
     )
     found = store.query(
@@ -300,7 +300,7 @@ def tail(
     sql = (
         "SELECT multiIf(total_value >= {t_tail:Int64}, 'slowest',"
         " total_value >= {t_low:Int64} AND total_value <= {t_high:Int64}, 'median', '')"
-        f" AS band,\n    {weighted_count()} AS calls,"
+        f" AS band,\n    {weighted.count()} AS calls,"
         " {t_tail:Int64} / 1000 AS slowest_from_us,\n    "
         + ",\n    ".join(means)
         + f"\nFROM ({rows})\n"

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.analysis_cost import grouping_source
 from grpc_overhead.analyzer.calls import (
     CALL_FILTER,
@@ -32,7 +33,6 @@ from grpc_overhead.analyzer.calls import (
 from grpc_overhead.analyzer.clock_offsets import query_parameters
 from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phases import PHASES, QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT, Phase
-from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.store.base import Store
 
 INSTANCE = (
@@ -134,16 +134,16 @@ def instance_load(
         " 'instance') AS level, bucket_ns, instance, server_group, dialled,"
         " anyIf(server_host, server_host != '') AS host,"
         " anyIf(server_service, server_service != '') AS server_service,"
-        f" {weighted_count()} AS calls,\n    "
+        f" {weighted.count()} AS calls,\n    "
         + ",\n    ".join(
             [
                 *quantiles_us("total", "total"),
                 *quantiles_us("server_duration", "server_duration"),
-                f"{weighted_count(total.defined)} AS total_calls",
-                f"{weighted_count(server.defined)} AS server_calls",
+                f"{weighted.count_if(total.defined)} AS total_calls",
+                f"{weighted.count_if(server.defined)} AS server_calls",
             ]
         )
-        + f",\n    {weighted_count('client_error OR server_error')} AS errors,"
+        + f",\n    {weighted.count_if('client_error OR server_error')} AS errors,"
         "\n    min(call_start_ns) AS first_ns, max(call_start_ns) AS last_ns\n"
         "FROM "
         + grouping_source(

@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
+from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.phase_bounds import CLOCK_FREE, ONE_WAY
-from grpc_overhead.analyzer.result_columns import weighted_count
 from grpc_overhead.analyzer.span_sources import (
     A72,
     A72_JAVA,
@@ -198,7 +198,7 @@ def source_mix(
     rows, bound = rows_for(store, filters, options, clock=False, phases=())
     keys = ", ".join(SOURCE_KEYS)
     sql = (  # weighted: the calls made, estimated under sampling
-        f"SELECT {keys}, {weighted_count()} AS calls\nFROM ({rows})\nGROUP BY {keys}\n"
+        f"SELECT {keys}, {weighted.count()} AS calls\nFROM ({rows})\nGROUP BY {keys}\n"
         "ORDER BY calls DESC"
     )
     return store.query(sql, bound, readonly=True)
