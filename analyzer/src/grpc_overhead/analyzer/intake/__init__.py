@@ -35,6 +35,7 @@ from grpc_overhead.analyzer.intake.receiver import (
     TraceReceiver,
     serve_receiver,
 )
+from grpc_overhead.analyzer.intake.security import Authenticating, Credentials, Tls
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store.base import Store
 
@@ -42,7 +43,15 @@ DEFAULT_OTLP_PORT = 4327
 #: OpenTelemetry's standard OTLP/HTTP port, where the Java agent, Node and .NET send.
 STANDARD_OTLP_HTTP_PORT = 4318
 
-__all__ = ["DEFAULT_OTLP_PORT", "STANDARD_OTLP_HTTP_PORT", "Intake", "IntakeConfig", "IntakeStats"]
+__all__ = [
+    "DEFAULT_OTLP_PORT",
+    "STANDARD_OTLP_HTTP_PORT",
+    "Credentials",
+    "Intake",
+    "IntakeConfig",
+    "IntakeStats",
+    "Tls",
+]
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,8 @@ class IntakeConfig:
     free (serve's standard OTLP port, 4317, where SDKs send by default); one
     held by another process (a collector) is skipped, never fatal: see
     ``Intake.extra_ports``.
+    ``tls``/``credentials``: TLS and the secrets senders must present, on both
+    receivers (``security``); None: plaintext, anyone who reaches the port.
     """
 
     host: str = "127.0.0.1"
@@ -89,6 +100,8 @@ class IntakeConfig:
     http_port: int | None = None
     #: Open OTLP/HTTP connections at most; beyond, an immediate 503 (Retry-After).
     http_max_connections: int = MAX_CONNECTIONS
+    tls: Tls | None = None
+    credentials: Credentials | None = None
 
 
 class Intake:
@@ -155,6 +168,10 @@ class Intake:
                 workers=self.config.workers,
                 max_message_bytes=self.config.max_message_bytes,
                 extra_ports=self.config.extra_ports,
+                tls=self.config.tls.grpc_credentials() if self.config.tls else None,
+                interceptors=(
+                    [Authenticating(self.config.credentials)] if self.config.credentials else []
+                ),
             )
         except (OSError, RuntimeError) as error:
             self.processor.shutdown()
@@ -171,6 +188,8 @@ class Intake:
                     max_message_bytes=self.config.max_message_bytes,
                     workers=self.config.workers,
                     max_connections=self.config.http_max_connections,
+                    ssl_context=self.config.tls.ssl_context() if self.config.tls else None,
+                    credentials=self.config.credentials,
                 ).start()
             except OSError as error:
                 self.stop()
@@ -192,7 +211,8 @@ class Intake:
             return ""
         host = self.config.host
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self._http.port}/v1/traces"
+        scheme = "https" if self.config.tls else "http"
+        return f"{scheme}://{host}:{self._http.port}/v1/traces"
 
     @property
     def address(self) -> str:
@@ -206,7 +226,10 @@ class Intake:
     def stats(self) -> IntakeStats:
         if self.receiver is None:
             return IntakeStats()
-        return self.receiver.stats()
+        stats = self.receiver.stats()
+        if self.config.credentials is not None:
+            stats.requests_unauthenticated = self.config.credentials.refused
+        return stats
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop taking requests, let waiting ones finish, flush, release."""

@@ -11,6 +11,8 @@ What the Java agent, the Node SDK and .NET send by default (``http/protobuf`` on
   bomb inflates only up to the limit);
 * 429 when the intake's memory bound is reached, 503 when the store fails or does
   not answer in time, both with ``Retry-After``: the sender retries, nothing stored;
+* 401 (with ``WWW-Authenticate``) without valid credentials where the intake asks for
+  them (``security``): the body is not read, nothing stored;
 * 415 for another content type or encoding, 404 for other paths (``/v1/metrics``
   and ``/v1/logs`` included: the gRPC intake answers UNIMPLEMENTED there), 405 for
   another method.
@@ -26,6 +28,7 @@ import contextlib
 import logging
 import select
 import socket
+import ssl
 import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,6 +44,7 @@ from grpc_overhead.analyzer.intake.receiver import (
     TraceReceiver,
     response_message,
 )
+from grpc_overhead.analyzer.intake.security import CHALLENGE, UNAUTHENTICATED, Credentials
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +55,16 @@ JSON = "application/json"
 RETRY_AFTER_S = 1
 #: Longest silence while reading a request: a sender that stalls mid-body is dropped.
 READ_TIMEOUT_S = 30.0
+#: Longest TLS handshake: a plaintext or stalled sender on a TLS port is dropped.
+HANDSHAKE_TIMEOUT_S = 10.0
 #: Open connections at most (SDK exporters keep one each); beyond, an immediate 503.
 MAX_CONNECTIONS = 256
 _OTHER_SIGNALS = {"/v1/metrics": "metrics", "/v1/logs": "logs", "/v1/profiles": "profiles"}
 
 
 class OtlpHttpReceiver:
-    """Serves ``receiver`` over OTLP/HTTP on ``host:port`` (0: a free port), in threads."""
+    """Serves ``receiver`` over OTLP/HTTP on ``host:port`` (0: a free port), in threads;
+    over TLS with ``ssl_context``, to senders ``credentials`` allow when given."""
 
     def __init__(
         self,
@@ -68,14 +75,24 @@ class OtlpHttpReceiver:
         max_message_bytes: int = 64 << 20,
         workers: int = 32,
         max_connections: int = MAX_CONNECTIONS,
+        ssl_context: ssl.SSLContext | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         handler = type(
             "OtlpHttpHandler",
             (_Handler,),
-            {"receiver": receiver, "max_message_bytes": max_message_bytes},
+            {
+                "receiver": receiver,
+                "max_message_bytes": max_message_bytes,
+                "credentials": credentials,
+            },
         )
         server_class = _Server6 if ":" in host else _Server
         self._server = server_class((host, port), handler)
+        if ssl_context is not None:  # the handshake in the connection's thread, not accept's
+            self._server.socket = ssl_context.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._server.daemon_threads = True
         self._server.connections = threading.BoundedSemaphore(max_connections)
         self._server.working = threading.BoundedSemaphore(workers)
@@ -113,8 +130,10 @@ class _Server(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.connections.acquire(blocking=False):
+            # (over TLS no answer: a handshake here would hold up every other sender)
             with contextlib.suppress(OSError):
-                request.sendall(_TOO_MANY_CONNECTIONS)
+                if not isinstance(request, ssl.SSLSocket):
+                    request.sendall(_TOO_MANY_CONNECTIONS)
             self.shutdown_request(request)
             return
         try:
@@ -125,6 +144,9 @@ class _Server(ThreadingHTTPServer):
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
+            if isinstance(request, ssl.SSLSocket) and not _handshake(request):
+                self.shutdown_request(request)
+                return
             super().process_request_thread(request, client_address)
         finally:
             self.connections.release()
@@ -137,6 +159,18 @@ class _Server(ThreadingHTTPServer):
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
+
+
+def _handshake(connection: ssl.SSLSocket) -> bool:
+    """The TLS handshake, bounded: False for a sender that speaks plaintext, offers no
+    valid client certificate (mutual TLS) or stalls (logged at debug level only)."""
+    try:
+        connection.settimeout(HANDSHAKE_TIMEOUT_S)
+        connection.do_handshake()
+        return True
+    except (ssl.SSLError, OSError) as error:
+        log.debug("OTLP/HTTP TLS handshake failed: %s", error)
+        return False
 
 
 _TOO_MANY_CONNECTIONS = (
@@ -160,11 +194,18 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = READ_TIMEOUT_S
     receiver: TraceReceiver
     max_message_bytes: int
+    credentials: Credentials | None
 
     def do_POST(self) -> None:
         json_wanted = _media_type(self.headers.get("Content-Type", "")) == JSON
         self._body_read = False
         try:
+            if self.credentials is not None and not self.credentials.allows(
+                self.headers.get("Authorization")
+            ):
+                self._error(_Answer(401, code_pb2.UNAUTHENTICATED, UNAUTHENTICATED), json_wanted,
+                            {"WWW-Authenticate": CHALLENGE})  # fmt: skip
+                return
             path = self.path.split("?", 1)[0]
             if path != TRACES_PATH:
                 raise self._not_here(path)

@@ -51,6 +51,8 @@ class IntakeStats:
     spans_rejected: int = 0
     requests_rejected: int = 0
     requests_refused: int = 0
+    #: Requests without valid credentials (``security``): answered, nothing stored.
+    requests_unauthenticated: int = 0
     spans_inserted: int = 0
     #: Spans of retries (new bytes, same spans) that were stored already: not stored again.
     duplicate_spans: int = 0
@@ -221,8 +223,11 @@ def serve_receiver(
     workers: int = 32,
     max_message_bytes: int = 64 << 20,
     extra_ports: Sequence[int] = (),
+    tls: grpc.ServerCredentials | None = None,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> tuple[grpc.Server, int, list[int]]:
-    """A started grpc server with the receiver on ``host:port`` (0: any free port).
+    """A started grpc server with the receiver on ``host:port`` (0: any free port); over
+    TLS with ``tls``, every call through ``interceptors`` (authentication: ``security``).
 
     ``extra_ports`` are further ports the same server listens on when they are
     free (serve's standard OTLP port): one another process holds is skipped,
@@ -236,16 +241,23 @@ def serve_receiver(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="intake-grpc"),
         handlers=[receiver.handler()],
+        interceptors=list(interceptors),
         options=options,
     )
+
+    def add_port(address: str) -> int:
+        if tls is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, tls)
+
     address = _address(host, port)
-    bound = server.add_insecure_port(address)
+    bound = add_port(address)
     if bound == 0:
         raise OSError(f"cannot listen on {address}: address in use or not available")
     extra_bound = []
     for extra in extra_ports:
         try:  # grpcio answers 0 or raises RuntimeError for an address in use
-            if server.add_insecure_port(_address(host, extra)):
+            if add_port(_address(host, extra)):
                 extra_bound.append(extra)
         except RuntimeError:
             pass
