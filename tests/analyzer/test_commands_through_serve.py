@@ -138,14 +138,15 @@ def test_an_http_port_asked_for_and_taken_fails_clearly(tmp_path: Path):
 
 def test_the_default_port_taken_falls_back_to_a_free_one(module_store, monkeypatch, capsys):
     from grpc_overhead.cli import serve as serve_command
+    from grpc_overhead.cli import serve_http
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        monkeypatch.setattr(serve_command, "DEFAULT_HTTP_PORT", port)  # stands for 8123
+        monkeypatch.setattr(serve_http, "DEFAULT_HTTP_PORT", port)  # stands for 8123
         args = serve_command.parser().parse_args(["--no-app"])
-        interface = serve_command.start_http(args, module_store)
+        interface = serve_http.start_http(args, module_store)
         try:
             assert interface is not None and interface.port not in (port, 0)
             ping = subprocess.run(["curl", "-sS", f"{interface.url}/ping"], capture_output=True)

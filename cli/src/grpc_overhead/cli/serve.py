@@ -59,13 +59,6 @@ from dataclasses import dataclass, replace
 from grpc_overhead.analyzer import rollup
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, StoreLocked
-from grpc_overhead.analyzer.http_interface import (
-    DEFAULT_HTTP_HOST,
-    DEFAULT_HTTP_PORT,
-    Answerer,
-    Credentials,
-    HttpInterface,
-)
 from grpc_overhead.analyzer.intake import (
     DEFAULT_OTLP_PORT,
     STANDARD_OTLP_HTTP_PORT,
@@ -78,6 +71,7 @@ from grpc_overhead.analyzer.store.owner import SERVE_INFO_FILE as SERVE_INFO_FIL
 from grpc_overhead.analyzer.store.owner import ServeInfo, remove_serve_info, write_serve_info
 from grpc_overhead.analyzer.store.owner import read_serve_info as read_serve_info
 from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, port_is_free, port_number
+from grpc_overhead.cli.serve_http import add_http_arguments, start_http
 from grpc_overhead.cli.serve_ports import (
     NOT_GIVEN,
     OtlpPorts,
@@ -92,6 +86,13 @@ from grpc_overhead.cli.serve_retention import (
     StoreKeeper,
     add_retention_arguments,
     retention_from_args,
+)
+from grpc_overhead.cli.serve_security import (
+    add_security_arguments,
+    exposure,
+    refusal,
+    security_from_args,
+    warning,
 )
 from grpc_overhead.instrumentation import environment
 
@@ -169,63 +170,9 @@ def parser() -> argparse.ArgumentParser:
         f"(default ${environment.JAEGER_URL})",
     )
     add_http_arguments(result)
+    add_security_arguments(result)
     add_retention_arguments(result)
     return result
-
-
-def add_http_arguments(result: argparse.ArgumentParser) -> None:
-    """``--http-port N | --no-http``, ``--http-host``, ``--http-user``, ``--http-password``."""
-    http = result.add_mutually_exclusive_group()
-    http.add_argument(
-        "--http-port",
-        type=port_number,
-        metavar="N",
-        help=f"port of the ClickHouse HTTP interface on an embedded store (default "
-        f"{DEFAULT_HTTP_PORT}, or a free port when that one is taken; 0 picks a free one)",
-    )
-    http.add_argument(
-        "--no-http", action="store_true", help="no ClickHouse HTTP interface (readers then fail)"
-    )
-    result.add_argument(
-        "--http-host",
-        default=DEFAULT_HTTP_HOST,
-        help=f"address the HTTP interface listens on (default {DEFAULT_HTTP_HOST}: this host "
-        "only; it answers every query read-only, so widen it only with a password)",
-    )
-    result.add_argument(
-        "--http-user",
-        default=os.environ.get(environment.HTTP_USER, "default"),
-        help=f"user the HTTP interface accepts (default ${environment.HTTP_USER} or 'default')",
-    )
-    result.add_argument(
-        "--http-password",
-        default=os.environ.get(environment.HTTP_PASSWORD),
-        help=f"password it asks for (default ${environment.HTTP_PASSWORD}; unset: none)",
-    )
-
-
-def start_http(args: argparse.Namespace, store: Store) -> HttpInterface | None:
-    """The HTTP interface on ``store`` as the flags ask, started; None with --no-http.
-
-    The default port taken (a ClickHouse server, another serve) is no reason to
-    fail: a free port is used and advertised instead. A port asked for is.
-    """
-    if args.no_http:
-        return None
-    password = args.http_password or None
-    answerer = Answerer(store, credentials=Credentials(args.http_user or "default", password))
-    if args.http_port is not None:
-        return HttpInterface(answerer, args.http_host, args.http_port).start()
-    try:
-        return HttpInterface(answerer, args.http_host, DEFAULT_HTTP_PORT).start()
-    except BadInput:
-        interface = HttpInterface(answerer, args.http_host, 0).start()
-        print(
-            f"grpc-overhead serve: port {DEFAULT_HTTP_PORT} is taken; the ClickHouse HTTP "
-            f"interface listens on {interface.url} instead",
-            file=sys.stderr,
-        )
-        return interface
 
 
 def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = None) -> int:
@@ -233,9 +180,16 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
     ports = OtlpPorts.from_args(args)
     try:
         retention = retention_from_args(args)
+        security = security_from_args(args)
     except BadInput as error:
         print(f"grpc-overhead serve: {error}", file=sys.stderr)
         return EXIT_USAGE
+    exposed = exposure(args, security, http=not (args.clickhouse or args.no_http))
+    if exposed and not args.insecure:
+        print(f"grpc-overhead serve: {refusal(exposed)}", file=sys.stderr)
+        return EXIT_USAGE
+    if exposed:
+        print(warning(exposed), file=sys.stderr)
     stop = stop or threading.Event()
     if not args.no_app:
         from grpc_overhead.app.server import AppServerError, check_port
@@ -262,8 +216,9 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         if http_port and not ports.http_required and not port_is_free(http_port, args.host):
             http_port = None  # the standard port is someone else's: said below
         config = IntakeConfig(
-            host=args.host, port=ports.intake, extra_ports=extra, http_port=http_port
-        )
+            host=args.host, port=ports.intake, extra_ports=extra, http_port=http_port,
+            tls=security.tls, credentials=security.credentials,
+        )  # fmt: skip
         intake = Intake(store, config)
         calls_options = CallsOptions.from_schema(intake.schema)  # the store's database
         try:
@@ -281,17 +236,20 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             return EXIT_USAGE
         directory = None if args.clickhouse else os.path.abspath(args.store or DEFAULT_STORE_DIR)
         try:  # a ClickHouse server has its own HTTP interface
-            http = start_http(args, store) if directory else None
+            http = start_http(args, store, security) if directory else None
         except BadInput as error:
             print(f"grpc-overhead serve: {error}", file=sys.stderr)
             intake.stop()
             return EXIT_USAGE
         http_url = http.url if http else ""
-        info = ServeInfo(
-            os.getpid(), intake.address, "", store.description, http_url, intake.http_url
-        )
+        certificate = os.path.abspath(security.tls.certificate_path) if security.tls else ""
+        info = ServeInfo(os.getpid(), intake.address, "", store.description, http_url,
+                         intake.http_url, certificate)  # fmt: skip
         _write_serve_info(directory, info)  # before saying so: readers may start at once
-        print(f"intake listening on {intake.address}", flush=True)
+        guarded = [word for word, on in (("TLS", security.tls), ("tokens", security.credentials))
+                   if on]  # fmt: skip
+        print(f"intake listening on {intake.address}"
+              + (f" ({' and '.join(guarded)})" if guarded else ""), flush=True)  # fmt: skip
         say_standard_port(args.host, ports, intake)
         say_http_port(args.host, ports, intake)
         print(f"store: {store.description}", flush=True)
@@ -326,7 +284,12 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             print(
                 f"intake stopped: {stats.spans_inserted} spans stored, "
                 f"{stats.spans_rejected} rejected, {stats.duplicate_spans} already stored "
-                f"(retries, not stored again), {stats.requests_refused} requests refused",
+                f"(retries, not stored again), {stats.requests_refused} requests refused"
+                + (
+                    f", {stats.requests_unauthenticated} unauthenticated"
+                    if security.credentials
+                    else ""
+                ),
                 flush=True,
             )
     finally:

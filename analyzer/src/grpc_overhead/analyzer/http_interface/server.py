@@ -2,7 +2,8 @@
 
 Credentials come the ways ClickHouse takes them: basic auth, the
 ``X-ClickHouse-User``/``X-ClickHouse-Key`` headers, or ``user``/``password``
-URL parameters. A client that hangs up while its query runs gets the query
+URL parameters; over TLS with ``tls`` (``analyzer.tls``: the handshake in the
+connection's thread). A client that hangs up while its query runs gets the query
 killed in the engine (``abandoned``: the socket is polled beside the query),
 as ClickHouse's ``cancel_http_readonly_queries_on_client_close`` does.
 """
@@ -14,6 +15,7 @@ import binascii
 import contextlib
 import select
 import socket
+import ssl
 import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +28,7 @@ from grpc_overhead.analyzer.http_interface.answers import (
     Answerer,
     Request,
 )
+from grpc_overhead.analyzer.tls import Tls, handshake
 
 DEFAULT_HTTP_PORT = 8123
 DEFAULT_HTTP_HOST = "127.0.0.1"
@@ -34,15 +37,27 @@ DEFAULT_HTTP_HOST = "127.0.0.1"
 class HttpInterface:
     """Serves ``answerer`` on ``host:port`` (0: a free port) in a background thread."""
 
-    def __init__(self, answerer: Answerer, host: str = DEFAULT_HTTP_HOST, port: int = 0) -> None:
+    def __init__(
+        self,
+        answerer: Answerer,
+        host: str = DEFAULT_HTTP_HOST,
+        port: int = 0,
+        *,
+        tls: Tls | None = None,
+    ) -> None:
         handler = type("Handler", (_Handler,), {"answerer": answerer})
         try:
-            self._server = ThreadingHTTPServer((host, port), handler)
+            self._server = _Server((host, port), handler)
         except OSError as exc:
             raise BadInput(
                 f"cannot listen on {host}:{port} for the ClickHouse HTTP interface: "
                 f"{exc.strerror or exc}"
             ) from exc
+        self.tls = tls
+        if tls is not None:
+            self._server.socket = tls.ssl_context().wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -55,7 +70,7 @@ class HttpInterface:
         host = str(self._server.server_address[0])
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def start(self) -> HttpInterface:
         self._thread = threading.Thread(
@@ -70,6 +85,14 @@ class HttpInterface:
             self._thread.join()
             self._thread = None
         self._server.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    def process_request_thread(self, request, client_address):  # type: ignore[no-untyped-def]
+        if isinstance(request, ssl.SSLSocket) and not handshake(request):
+            self.shutdown_request(request)
+            return
+        super().process_request_thread(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -35,9 +35,10 @@ from grpc_overhead.analyzer.intake.receiver import (
     TraceReceiver,
     serve_receiver,
 )
-from grpc_overhead.analyzer.intake.security import Authenticating, Credentials, Tls
+from grpc_overhead.analyzer.intake.security import Authenticating, Credentials
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.tls import Tls
 
 DEFAULT_OTLP_PORT = 4327
 #: OpenTelemetry's standard OTLP/HTTP port, where the Java agent, Node and .NET send.

@@ -45,6 +45,7 @@ from grpc_overhead.analyzer.intake.receiver import (
     response_message,
 )
 from grpc_overhead.analyzer.intake.security import CHALLENGE, UNAUTHENTICATED, Credentials
+from grpc_overhead.analyzer.tls import handshake
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,6 @@ JSON = "application/json"
 RETRY_AFTER_S = 1
 #: Longest silence while reading a request: a sender that stalls mid-body is dropped.
 READ_TIMEOUT_S = 30.0
-#: Longest TLS handshake: a plaintext or stalled sender on a TLS port is dropped.
-HANDSHAKE_TIMEOUT_S = 10.0
 #: Open connections at most (SDK exporters keep one each); beyond, an immediate 503.
 MAX_CONNECTIONS = 256
 _OTHER_SIGNALS = {"/v1/metrics": "metrics", "/v1/logs": "logs", "/v1/profiles": "profiles"}
@@ -144,7 +143,7 @@ class _Server(ThreadingHTTPServer):
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
-            if isinstance(request, ssl.SSLSocket) and not _handshake(request):
+            if isinstance(request, ssl.SSLSocket) and not handshake(request):
                 self.shutdown_request(request)
                 return
             super().process_request_thread(request, client_address)
@@ -159,18 +158,6 @@ class _Server(ThreadingHTTPServer):
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
-
-
-def _handshake(connection: ssl.SSLSocket) -> bool:
-    """The TLS handshake, bounded: False for a sender that speaks plaintext, offers no
-    valid client certificate (mutual TLS) or stalls (logged at debug level only)."""
-    try:
-        connection.settimeout(HANDSHAKE_TIMEOUT_S)
-        connection.do_handshake()
-        return True
-    except (ssl.SSLError, OSError) as error:
-        log.debug("OTLP/HTTP TLS handshake failed: %s", error)
-        return False
 
 
 _TOO_MANY_CONNECTIONS = (

@@ -1,9 +1,4 @@
-"""Who may send spans: the intake's TLS and its credentials, on both receivers.
-
-TLS (``Tls``): a certificate chain and its key in PEM files and, for mutual TLS, the
-CA that senders' client certificates must chain to. The gRPC receiver takes it as
-``grpc.ssl_server_credentials``, the HTTP receiver as an ``ssl.SSLContext``; a
-plaintext sender on a TLS port fails its handshake and sends nothing.
+"""Who may send spans: the intake's credentials, on both receivers (its TLS: ``analyzer.tls``).
 
 Credentials (``Credentials``): a file of secrets, one per line (blank lines and lines
 starting with ``#`` aside). A line ``user:password`` is a basic-auth pair, what the
@@ -25,10 +20,8 @@ import binascii
 import hmac
 import logging
 import os
-import ssl
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -53,66 +46,6 @@ def _read(path: Path, what: str) -> bytes:
         return path.read_bytes()
     except OSError as error:
         raise BadInput(f"cannot read the {what} {path}: {error.strerror or error}") from None
-
-
-@dataclass(frozen=True)
-class Tls:
-    """A server certificate chain and key (PEM), and the CA of client certificates for
-    mutual TLS (None: any client, no certificate asked)."""
-
-    certificate: bytes
-    private_key: bytes
-    client_ca: bytes | None = None
-    certificate_path: str = ""
-    private_key_path: str = ""
-    client_ca_path: str = ""
-
-    @classmethod
-    def from_files(cls, certificate: str, private_key: str, client_ca: str | None = None) -> Tls:
-        """Read and check the files: a pair that does not match, a file that is no PEM
-        or cannot be read is a ``BadInput`` naming the file, before anything listens."""
-        tls = cls(
-            _read(Path(certificate), "TLS certificate"),
-            _read(Path(private_key), "TLS key"),
-            _read(Path(client_ca), "client CA") if client_ca else None,
-            certificate,
-            private_key,
-            client_ca or "",
-        )
-        tls.ssl_context()  # checks the pair and the CA as Python's ssl reads them
-        return tls
-
-    def grpc_credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials(
-            [(self.private_key, self.certificate)],
-            root_certificates=self.client_ca,
-            require_client_auth=self.client_ca is not None,
-        )
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """A server context: TLS 1.2 at least; with a client CA, a client certificate
-        signed by it is required."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(self.certificate_path, self.private_key_path)
-        except ssl.SSLError as error:
-            raise BadInput(
-                f"the TLS certificate {self.certificate_path} and key {self.private_key_path} "
-                f"cannot be used together: {error.reason or error}"
-            ) from None
-        except OSError as error:
-            raise BadInput(f"cannot read the TLS certificate or key: {error.strerror}") from None
-        if self.client_ca_path:
-            try:
-                context.load_verify_locations(self.client_ca_path)
-            except (ssl.SSLError, OSError) as error:
-                reason = getattr(error, "reason", None) or getattr(error, "strerror", None)
-                raise BadInput(
-                    f"the client CA {self.client_ca_path} cannot be used: {reason or error}"
-                ) from None
-            context.verify_mode = ssl.CERT_REQUIRED
-        return context
 
 
 class Credentials:

@@ -71,5 +71,6 @@ def open_store(
             password=http_password,
             read_only=True,
             description=f"chDB {directory} through serve (process {owner.pid}) at {owner.http_url}",
+            pinned_certificate=owner.certificate or None,
         )
     return ChdbStore(directory)

@@ -22,6 +22,7 @@ import base64
 import contextlib
 import http.client
 import socket
+import ssl
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -68,11 +69,16 @@ class ClickHouseHttpStore(Store):
         read_only: bool = False,
         description: str = "",
         timeout_s: float = QueryLimits().max_execution_time_s + GRACE_S,
+        pinned_certificate: str | None = None,
     ) -> None:
+        """``pinned_certificate``: over https, trust exactly this PEM file's certificates
+        (a serve's own, named in its serve file), whatever name the URL holds; else the
+        system's roots (``SSL_CERT_FILE``) and the URL's host name."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadInput(f"not a ClickHouse HTTP URL: {url!r} (expected http://host:8123)")
         self._https = parts.scheme == "https"
+        self._tls = _tls_context(pinned_certificate) if self._https else None
         self._host = parts.hostname
         try:
             self._port = parts.port or (8443 if self._https else 8123)
@@ -178,10 +184,13 @@ class ClickHouseHttpStore(Store):
             query["database"] = self._database
         for name, value in bind_parameters(parameters).items():
             query[f"param_{name}"] = _text(value)
-        connection_class = (
-            http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        )
-        connection = connection_class(self._host, self._port, timeout=self._timeout_s)
+        connection: http.client.HTTPConnection
+        if self._tls is not None:
+            connection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=self._timeout_s, context=self._tls
+            )
+        else:
+            connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
         try:
             with watch(abandoned, lambda: _hang_up(connection)):
                 connection.request("POST", "/?" + urlencode(query), sql.encode(), self._headers)
@@ -255,3 +264,19 @@ def _frame(body: bytes) -> pd.DataFrame:
             f"unreadable ArrowStream answer: {exc}; it starts {_excerpt(repr(body[:80]))}", sql=""
         ) from exc
     return arrow_frame(table)
+
+
+def _tls_context(pinned_certificate: str | None) -> ssl.SSLContext:
+    if pinned_certificate is None:
+        return ssl.create_default_context()
+    try:
+        context = ssl.create_default_context(cafile=pinned_certificate)
+    except (OSError, ssl.SSLError) as error:
+        raise StoreUnavailable(
+            f"cannot read serve's certificate {pinned_certificate}: "
+            f"{getattr(error, 'strerror', None) or error}",
+            location=pinned_certificate,
+        ) from None
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the leaf itself is the anchor
+    context.check_hostname = False  # pinned: the certificate, not a name, is what is trusted
+    return context

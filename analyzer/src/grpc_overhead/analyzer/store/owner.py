@@ -33,6 +33,8 @@ class ServeInfo:
     http_url: str = ""
     #: Where it takes OTLP/HTTP traces ('' when it does not).
     otlp_http_url: str = ""
+    #: Its TLS certificate file (PEM), which readers of an https ``http_url`` trust ('').
+    certificate: str = ""
 
 
 def write_serve_info(directory: str, info: ServeInfo) -> None:
@@ -63,6 +65,7 @@ def read_serve_info(directory: str) -> ServeInfo | None:
             str(data["store"]),
             str(data.get("http_url", "")),
             str(data.get("otlp_http_url", "")),
+            str(data.get("certificate", "")),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

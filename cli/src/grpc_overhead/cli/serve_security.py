@@ -1,0 +1,155 @@
+"""``serve``'s TLS, secrets and exposure rule: safe to run beyond loopback.
+
+    --tls-cert FILE --tls-key FILE [--tls-client-ca FILE]   TLS on the intake (OTLP gRPC
+                                                            and HTTP) and the ClickHouse
+                                                            HTTP interface; mutual TLS
+                                                            with a client CA
+    --auth-token-file FILE     the secrets OTLP senders must present (intake.security)
+    --http-password-file FILE  the ClickHouse HTTP interface's password
+    --insecure                 bind a non-loopback address without TLS and authentication
+
+Secrets come from files or the environment (``GRPC_OVERHEAD_HTTP_PASSWORD``), never
+from the command line, where every user of the host reads them in ``ps``:
+``--http-password`` still works but is deprecated with a warning. No secret is ever
+printed.
+
+The rule: a listener bound to an address other than loopback (127.0.0.0/8, ::1,
+localhost) is reachable from other hosts, so it needs TLS and authentication: the
+intake (``--host``) TLS and ``--auth-token-file``; the HTTP interface (``--http-host``)
+TLS and a password; the app (``--host``) has no login of its own yet, so it stays on
+loopback (``--no-app`` or an app on loopback behind the team's proxy). Anything less
+refuses to start with a one-line reason, unless ``--insecure`` says so (then a warning
+at every start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.intake import Credentials, Tls
+from grpc_overhead.instrumentation import environment
+
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+def add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    tls = parser.add_argument_group("TLS and authentication (docs: 'Running it for a team')")
+    tls.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="PEM certificate chain: TLS on the intake and the HTTP interface",
+    )
+    tls.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    tls.add_argument("--tls-client-ca", metavar="FILE",
+                     help="PEM CA: OTLP senders must present a client certificate it signed "
+                     "(mutual TLS)")  # fmt: skip
+    tls.add_argument("--auth-token-file", metavar="FILE",
+                     help="secrets OTLP senders must present, one per line: a bearer token, "
+                     "or user:password for basic auth; reread when it changes")  # fmt: skip
+    tls.add_argument("--insecure", action="store_true",
+                     help="listen on a non-loopback address without TLS and authentication "
+                     "(warned at every start)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Security:
+    """What the flags ask for, files read and checked."""
+
+    tls: Tls | None = None
+    credentials: Credentials | None = None
+    http_password: str | None = None
+
+
+def security_from_args(args: argparse.Namespace) -> Security:
+    """Read the TLS files, the credentials and the HTTP password; a ``BadInput`` naming
+    the file (never its content) where one is missing, unreadable or unusable."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise BadInput("--tls-cert and --tls-key go together: give both, or neither")
+    if args.tls_client_ca and not args.tls_cert:
+        raise BadInput("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
+    tls = Tls.from_files(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    credentials = Credentials(args.auth_token_file) if args.auth_token_file else None
+    return Security(tls, credentials, http_password(args))
+
+
+def http_password(args: argparse.Namespace) -> str | None:
+    """The HTTP interface's password: ``--http-password-file``, else the environment, else
+    the deprecated ``--http-password`` (warned); None: none asked."""
+    if args.http_password_file:
+        try:
+            text = Path(args.http_password_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or "not UTF-8 text"
+            raise BadInput(f"cannot read --http-password-file {args.http_password_file}: "
+                           f"{reason}") from None  # fmt: skip
+        password = text.rstrip("\r\n")
+        if not password:
+            raise BadInput(f"--http-password-file {args.http_password_file} is empty")
+        return password
+    if args.http_password is not None:
+        print(
+            "grpc-overhead serve: warning: --http-password on the command line is deprecated: "
+            "every user of this host reads it in ps; use --http-password-file FILE or "
+            f"${environment.HTTP_PASSWORD}",
+            file=sys.stderr,
+        )
+        return args.http_password or None
+    return os.environ.get(environment.HTTP_PASSWORD) or None
+
+
+def is_loopback(host: str) -> bool:
+    name = host.strip().strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
+def exposure(args: argparse.Namespace, security: Security, *, http: bool) -> list[str]:
+    """What would be reachable from other hosts without TLS and authentication (empty:
+    nothing). ``http``: the HTTP interface will listen (an embedded store, no --no-http)."""
+    problems = []
+    if not is_loopback(args.host):
+        missing = [flag for flag, present in (("--tls-cert/--tls-key", security.tls),
+                                              ("--auth-token-file", security.credentials))
+                   if not present]  # fmt: skip
+        if missing:
+            problems.append(f"the intake on --host {args.host} needs {' and '.join(missing)}")
+        if not args.no_app:
+            problems.append(
+                "the app has no login: keep it on loopback (--no-app here, or a separate "
+                f"`grpc-overhead app`) rather than --host {args.host}"
+            )
+    if http and not is_loopback(args.http_host):
+        missing = [flag for flag, present in (("--tls-cert/--tls-key", security.tls),
+                                              ("--http-password-file", security.http_password))
+                   if not present]  # fmt: skip
+        if missing:
+            problems.append(
+                f"the HTTP interface on --http-host {args.http_host} needs {' and '.join(missing)}"
+            )
+    return problems
+
+
+def refusal(problems: list[str]) -> str:
+    return (
+        "refusing to listen beyond loopback without TLS and authentication: "
+        + "; ".join(problems)
+        + " (or --insecure to do so anyway)"
+    )
+
+
+def warning(problems: list[str]) -> str:
+    return (
+        "grpc-overhead serve: warning: --insecure: listening beyond loopback without TLS and "
+        "authentication: " + "; ".join(problems) + ": anyone who reaches these ports can "
+        "send spans or read them"
+    )

@@ -1,0 +1,267 @@
+"""``serve`` beyond loopback: TLS, tokens and passwords from files, and the exposure rule.
+
+Real serve processes: the SDK's exporter sends over TLS with a token from the standard
+variables, readers (report) go through serve's HTTPS interface pinned to serve's own
+certificate, curl reads with basic auth; a non-loopback bind without TLS and
+authentication refuses with one line, or warns with --insecure (in a network namespace of
+the test's own, on a veth address). No secret is ever printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grpc_overhead.cli.processes import offline_env
+from harness.browser import RunningApp, start_serve_http
+from tests.analyzer.certificates import Authority, Issued
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "team-token-7f3a9c"
+PASSWORD = "http-pass-51d2"
+
+
+def command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", *args],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        env=env or offline_env(),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def secrets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("team")
+    authority = Authority(directory)
+    server: Issued = authority.issue("serve", server=True)
+    (directory / "tokens").write_text(TOKEN + "\n")
+    (directory / "http-password").write_text(PASSWORD + "\n")
+    return {
+        "ca": authority.certificate,
+        "cert": server.certificate,
+        "key": server.key,
+        "tokens": directory / "tokens",
+        "http_password": directory / "http-password",
+    }
+
+
+def _tls_flags(secrets: dict[str, Path]) -> list[str]:
+    return ["--tls-cert", str(secrets["cert"]), "--tls-key", str(secrets["key"]),
+            "--auth-token-file", str(secrets["tokens"])]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, secrets: dict[str, Path]
+) -> Iterator[tuple[Path, RunningApp]]:
+    store = tmp_path_factory.mktemp("served") / "store"
+    serve = start_serve_http(store, offline_env(), *_tls_flags(secrets),
+                             "--http-password-file", str(secrets["http_password"]))  # fmt: skip
+    yield store, serve
+    assert serve.stop() == 0, serve.text()
+    assert TOKEN not in serve.text() and PASSWORD not in serve.text()
+
+
+def _intake(serve: RunningApp) -> str:
+    found = re.search(r"^intake listening on (\S+) \(TLS and tokens\)$", serve.text(), re.M)
+    assert found, serve.text()
+    return found.group(1)
+
+
+def test_an_sdk_sends_over_tls_with_its_token_and_report_reads_through_https(
+    served: tuple[Path, RunningApp], secrets: dict[str, Path]
+) -> None:
+    store, serve = served
+    assert serve.url.startswith("https://"), serve.text()
+    script = textwrap.dedent("""
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.trace import SpanKind
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter()))
+        tracer = provider.get_tracer("team")
+        for _ in range(3):
+            with tracer.start_as_current_span("predict.Predictor/Predict", kind=SpanKind.SERVER,
+                    attributes={"rpc.system": "grpc", "rpc.service": "predict.Predictor",
+                                "rpc.method": "Predict"}):
+                pass
+        provider.shutdown()
+    """)
+    environment = {
+        **offline_env(),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"https://{_intake(serve)}",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secrets["ca"]),
+        "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{TOKEN}",
+    }
+    done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0 and "Failed" not in done.stderr, done.stderr
+    # Readers go through serve's HTTPS interface, trusting serve's own certificate.
+    reader = {**offline_env(), "GRPC_OVERHEAD_HTTP_PASSWORD": PASSWORD}
+    query = "SELECT count() FROM otel_traces"
+    answer = command("sql", "--store", str(store), query, "--format", "csv", env=reader)
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.strip().splitlines()[-1] == "3", answer.stdout
+    # Without the password a reader is refused, with what to do.
+    refused = command("sql", "--store", str(store), query, env=offline_env())
+    assert refused.returncode != 0 and "password" in refused.stderr.lower(), refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_curl_reads_the_https_interface_with_basic_auth_and_not_without(
+    served: tuple[Path, RunningApp], secrets: dict[str, Path]
+) -> None:
+    _, serve = served
+    base = ["curl", "-sS", "--cacert", str(secrets["ca"])]
+    ok = subprocess.run([*base, "-u", f"default:{PASSWORD}", f"{serve.url}/?query=SELECT%201"],
+                        capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert ok.stdout == "1\n", ok.stderr
+    keyed = subprocess.run([*base, "-H", "X-ClickHouse-User: default", "-H",
+                            f"X-ClickHouse-Key: {PASSWORD}", f"{serve.url}/?query=SELECT%202"],
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert keyed.stdout == "2\n", keyed.stderr
+    denied = subprocess.run([*base, "-w", "%{http_code}", "-o", "/dev/null",
+                             f"{serve.url}/?query=SELECT%201"],
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert denied.stdout == "401"
+    plain = subprocess.run(["curl", "-sS", serve.url.replace("https://", "http://") + "/ping"],
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert plain.returncode != 0  # a plaintext client gets no answer from a TLS port
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--host", "0.0.0.0", "--no-app", "--no-http"],
+         "the intake on --host 0.0.0.0 needs --tls-cert/--tls-key and --auth-token-file"),
+        (["--no-app", "--http-host", "0.0.0.0"],
+         "the HTTP interface on --http-host 0.0.0.0 needs --tls-cert/--tls-key and "
+         "--http-password-file"),
+        (["--host", "::", "--no-http"], "the app has no login"),
+    ],
+)  # fmt: skip
+def test_a_non_loopback_bind_without_tls_and_auth_refuses_in_one_line(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    done = command("serve", "--store", str(tmp_path / "store"), "--otlp-port", "0", *flags)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and "--insecure" in lines[0], done.stderr
+    assert not (tmp_path / "store").exists()  # refused before anything was created
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--tls-cert", "{cert}"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "{cert}", "--tls-key", "{missing}"], "cannot read the TLS key"),
+        (["--tls-cert", "{cert}", "--tls-key", "{cert}"], "cannot be used together"),
+        (["--auth-token-file", "{missing}"], "cannot read the credentials file"),
+        (["--http-password-file", "{missing}"], "cannot read --http-password-file"),
+        (["--tls-client-ca", "{ca}"], "--tls-client-ca needs --tls-cert"),
+    ],
+)
+def test_bad_security_files_are_one_clear_line(
+    tmp_path: Path, secrets: dict[str, Path], flags: list[str], said: str
+) -> None:
+    values = {"cert": secrets["cert"], "ca": secrets["ca"], "missing": tmp_path / "nope"}
+    args = [flag.format(**values) for flag in flags]
+    done = command("serve", "--store", str(tmp_path / "store"), "--no-app", "--otlp-port", "0",
+                   *args)  # fmt: skip
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_password_on_the_command_line_is_deprecated_with_a_warning(tmp_path: Path) -> None:
+    serve = start_serve_http(tmp_path / "store", offline_env(), "--http-password", PASSWORD)
+    try:
+        text = serve.text()
+        assert "--http-password on the command line is deprecated" in text
+        assert "--http-password-file" in text and PASSWORD not in text
+    finally:
+        assert serve.stop() == 0
+
+
+def _in_namespace(*inner: str) -> list[str]:
+    """A command run in a network namespace of its own with a veth address, 10.254.0.1."""
+    setup = ("ip link set lo up && ip link add v0 type veth peer name v1 && "
+             "ip addr add 10.254.0.1/24 dev v0 && ip link set v0 up && ip link set v1 up && "
+             'exec "$@"')  # fmt: skip
+    return ["unshare", "--net", "sh", "-c", setup, "sh", *inner]
+
+
+def test_insecure_listens_beyond_loopback_and_warns_at_start(
+    tmp_path: Path, secrets: dict[str, Path]
+) -> None:
+    args = ["serve", "--store", str(tmp_path / "store"), "--otlp-port", "0", "--host",
+            "10.254.0.1", "--no-app", "--no-http", "--insecure"]  # fmt: skip
+    process = subprocess.Popen(
+        _in_namespace(sys.executable, "-m", "grpc_overhead", *args),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=offline_env(),
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("intake listening on"):
+                break
+        text = "".join(lines)
+        assert "warning: --insecure: listening beyond loopback" in text, text
+        assert "intake listening on 10.254.0.1:" in text, text
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_tls_and_tokens_beyond_loopback_start_without_a_warning(
+    tmp_path: Path, secrets: dict[str, Path]
+) -> None:
+    """The intake on a veth address with TLS and tokens: no refusal, no warning; a sender in
+    the same namespace stores with its token."""
+    sender = textwrap.dedent(f"""
+        import subprocess, sys, time, os
+        serve = subprocess.Popen([sys.executable, "-m", "grpc_overhead", "serve", "--store",
+            {str(tmp_path / "store")!r}, "--otlp-port", "4327", "--host", "10.254.0.1",
+            "--no-app", "--no-http", "--tls-cert", {str(secrets["cert"])!r}, "--tls-key",
+            {str(secrets["key"])!r}, "--auth-token-file", {str(secrets["tokens"])!r}],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in serve.stdout:
+            print(line, end="", flush=True)
+            if line.startswith("intake listening"):
+                break
+        import grpc
+        from tests.analyzer.otlp_requests import EXPORT, request, span
+        roots = open({str(secrets["ca"])!r}, "rb").read()
+        credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+        options = (("grpc.ssl_target_name_override", "localhost"),)
+        with grpc.secure_channel("10.254.0.1:4327", credentials, options) as channel:
+            call = channel.unary_unary(EXPORT)
+            call(request(span(1)), metadata=(("authorization", "Bearer {TOKEN}"),), timeout=30)
+            try:
+                call(request(span(2)), timeout=30)
+            except grpc.RpcError as error:
+                print("without token:", error.code().name, flush=True)
+        serve.terminate()
+        print(serve.communicate(timeout=60)[0], flush=True)
+    """)
+    environment = {**offline_env(), "PYTHONPATH": os.getcwd()}
+    done = subprocess.run(_in_namespace(sys.executable, "-c", sender), capture_output=True,
+                          text=True, timeout=180, env=environment)  # fmt: skip
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    assert "intake listening on 10.254.0.1:4327 (TLS and tokens)" in text
+    assert "warning" not in text.lower() and "refusing" not in text
+    assert "without token: UNAUTHENTICATED" in text
+    assert "1 spans stored" in text and "1 unauthenticated" in text, text
+    assert TOKEN not in text.replace(f"Bearer {TOKEN}", "")
