@@ -76,8 +76,9 @@ _IDLE_JS = """
 
 
 @contextlib.contextmanager
-def chromium() -> Iterator[Any]:
-    """A Playwright browser context on Debian's Chromium with a fresh, temporary profile."""
+def chromium(*, ignore_https_errors: bool = False) -> Iterator[Any]:
+    """A Playwright browser context on Debian's Chromium with a fresh, temporary profile
+    (``ignore_https_errors``: for an app whose certificate a test's own CA signed)."""
     from playwright.sync_api import sync_playwright
 
     profile = tempfile.mkdtemp(prefix="grpc-overhead-chromium-")
@@ -89,6 +90,7 @@ def chromium() -> Iterator[Any]:
                 headless=True,
                 args=CHROMIUM_ARGS,
                 viewport={"width": 1400, "height": 1000},
+                ignore_https_errors=ignore_https_errors,
             )
             try:
                 yield context

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grpc_overhead.cli.processes import offline_env
-from harness.browser import RunningApp, start_serve_http
+from harness.browser import RunningApp, start_command, start_serve_http
 from tests.analyzer.certificates import Authority, Issued
 
 pytestmark = pytest.mark.e2e
@@ -146,7 +146,8 @@ def test_curl_reads_the_https_interface_with_basic_auth_and_not_without(
         (["--no-app", "--http-host", "0.0.0.0"],
          "the HTTP interface on --http-host 0.0.0.0 needs --tls-cert/--tls-key and "
          "--http-password-file"),
-        (["--host", "::", "--no-http"], "the app has no login"),
+        (["--host", "::", "--no-http"],
+         "the app on --host :: needs --tls-cert/--tls-key and --app-password-file"),
     ],
 )  # fmt: skip
 def test_a_non_loopback_bind_without_tls_and_auth_refuses_in_one_line(
@@ -265,3 +266,53 @@ def test_tls_and_tokens_beyond_loopback_start_without_a_warning(
     assert "without token: UNAUTHENTICATED" in text
     assert "1 spans stored" in text and "1 unauthenticated" in text, text
     assert TOKEN not in text.replace(f"Bearer {TOKEN}", "")
+
+
+@pytest.mark.browser
+def test_the_app_over_tls_asks_for_the_teams_password_before_any_page(
+    tmp_path: Path, secrets: dict[str, Path]
+) -> None:
+    from harness.browser import EXCEPTION, chromium, wait_loaded
+
+    app_password = tmp_path / "app-password"
+    app_password.write_text("team-app-pass\n")
+    serve = start_command(
+        ["serve", "--store", str(tmp_path / "store"), "--otlp-port", "0", "--app-port", "0",
+         "--no-http", *_tls_flags(secrets), "--app-password-file", str(app_password)],
+        offline_env(),
+    )  # fmt: skip
+    try:
+        assert serve.url.startswith("https://"), serve.text()
+        with chromium(ignore_https_errors=True) as browser:
+            page = browser.new_page()
+            page.goto(f"{serve.url}/overview", wait_until="domcontentloaded")
+            wait_loaded(page)
+            assert page.get_by_text("Log in").count() == 1
+            assert page.locator('[data-testid="stMetric"]').count() == 0  # no page ran
+            field = page.locator("input[type=password]")
+            field.fill("not-the-password")
+            page.get_by_role("button", name="Log in").click()
+            page.get_by_text("Wrong password").wait_for(timeout=30_000)
+            assert page.locator('[data-testid="stMetric"]').count() == 0
+            field.fill("team-app-pass")
+            page.get_by_role("button", name="Log in").click()
+            page.get_by_text("Wrong password").wait_for(state="detached", timeout=30_000)
+            wait_loaded(page)
+            assert page.locator("input[type=password]").count() == 0
+            assert page.locator(EXCEPTION).count() == 0
+            # another tab is another session: logged out (nothing shared through cookies)
+            fresh = browser.new_page()
+            fresh.goto(f"{serve.url}/findings", wait_until="domcontentloaded")
+            wait_loaded(fresh)
+            assert fresh.locator("input[type=password]").count() == 1
+        assert "team-app-pass" not in serve.text()
+    finally:
+        assert serve.stop() == 0
+
+
+def test_the_app_command_beyond_loopback_needs_tls_and_a_password(tmp_path: Path) -> None:
+    done = command("app", "--store", str(tmp_path), "--host", "0.0.0.0", "--port", "0",
+                   "--no-browser")  # fmt: skip
+    assert done.returncode == 2
+    assert "the app on --host 0.0.0.0 needs --tls-cert/--tls-key and --password-file" in done.stderr
+    assert "--insecure" in done.stderr and "Traceback" not in done.stderr

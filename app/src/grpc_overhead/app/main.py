@@ -18,7 +18,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from grpc_overhead.app import refresh
+from grpc_overhead.app import login, refresh
 from grpc_overhead.app.navigation import PAGES
 
 PAGES_DIR = Path(__file__).parent / "pages"
@@ -26,6 +26,7 @@ PAGES_DIR = Path(__file__).parent / "pages"
 
 def main() -> None:
     st.set_page_config(page_title="grpc-overhead", page_icon=":material/speed:", layout="wide")
+    login.require_login()  # before any page: nothing is read until then
     pages = [
         st.Page(str(PAGES_DIR / script), title=title, icon=icon, url_path=url)
         for script, title, icon, url in PAGES

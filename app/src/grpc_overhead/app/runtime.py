@@ -32,6 +32,8 @@ class Served:
     #: A counter that moves whenever the intake has stored a batch (None: nobody says):
     #: auto-refresh reruns a page on it at once instead of on its timer alone.
     changes: Callable[[], int] | None = None
+    #: The team's shared password the app asks for before any page (None: no login).
+    password: str | None = field(default=None, repr=False)
 
 
 _lock = threading.Lock()

@@ -25,6 +25,7 @@ import errno
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpc_overhead.analyzer.tls import Tls
 from grpc_overhead.app import runtime
 from grpc_overhead.app.runtime import Served
 
@@ -56,13 +58,14 @@ class AppServerError(RuntimeError):
 class AppAddress:
     host: str
     port: int
+    https: bool = False
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         if self.host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.https else 'http'}://{host}:{self.port}"
 
 
 def check_port(host: str, port: int, *, option: str = "--app-port") -> None:
@@ -88,15 +91,24 @@ def check_port(host: str, port: int, *, option: str = "--app-port") -> None:
 
 
 def wait_healthy(
-    url: str, timeout_s: float = READY_TIMEOUT_S, alive: Callable[[], bool] = lambda: True
+    url: str,
+    timeout_s: float = READY_TIMEOUT_S,
+    alive: Callable[[], bool] = lambda: True,
+    certificate: str | None = None,
 ) -> None:
-    """Poll ``url + /_stcore/health`` until it answers 200 (Streamlit ready for sessions)."""
+    """Poll ``url + /_stcore/health`` until it answers 200 (Streamlit ready for sessions);
+    over https trusting exactly ``certificate`` (the app's own: it is asking itself)."""
+    context = None
+    if certificate is not None:
+        context = ssl.create_default_context(cafile=certificate)
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        context.check_hostname = False
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not alive():
             raise AppServerError("the app server stopped while starting")
         try:
-            with urllib.request.urlopen(url + HEALTH_PATH, timeout=2) as response:
+            with urllib.request.urlopen(url + HEALTH_PATH, timeout=2, context=context) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -105,12 +117,18 @@ def wait_healthy(
     raise AppServerError(f"the app did not answer {url}{HEALTH_PATH} within {timeout_s:g} s")
 
 
-def _configure(host: str, port: int) -> None:
-    """Streamlit options as ``streamlit run --server.port ...`` flags would set them."""
+def _configure(host: str, port: int, tls: Tls | None = None) -> None:
+    """Streamlit options as ``streamlit run --server.port ...`` flags would set them; with
+    ``tls``, Streamlit's own HTTPS (``server.sslCertFile`` / ``server.sslKeyFile``)."""
     from streamlit.web import bootstrap
 
+    https = {} if tls is None else {
+        "server_sslCertFile": tls.certificate_path,
+        "server_sslKeyFile": tls.private_key_path,
+    }  # fmt: skip
     bootstrap.load_config_options(
         {
+            **https,
             "server_address": host,
             "server_port": port,
             "server_headless": True,
@@ -147,8 +165,10 @@ class AppServer:
         port: int = DEFAULT_PORT,
         main_script: Path = MAIN_SCRIPT,
         option: str = "--app-port",
+        tls: Tls | None = None,
     ) -> None:
         self.served = served
+        self.tls = tls
         self.host = host
         self.port = port
         self.main_script = main_script
@@ -197,7 +217,7 @@ class AppServer:
         runtime.register(self.served)
         previous = self._install_signals()
         try:
-            _configure(self.host, self.port)
+            _configure(self.host, self.port, self.tls)
             asyncio.run(self._serve(background, on_ready))
         except SystemExit as exc:  # Streamlit exits on some start-up failures
             raise AppServerError(f"the app server could not start (exit {exc.code})") from None
@@ -229,7 +249,9 @@ class AppServer:
             ) from None
         self._server, self._loop = server, asyncio.get_running_loop()
         bootstrap.prepare_streamlit_environment(str(self.main_script))
-        self.address = AppAddress(self.host, int(config.get_option("server.port")))
+        self.address = AppAddress(
+            self.host, int(config.get_option("server.port")), https=self.tls is not None
+        )
         if self._stop.is_set():
             self.stop()
         worker = threading.Thread(
@@ -246,7 +268,8 @@ class AppServer:
     ) -> None:
         """Wait for health, announce, run the caller's loop; stop the server when it ends."""
         try:
-            wait_healthy(self.url, alive=lambda: not self._stop.is_set())
+            certificate = self.tls.certificate_path if self.tls else None
+            wait_healthy(self.url, alive=lambda: not self._stop.is_set(), certificate=certificate)
             if on_ready is not None:
                 on_ready(self.url)
             if background is not None:

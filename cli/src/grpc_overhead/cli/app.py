@@ -1,6 +1,7 @@
 """``grpc-overhead app``: the web app on data already in a store, without an intake.
 
     grpc-overhead app [--store DIR | --clickhouse URL] [--port 8501] [--host 127.0.0.1]
+                      [--tls-cert FILE --tls-key FILE] [--password-file FILE] [--insecure]
                       [--jaeger-url URL] [--no-browser]
 
 A chDB directory belongs to one process. When ``grpc-overhead serve`` owns it,
@@ -25,12 +26,14 @@ from collections.abc import Sequence
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked, brief
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
+from grpc_overhead.analyzer.tls import Tls
 from grpc_overhead.app import runtime
 from grpc_overhead.app.runtime import Served
 from grpc_overhead.app.server import AppServer, AppServerError, check_port, open_browser
 from grpc_overhead.cli.ports import port_number
 from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments, through_serve
 from grpc_overhead.cli.serve import DEFAULT_APP_PORT, read_serve_info
+from grpc_overhead.cli.serve_security import app_exposure, password_file, refusal, warning
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
@@ -57,7 +60,30 @@ def parser() -> argparse.ArgumentParser:
         help="Jaeger UI base URL for trace links (default $GRPC_OVERHEAD_JAEGER_URL)",
     )
     result.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    result.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain: HTTPS")
+    result.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    result.add_argument("--password-file", metavar="FILE",
+                        help="file holding the team's password the app asks for")  # fmt: skip
+    result.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen on a non-loopback --host without TLS and a password",
+    )
     return result
+
+
+def _guarded(args: argparse.Namespace) -> tuple[Tls | None, str | None]:
+    """TLS and the password as the flags ask; the exposure rule of ``serve_security``."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise AppCommandError("--tls-cert and --tls-key go together: give both, or neither")
+    tls = Tls.from_files(args.tls_cert, args.tls_key) if args.tls_cert else None
+    password = password_file(args.password_file, "--password-file")
+    exposed = app_exposure(args.host, tls, password, "--password-file")
+    if exposed and not args.insecure:
+        raise AppCommandError(refusal(exposed))
+    if exposed:
+        print(warning(exposed, "app"), file=sys.stderr)
+    return tls, password
 
 
 class AppCommandError(AnalyzerError):
@@ -116,6 +142,7 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    tls, password = _guarded(args)
     check_port(args.host, args.port, option="--port")
     options = CallsOptions()
     store = open_for_app(args)
@@ -129,10 +156,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             settling = runtime.BackgroundSettle(store, options, report=_say).start()
         server = AppServer(
-            Served(store, options, jaeger_url=args.jaeger_url, live=False),
+            Served(store, options, jaeger_url=args.jaeger_url, live=False, password=password),
             host=args.host,
             port=args.port,
             option="--port",
+            tls=tls,
         )
 
         def ready(url: str) -> None:

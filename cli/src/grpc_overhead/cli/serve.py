@@ -5,7 +5,9 @@
                         [--app-port 8501 | --no-app]
                         [--jaeger-url URL]
                         [--http-port 8123 | --no-http] [--http-host 127.0.0.1]
-                        [--http-user U] [--http-password P]
+                        [--http-user U] [--http-password-file FILE]
+                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+                        [--auth-token-file FILE] [--app-password-file FILE] [--insecure]
                         [--retention 7d] [--rollup-retention 90d] [--max-store-gb 20]
 
 Point the collector's ``otlp`` exporter (or any OTLP/gRPC SDK exporter) at
@@ -38,6 +40,9 @@ On an embedded store, serve also speaks ClickHouse's HTTP interface
 so do ``report``, ``sql`` and ``app`` started against the same directory,
 which serve owns. While it runs, serve writes ``DIR/grpc-overhead-serve.json``
 (its pid, intake, app and HTTP URLs: ``store.owner``) so they find it.
+
+Beyond loopback it needs TLS and authentication (``serve_security``: the intake's tokens,
+the HTTP interface's and the app's passwords, from files) or says ``--insecure``.
 
 Nothing expires unless asked: ``--retention`` drops spans and calls that long after they
 started (the tables' TTL, applied by the engine's merges), ``--rollup-retention`` the
@@ -88,6 +93,7 @@ from grpc_overhead.cli.serve_retention import (
     retention_from_args,
 )
 from grpc_overhead.cli.serve_security import (
+    Security,
     add_security_arguments,
     exposure,
     refusal,
@@ -271,9 +277,8 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
                 _stop_on_signals(stop)
                 loop(stop)
                 return 0
-            return _serve_app(
-                args, store, calls_options, loop, stop, info, directory, intake.stored_batches
-            )
+            return _serve_app(args, store, calls_options, loop, stop, info, directory,
+                              intake.stored_batches, security)  # fmt: skip
         finally:
             if directory:
                 remove_serve_info(directory)
@@ -325,17 +330,16 @@ def _serve_app(
     info: ServeInfo,
     directory: str | None,
     stored_batches: Callable[[], int],
+    security: Security,
 ) -> int:
     """Run the app in this thread (it handles the signals) and the settle loop beside it;
     its pages rerun as soon as the intake has stored a batch (``Served.changes``)."""
     from grpc_overhead.app.runtime import Served
     from grpc_overhead.app.server import AppServer, AppServerError
 
-    server = AppServer(
-        Served(store, options, jaeger_url=args.jaeger_url, live=True, changes=stored_batches),
-        host=args.host,
-        port=args.app_port,
-    )
+    served = Served(store, options, jaeger_url=args.jaeger_url, live=True,
+                    changes=stored_batches, password=security.app_password)  # fmt: skip
+    server = AppServer(served, host=args.host, port=args.app_port, tls=security.tls)
 
     def ready(url: str) -> None:
         _write_serve_info(directory, replace(info, app_url=url))

@@ -1,11 +1,13 @@
 """``serve``'s TLS, secrets and exposure rule: safe to run beyond loopback.
 
     --tls-cert FILE --tls-key FILE [--tls-client-ca FILE]   TLS on the intake (OTLP gRPC
-                                                            and HTTP) and the ClickHouse
-                                                            HTTP interface; mutual TLS
+                                                            and HTTP), the ClickHouse
+                                                            HTTP interface and the app;
+                                                            mutual TLS for OTLP senders
                                                             with a client CA
     --auth-token-file FILE     the secrets OTLP senders must present (intake.security)
     --http-password-file FILE  the ClickHouse HTTP interface's password
+    --app-password-file FILE   the team's password the app asks for (app.login)
     --insecure                 bind a non-loopback address without TLS and authentication
 
 Secrets come from files or the environment (``GRPC_OVERHEAD_HTTP_PASSWORD``), never
@@ -16,8 +18,7 @@ printed.
 The rule: a listener bound to an address other than loopback (127.0.0.0/8, ::1,
 localhost) is reachable from other hosts, so it needs TLS and authentication: the
 intake (``--host``) TLS and ``--auth-token-file``; the HTTP interface (``--http-host``)
-TLS and a password; the app (``--host``) has no login of its own yet, so it stays on
-loopback (``--no-app`` or an app on loopback behind the team's proxy). Anything less
+TLS and a password; the app (``--host``) TLS and ``--app-password-file``. Anything less
 refuses to start with a one-line reason, unless ``--insecure`` says so (then a warning
 at every start).
 """
@@ -28,7 +29,7 @@ import argparse
 import ipaddress
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpc_overhead.analyzer.errors import BadInput
@@ -43,7 +44,7 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument(
         "--tls-cert",
         metavar="FILE",
-        help="PEM certificate chain: TLS on the intake and the HTTP interface",
+        help="PEM certificate chain: TLS on the intake, the HTTP interface and the app",
     )
     tls.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
     tls.add_argument("--tls-client-ca", metavar="FILE",
@@ -52,6 +53,8 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--auth-token-file", metavar="FILE",
                      help="secrets OTLP senders must present, one per line: a bearer token, "
                      "or user:password for basic auth; reread when it changes")  # fmt: skip
+    tls.add_argument("--app-password-file", metavar="FILE",
+                     help="file holding the team's password the app asks for")  # fmt: skip
     tls.add_argument("--insecure", action="store_true",
                      help="listen on a non-loopback address without TLS and authentication "
                      "(warned at every start)")  # fmt: skip
@@ -63,7 +66,8 @@ class Security:
 
     tls: Tls | None = None
     credentials: Credentials | None = None
-    http_password: str | None = None
+    http_password: str | None = field(default=None, repr=False)
+    app_password: str | None = field(default=None, repr=False)
 
 
 def security_from_args(args: argparse.Namespace) -> Security:
@@ -75,23 +79,30 @@ def security_from_args(args: argparse.Namespace) -> Security:
         raise BadInput("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
     tls = Tls.from_files(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     credentials = Credentials(args.auth_token_file) if args.auth_token_file else None
-    return Security(tls, credentials, http_password(args))
+    app = password_file(args.app_password_file, "--app-password-file")
+    return Security(tls, credentials, http_password(args), app)
+
+
+def password_file(path: str | None, flag: str) -> str | None:
+    """The password a file holds (its first line; None without a file)."""
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or "not UTF-8 text"
+        raise BadInput(f"cannot read {flag} {path}: {reason}") from None
+    password = text.splitlines()[0] if text else ""
+    if not password:
+        raise BadInput(f"{flag} {path} is empty")
+    return password
 
 
 def http_password(args: argparse.Namespace) -> str | None:
     """The HTTP interface's password: ``--http-password-file``, else the environment, else
     the deprecated ``--http-password`` (warned); None: none asked."""
     if args.http_password_file:
-        try:
-            text = Path(args.http_password_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            reason = getattr(error, "strerror", None) or "not UTF-8 text"
-            raise BadInput(f"cannot read --http-password-file {args.http_password_file}: "
-                           f"{reason}") from None  # fmt: skip
-        password = text.rstrip("\r\n")
-        if not password:
-            raise BadInput(f"--http-password-file {args.http_password_file} is empty")
-        return password
+        return password_file(args.http_password_file, "--http-password-file")
     if args.http_password is not None:
         print(
             "grpc-overhead serve: warning: --http-password on the command line is deprecated: "
@@ -124,10 +135,7 @@ def exposure(args: argparse.Namespace, security: Security, *, http: bool) -> lis
         if missing:
             problems.append(f"the intake on --host {args.host} needs {' and '.join(missing)}")
         if not args.no_app:
-            problems.append(
-                "the app has no login: keep it on loopback (--no-app here, or a separate "
-                f"`grpc-overhead app`) rather than --host {args.host}"
-            )
+            problems += app_exposure(args.host, security.tls, security.app_password)
     if http and not is_loopback(args.http_host):
         missing = [flag for flag, present in (("--tls-cert/--tls-key", security.tls),
                                               ("--http-password-file", security.http_password))
@@ -139,6 +147,17 @@ def exposure(args: argparse.Namespace, security: Security, *, http: bool) -> lis
     return problems
 
 
+def app_exposure(
+    host: str, tls: Tls | None, password: str | None, flag: str = "--app-password-file"
+) -> list[str]:
+    """The app's part of ``exposure`` (``grpc-overhead app`` checks it alone)."""
+    if is_loopback(host):
+        return []
+    missing = [name for name, present in (("--tls-cert/--tls-key", tls), (flag, password))
+               if not present]  # fmt: skip
+    return [f"the app on --host {host} needs {' and '.join(missing)}"] if missing else []
+
+
 def refusal(problems: list[str]) -> str:
     return (
         "refusing to listen beyond loopback without TLS and authentication: "
@@ -147,9 +166,9 @@ def refusal(problems: list[str]) -> str:
     )
 
 
-def warning(problems: list[str]) -> str:
+def warning(problems: list[str], command: str = "serve") -> str:
     return (
-        "grpc-overhead serve: warning: --insecure: listening beyond loopback without TLS and "
+        f"grpc-overhead {command}: warning: --insecure: listening beyond loopback without TLS and "
         "authentication: " + "; ".join(problems) + ": anyone who reaches these ports can "
         "send spans or read them"
     )
