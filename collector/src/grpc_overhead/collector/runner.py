@@ -38,7 +38,7 @@ ENV_HEALTH_PORT = environment.COLLECTOR_HEALTH_PORT
 ENV_STORAGE = environment.COLLECTOR_STORAGE_DIR
 
 DIST_NAME = "otelcol-grpc-overhead"
-CONFIG_NAMES: tuple[str, ...] = ("embedded", "clickhouse", "embedded-jaeger")
+CONFIG_NAMES: tuple[str, ...] = ("embedded", "clickhouse", "embedded-jaeger", "team")
 DEFAULT_OTLP_PORT = 4317
 DEFAULT_OTLP_HTTP_PORT = 4318
 DEFAULT_HEALTH_PORT = 13133

@@ -59,6 +59,9 @@ COLLECTOR_OTLP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_PORT"
 COLLECTOR_OTLP_HTTP_PORT = "GRPC_OVERHEAD_COLLECTOR_OTLP_HTTP_PORT"
 COLLECTOR_HEALTH_PORT = "GRPC_OVERHEAD_COLLECTOR_HEALTH_PORT"
 INTAKE_ENDPOINT = "GRPC_OVERHEAD_INTAKE_ENDPOINT"
+INTAKE_CA = "GRPC_OVERHEAD_INTAKE_CA"
+INTAKE_TOKEN_FILE = "GRPC_OVERHEAD_INTAKE_TOKEN_FILE"
+INTAKE_SERVER_NAME = "GRPC_OVERHEAD_INTAKE_SERVER_NAME"
 COLLECTOR_STORAGE_DIR = "GRPC_OVERHEAD_COLLECTOR_STORAGE_DIR"
 
 DOCUMENTED: tuple[Variable, ...] = (
@@ -208,6 +211,22 @@ DOCUMENTED: tuple[Variable, ...] = (
         INTAKE_ENDPOINT,
         "127.0.0.1:4327",
         "where the embedded collector config sends spans (the analyzer intake)",
+    ),
+    Variable(
+        INTAKE_CA,
+        "/etc/grpc-overhead/intake-ca.pem",
+        "the team collector config: PEM file of the CA that signed serve's certificate",
+    ),
+    Variable(
+        INTAKE_TOKEN_FILE,
+        "/etc/grpc-overhead/intake-token",
+        "the team collector config: file holding the token it sends serve (one line)",
+    ),
+    Variable(
+        INTAKE_SERVER_NAME,
+        "(the endpoint's host)",
+        "the team collector config: the name serve's certificate is for, when the endpoint "
+        "names serve otherwise (an address)",
     ),
     Variable(
         "GRPC_OVERHEAD_CLICKHOUSE_ENDPOINT",
