@@ -59,4 +59,16 @@ def summary(figures: dict[str, Any]) -> str:
             f"{numbers['refused_but_stored']} | {numbers['poison_stored']} | "
             f"{numbers['duplicates']} | {readable} |"
         )
+    unauthenticated = figures.get("unauthenticated")
+    if unauthenticated:
+        flooded, good = unauthenticated["unauthenticated"], unauthenticated["authenticated"]
+        lines += [
+            "",
+            f"Unauthenticated flood: {unauthenticated['seconds']} s, "
+            f"{sum(flooded['requests'].values())} requests without valid credentials "
+            f"({flooded['attempts']}), {flooded['spans_sent']} spans, {flooded['stored']} "
+            f"stored; beside it the senders with the token: requests {good['requests']}, "
+            f"{good['spans_acknowledged']} spans acknowledged, {good['lost']} lost, "
+            f"{good['duplicates']} stored twice.",
+        ]
     return "\n".join(lines) + "\n"

@@ -127,6 +127,8 @@ class SenderPlan:
     #: "grpc" (``target`` host:port), "http" (``target`` a /v1/traces URL; gzip'd
     #: protobuf) or "http-json" (OTLP/JSON).
     transport: str = "grpc"
+    #: The ``Authorization`` value sent with every request ('' none).
+    authorization: str = ""
 
 
 def send(plan: SenderPlan, ledger: Ledger, stop: threading.Event) -> None:
@@ -148,7 +150,8 @@ def send(plan: SenderPlan, ledger: Ledger, stop: threading.Event) -> None:
                 continue
             poison = bool(plan.poison_every) and number % plan.poison_every == 0
             data, good, bad = build_request(plan.sender, number, plan.spans, poison)
-            ledger.record(_deliver(export, data, plan, ledger, stop, rng), good, bad)
+            outcome = _deliver(export, data, plan, ledger, stop, rng)
+            ledger.record(outcome, good, bad)
             if plan.pause_s:
                 stop.wait(plan.pause_s)
     finally:
@@ -165,9 +168,10 @@ def _deliver(
 ) -> str:
     """Send with retries; returns acknowledged, refused or unknown."""
     last = "unknown"
+    metadata = (("authorization", plan.authorization),) if plan.authorization else None
     for attempt in range(plan.attempts):
         try:
-            export(data, timeout=plan.deadline_s)
+            export(data, timeout=plan.deadline_s, metadata=metadata)
             ledger.attempt("ok")
             return "acknowledged"
         except grpc.RpcError as error:
@@ -196,8 +200,9 @@ def _send_http(plan: SenderPlan, ledger: Ledger, stop: threading.Event) -> None:
         poison = bool(plan.poison_every) and number % plan.poison_every == 0
         data, good, bad = build_request(plan.sender, number, plan.spans, poison)
         outcome = fault_load_http.deliver(
-            plan.target, data, json_body, plan.attempts, plan.deadline_s, ledger.attempt, stop, rng
-        )
+            plan.target, data, json_body, plan.attempts, plan.deadline_s, ledger.attempt, stop, rng,
+            plan.authorization,
+        )  # fmt: skip
         ledger.record(outcome, good, bad)
         if plan.pause_s:
             stop.wait(plan.pause_s)

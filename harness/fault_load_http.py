@@ -81,9 +81,12 @@ def deliver(
     record_attempt,
     stop: threading.Event,
     rng: random.Random,
+    authorization: str = "",
 ) -> str:
     """Send with retries; returns acknowledged, refused or unknown."""
     body, headers = encode(data, json_body)
+    if authorization:
+        headers = {**headers, "Authorization": authorization}
     last = "unknown"
     for attempt in range(attempts):
         try:
@@ -96,7 +99,7 @@ def deliver(
             if status == 200:
                 return "acknowledged"
             ours = message.startswith(INTAKE_REFUSAL)
-            if status in (400, 413):
+            if status in (400, 401, 413):
                 return "refused" if ours else "unknown"
             last = "refused" if ours and status in RETRYABLE_STATUSES else "unknown"
             if status not in RETRYABLE_STATUSES:

@@ -6,7 +6,7 @@ bench``), ``tests/reliability`` reduced (``make test``):
     python -m bench.run reliability            # full scale, results in bench/results/
     python -m bench.run reliability -- --quick # the reduced run ``make test`` makes
 
-Two phases, each on its own store:
+Three phases, each on its own store:
 
 * **flood** (in this process): senders flood a real intake on chDB with a small
   buffer (so it refuses), some with deadlines far shorter than the intake's
@@ -15,6 +15,10 @@ Two phases, each on its own store:
 * **crash** (real processes): ``serve`` and ``collector run`` under load from
   senders to both; ``serve`` and the collector are each killed with SIGKILL
   and restarted.
+* **unauthenticated** (in this process): an intake asking for tokens, flooded over
+  gRPC and HTTP by senders with no token, a wrong one or a bad basic-auth pair, while
+  senders with the token send beside them: nothing of the flood stored, the
+  authenticated senders' every request acknowledged and stored once.
 
 Then, per phase and path: acknowledged ⊆ stored, refused ∩ stored = ∅, poison
 ∩ stored = ∅, no span stored twice, and ``report``/``sql`` read the store.
@@ -337,8 +341,58 @@ def _count(output: str) -> int:
     return int(rows[0]["n"]) if rows else 0
 
 
+def unauthenticated(scale: Scale, directory: str) -> dict[str, Any]:
+    from grpc_overhead.analyzer.intake import Credentials, Intake, IntakeConfig
+    from grpc_overhead.analyzer.store import open_store
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    tokens = Path(directory) / "tokens"
+    tokens.write_text("fault-suite-token\n")
+    good, flooded, stop = Ledger(), Ledger(), threading.Event()
+    store = open_store(str(Path(directory) / "store"))
+    config = IntakeConfig(port=0, http_port=0, credentials=Credentials(tokens))
+    intake = Intake(store, config)
+    intake.start()
+    grpc_target, http_target = f"127.0.0.1:{intake.port}", intake.http_url
+    plans = [
+        (SenderPlan(sender, (grpc_target, http_target)[sender % 2], scale.requests, scale.spans,
+                    transport=("grpc", "http")[sender % 2],
+                    authorization="Bearer fault-suite-token"), good)
+        for sender in range(1, scale.senders // 2 + 1)
+    ]  # fmt: skip
+    wrong = ("", "Bearer not-the-token", "Basic Zm9vOmJhcg==", "Bearer ")
+    plans += [
+        (SenderPlan(200 + sender, (grpc_target, http_target)[sender % 2], scale.requests * 2,
+                    scale.spans, transport=("grpc", "http")[sender % 2],
+                    authorization=wrong[sender % len(wrong)], attempts=1), flooded)
+        for sender in range(scale.senders * 2)
+    ]  # fmt: skip
+    started = time.monotonic()
+    for thread in _run_senders(plans, stop):
+        thread.join()
+    elapsed = time.monotonic() - started
+    intake.stop()
+    stats = intake.stats()
+    store.close()
+    stored = stored_counts(str(Path(directory) / "store"))
+    flood_ids = flooded.acknowledged | flooded.refused | flooded.unknown
+    return {
+        "seconds": round(elapsed, 1),
+        "authenticated": {"requests": dict(good.requests), **invariants(good, stored)},
+        "unauthenticated": {
+            "requests": dict(flooded.requests),
+            "attempts": dict(flooded.attempts),
+            "spans_sent": len(flood_ids),
+            "stored": len(flood_ids & stored.keys()),
+        },
+        "intake_unauthenticated_counter": stats.requests_unauthenticated,
+        "stored_rows": sum(stored.values()),
+    }
+
+
 def run_suite(scale: Scale, workdir: str) -> dict[str, Any]:
     return {
         "flood": flood(scale, str(Path(workdir) / "flood")),
         "crash": crash(scale, str(Path(workdir) / "crash")),
+        "unauthenticated": unauthenticated(scale, str(Path(workdir) / "unauthenticated")),
     }

@@ -2,8 +2,9 @@
 
 A flood with short deadlines, poison and KILL attempts against a real intake,
 then ``serve`` and ``collector run`` as processes, each killed with SIGKILL
-and restarted under load. Checked: acknowledged ⊆ stored, refused ∩ stored =
-∅, poison never stored, no span stored twice on any path, and
+and restarted under load, then an unauthenticated flood beside senders with the
+token. Checked: acknowledged ⊆ stored, refused ∩ stored = ∅, poison never stored,
+no span stored twice on any path, nothing unauthenticated stored, and
 ``report``/``sql`` still read the store. Every path twice: OTLP/gRPC and OTLP/HTTP.
 """
 
@@ -56,3 +57,16 @@ def test_faults_lose_nothing_acknowledged_and_store_nothing_refused(
         assert (numbers["lost"], numbers["refused_but_stored"]) == (0, 0), (path, numbers)
         assert (numbers["poison_stored"], numbers["duplicates"]) == (0, 0), (path, numbers)
     assert crash["reports_readable"]
+
+    # An unauthenticated flood beside senders with the token: nothing of it stored, and
+    # every authenticated request acknowledged, none refused, each span stored once.
+    unauthenticated = figures["unauthenticated"]
+    flooded, authenticated = unauthenticated["unauthenticated"], unauthenticated["authenticated"]
+    assert flooded["spans_sent"] > 0 and flooded["stored"] == 0, unauthenticated
+    assert flooded["requests"] == {"refused": flooded["requests"].get("refused", 0)}, flooded
+    assert unauthenticated["intake_unauthenticated_counter"] == sum(flooded["requests"].values()), (
+        unauthenticated
+    )
+    assert authenticated["requests"] == {"acknowledged": (QUICK.senders // 2) * QUICK.requests}
+    assert (authenticated["lost"], authenticated["duplicates"]) == (0, 0), authenticated
+    assert unauthenticated["stored_rows"] == authenticated["spans_acknowledged"]
