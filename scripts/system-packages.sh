@@ -4,6 +4,7 @@
 # Chromium through Playwright, whose own browser download cannot work offline.
 # default-jdk-headless + maven: the grpc-java peer (scripts/build-grpc-java-peer.sh).
 # nodejs + npm: the Node peer (scripts/build-node-peer.sh; Node 20 or newer).
+# openssl: the README's "Running it for a team" makes its certificate and secrets with it.
 # Runs unattended (CI has no stdin); without root it says what to install instead.
 set -euo pipefail
 
@@ -14,6 +15,7 @@ needed=(
   "tc iproute2"
   "chromium chromium"
   "curl curl"
+  "openssl openssl"
   "javac default-jdk-headless"
   "mvn maven"
   "node nodejs"

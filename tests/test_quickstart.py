@@ -86,3 +86,28 @@ def test_instrument_your_own_service_runs_verbatim(tmp_path: Path) -> None:
     assert {phase: row[-1] for phase, row in phases.items()} == dict.fromkeys(BOTH_SIDES, 200)
     # The example server spends --work-ms (2 ms by default) of CPU per call: processing p50.
     assert phases["processing"][0] >= 1900
+
+
+def test_running_it_for_a_team_runs_verbatim(tmp_path: Path) -> None:
+    """TLS and tokens on the intake, passwords for readers and the app, from files; the
+    service and load generator send with the standard variables; report and curl read."""
+    script = quickstart.block("team")
+    assert "--calls 100" in script
+    run = quickstart.run_block(
+        script, quickstart.checkout_like(tmp_path), quickstart.clean_env(), BLOCK_TIMEOUT_S
+    )
+    assert run.returncode == 0, run.output[-4000:]
+    assert "intake listening on 0.0.0.0:4327 (TLS and tokens)" in run.output
+    assert "OTLP also on 0.0.0.0:4317" in run.output, run.output[-4000:]
+    assert "clickhouse http: https://127.0.0.1:8123" in run.output
+    assert "app: https://" in run.output
+    assert "warning" not in run.output.lower() and "refusing" not in run.output
+    assert "grpc_overhead.prediction.v1.Predictor/Predict: 100 calls" in run.output
+    assert "\n200\n" in run.output  # curl: every span of the 100 calls, through HTTPS
+    assert "intake stopped: 200 spans stored, 0 rejected" in run.output, run.output[-4000:]
+    assert "Failed to export" not in run.output and "Traceback" not in run.output
+    secrets = [
+        (tmp_path / "team" / name).read_text().strip()
+        for name in ("tokens", "http-password", "app-password")
+    ]
+    assert all(secret and secret not in run.output for secret in secrets)

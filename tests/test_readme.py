@@ -44,7 +44,7 @@ def test_two_setup_commands_and_every_cli_command_are_shown():
 #: (``python3 -m venv DIR``) and files a command writes (``> FILE``).
 _CREATED = re.compile(
     r"--store \./(?P<store>[\w.-]+)|`\./(?P<named>[\w.-]+)`|python3 -m venv\s+(?P<venv>[\w.-]+)"
-    r"|>\s*(?P<file>[a-z][\w-]*\.[a-z]+)\b"
+    r"|>\s*(?P<file>[a-z][\w-]*\.[a-z]+)\b|mkdir -p (?P<directory>[\w.-]+)"
 )
 
 
@@ -59,7 +59,7 @@ def readme_created_paths() -> set[str]:
 
 def test_every_path_the_readme_has_a_user_create_is_ignored_by_git():
     paths = readme_created_paths()
-    assert {"grpc-overhead-data/", "my-data/", "service-env/", "try-it-data/"} <= paths
+    assert {"grpc-overhead-data/", "my-data/", "service-env/", "try-it-data/", "team/"} <= paths
     for path in sorted(paths):
         # A file inside a directory too: what `git status` would list.
         for candidate in (path, path + "inside") if path.endswith("/") else (path,):

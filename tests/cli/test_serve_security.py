@@ -9,6 +9,7 @@ the test's own, on a veth address). No secret is ever printed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -316,3 +317,53 @@ def test_the_app_command_beyond_loopback_needs_tls_and_a_password(tmp_path: Path
     assert done.returncode == 2
     assert "the app on --host 0.0.0.0 needs --tls-cert/--tls-key and --password-file" in done.stderr
     assert "--insecure" in done.stderr and "Traceback" not in done.stderr
+
+
+def _grafana_expanded(path: Path, environ: dict[str, str]) -> dict:
+    """The provisioning file as Grafana reads it: ``$VAR``/``${VAR}`` from its environment,
+    ``$__file{PATH}`` replaced by the file's content."""
+    import yaml
+
+    text = path.read_text()
+    text = re.sub(r"\$__file\{([^}]+)\}",
+                  lambda found: json.dumps(Path(found.group(1)).read_text()), text)  # fmt: skip
+    text = re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", lambda found: environ.get(found.group(1), ""),
+                  text)  # fmt: skip
+    return yaml.safe_load(text)
+
+
+def test_clickhouse_connect_and_the_grafana_datasource_file_read_over_https(
+    served: tuple[Path, RunningApp], secrets: dict[str, Path], tmp_path: Path
+) -> None:
+    """clickhouse-connect with the CA and the password; the serve datasource file's settings,
+    expanded as Grafana does, are what it takes to read (without the password: refused)."""
+    import clickhouse_connect
+    from clickhouse_connect.driver.exceptions import DatabaseError
+
+    from harness.browser import REPO
+
+    _, serve = served
+    port = int(serve.url.rsplit(":", 1)[1])
+    source_file = REPO / "dashboards/provisioning/datasources/grpc-overhead-serve.yaml"
+    ca_copy = tmp_path / "grafana-ca.pem"
+    ca_copy.write_text(secrets["ca"].read_text())
+    text = source_file.read_text().replace("/etc/grafana/grpc-overhead-ca.pem", str(ca_copy))
+    (tmp_path / "serve.yaml").write_text(text)
+    environ = {"GRPC_OVERHEAD_SERVE_HOST": "localhost", "GRPC_OVERHEAD_HTTP_PASSWORD": PASSWORD}
+    (source,) = _grafana_expanded(tmp_path / "serve.yaml", environ)["datasources"]
+    settings, secure = source["jsonData"], source["secureJsonData"]
+    assert settings["protocol"] == "http" and settings["secure"] is True
+    assert settings["tlsAuthWithCACert"] is True and settings["host"] == "localhost"
+    (tmp_path / "ca-from-grafana.pem").write_text(secure["tlsCACert"])
+    client = clickhouse_connect.get_client(
+        host=settings["host"], port=port, username=settings["username"],
+        password=secure["password"], secure=settings["secure"],
+        ca_cert=str(tmp_path / "ca-from-grafana.pem"),
+    )  # fmt: skip
+    try:
+        assert client.query("SELECT 41 + 1").result_rows == [(42,)]
+    finally:
+        client.close()
+    with pytest.raises(DatabaseError):
+        clickhouse_connect.get_client(host="localhost", port=port, secure=True,
+                                      ca_cert=str(secrets["ca"]), password="wrong")  # fmt: skip

@@ -152,7 +152,8 @@ DOCUMENTED: tuple[Variable, ...] = (
     Variable(
         HTTP_PASSWORD,
         "(unset)",
-        "password of serve's ClickHouse HTTP interface (--http-password); unset: none asked. "
+        "password of serve's ClickHouse HTTP interface (or --http-password-file); unset: none "
+        "asked. "
         "Readers send it",
     ),
     Variable(
@@ -227,6 +228,12 @@ DOCUMENTED: tuple[Variable, ...] = (
         "(the endpoint's host)",
         "the team collector config: the name serve's certificate is for, when the endpoint "
         "names serve otherwise (an address)",
+    ),
+    Variable(
+        "GRPC_OVERHEAD_SERVE_HOST",
+        "(none)",
+        "Grafana's environment, for dashboards/provisioning/datasources/grpc-overhead-serve.yaml: "
+        "the host of serve's HTTPS interface (the name its certificate is for)",
     ),
     Variable(
         "GRPC_OVERHEAD_CLICKHOUSE_ENDPOINT",
