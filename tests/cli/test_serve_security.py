@@ -23,19 +23,12 @@ import pytest
 from grpc_overhead.cli.processes import offline_env
 from harness.browser import RunningApp, start_command, start_serve_http
 from tests.analyzer.certificates import Authority, Issued
+from tests.analyzer.test_commands_through_serve import command
 
 pytestmark = pytest.mark.e2e
 
 TOKEN = "team-token-7f3a9c"
 PASSWORD = "http-pass-51d2"
-
-
-def command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", *args],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-        env=env or offline_env(),
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -91,6 +91,16 @@ class Tls:
         return context
 
 
+def pinned_context(certificate: str) -> ssl.SSLContext:
+    """A client context that trusts exactly the certificates of ``certificate`` (PEM), by
+    themselves (the leaf is the anchor) and whatever name the URL holds: how serve's own
+    readers, and the app asking itself, reach a serve whose certificate they were told."""
+    context = ssl.create_default_context(cafile=certificate)
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    context.check_hostname = False
+    return context
+
+
 def handshake(connection: ssl.SSLSocket) -> bool:
     """The server side's TLS handshake, bounded: False for a client that speaks plaintext,
     offers no valid client certificate (mutual TLS) or stalls (logged at debug level)."""

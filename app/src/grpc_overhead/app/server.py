@@ -25,7 +25,6 @@ import errno
 import os
 import signal
 import socket
-import ssl
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.analyzer.tls import Tls
+from grpc_overhead.analyzer.tls import Tls, pinned_context
 from grpc_overhead.app import runtime
 from grpc_overhead.app.runtime import Served
 
@@ -98,11 +97,7 @@ def wait_healthy(
 ) -> None:
     """Poll ``url + /_stcore/health`` until it answers 200 (Streamlit ready for sessions);
     over https trusting exactly ``certificate`` (the app's own: it is asking itself)."""
-    context = None
-    if certificate is not None:
-        context = ssl.create_default_context(cafile=certificate)
-        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-        context.check_hostname = False
+    context = pinned_context(certificate) if certificate is not None else None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not alive():

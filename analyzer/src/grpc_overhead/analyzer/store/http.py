@@ -50,6 +50,7 @@ from grpc_overhead.analyzer.store.base import (
 from grpc_overhead.analyzer.store.chdb_values import bind_parameters
 from grpc_overhead.analyzer.store.text import arrow_frame
 from grpc_overhead.analyzer.store.watch import watch
+from grpc_overhead.analyzer.tls import pinned_context
 
 HTTP_READER = Backend("clickhouse-http", owns_data=False, encoded_inserts=False, writable=False)
 HTTP = Backend("clickhouse-http", owns_data=False, encoded_inserts=False)
@@ -270,13 +271,10 @@ def _tls_context(pinned_certificate: str | None) -> ssl.SSLContext:
     if pinned_certificate is None:
         return ssl.create_default_context()
     try:
-        context = ssl.create_default_context(cafile=pinned_certificate)
+        return pinned_context(pinned_certificate)
     except (OSError, ssl.SSLError) as error:
         raise StoreUnavailable(
             f"cannot read serve's certificate {pinned_certificate}: "
             f"{getattr(error, 'strerror', None) or error}",
             location=pinned_certificate,
         ) from None
-    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the leaf itself is the anchor
-    context.check_hostname = False  # pinned: the certificate, not a name, is what is trusted
-    return context
