@@ -326,7 +326,7 @@ def calls(
     options: CallsOptions | None = None,
 ) -> pd.DataFrame:
     """One row per call, every phase in µs (``{phase}_us``, NaN where undefined), and the
-    calls it stands for under sampling (``weight``: ``CALL_WEIGHT``, 1 without sampling).
+    calls it stands for under sampling (``weight``, from ``per_call_sql``).
 
     Ordered by call start; ``limit`` keeps the most recent calls.
     """
@@ -340,7 +340,6 @@ def calls(
         + ",\n    fromUnixTimestamp64Nano(call_start_ns, 'UTC') AS start"
         + ",\n    if(clock_defined, clock_offset_ns / 1000, NULL) AS clock_offset_us"
         + ",\n    if(clock_defined, clock_uncertainty_ns / 1000, NULL) AS clock_uncertainty_us"
-        + f",\n    {CALL_WEIGHT} AS weight"
         + f"\nFROM ({per_call_sql(options)})\nORDER BY call_start_ns DESC"
     )
     parameters = query_parameters(filters, clock)
