@@ -16,6 +16,7 @@ import ssl
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -201,7 +202,8 @@ def test_a_token_deleted_from_the_file_is_refused_without_a_restart(
         assert _grpc_export(intake, authority.certificate, old) == grpc.StatusCode.UNAUTHENTICATED
         new = (("authorization", f"Bearer {fresh}"),)
         assert _grpc_export(intake, authority.certificate, new) == grpc.StatusCode.OK
-        # an unreadable file (an editor replacing it) leaves the last tokens in force
+        # an unreadable file (an editor replacing it) leaves the last tokens in force for a
+        # grace period
         token_file.unlink()
         time.sleep(RELOAD_INTERVAL_S + 0.2)
         assert _grpc_export(intake, authority.certificate, new) == grpc.StatusCode.OK
@@ -271,3 +273,67 @@ def test_bad_tls_files_and_empty_credentials_are_clear_errors(
         Credentials(empty)
     with pytest.raises(BadInput, match="cannot read the credentials file"):
         Credentials(tmp_path / "absent")
+
+
+def test_a_credentials_file_deleted_for_good_revokes_every_token(tmp_path: Path) -> None:
+    """Within the grace an editor's replace keeps the tokens; beyond it nothing is accepted
+    until the file is back (fail closed), then its tokens are."""
+    path = tmp_path / "tokens"
+    path.write_text("first\n")
+    credentials = Credentials(path, missing_grace_s=1.5)
+    assert credentials.allows("Bearer first")
+    path.unlink()
+    time.sleep(RELOAD_INTERVAL_S + 0.1)
+    assert credentials.allows("Bearer first")  # the grace
+    time.sleep(1.6)
+    credentials.allows("Bearer first")  # looks again: now beyond the grace
+    time.sleep(RELOAD_INTERVAL_S + 0.1)
+    assert not credentials.allows("Bearer first")
+    path.write_text("second\n")
+    time.sleep(RELOAD_INTERVAL_S + 0.1)
+    assert credentials.allows("Bearer second") and not credentials.allows("Bearer first")
+
+
+def test_a_same_length_rotation_in_the_same_tick_is_seen(tmp_path: Path) -> None:
+    """The change stamp has the inode and ctime too: a same-size rewrite (an atomic rename of
+    a new file) is read even when the mtime and size repeat."""
+    path = tmp_path / "tokens"
+    path.write_text("token-aaaa\n")
+    credentials = Credentials(path)
+    stamp = path.stat().st_mtime_ns
+    replacement = tmp_path / "tokens.new"
+    replacement.write_text("token-bbbb\n")
+    os.utime(replacement, ns=(stamp, stamp))
+    os.replace(replacement, path)
+    time.sleep(RELOAD_INTERVAL_S + 0.1)
+    assert credentials.allows("Bearer token-bbbb") and not credentials.allows("Bearer token-aaaa")
+
+
+def test_a_peer_that_closed_is_seen_under_tls(
+    tmp_path: Path, server_certificate: Issued, authority: Authority
+) -> None:
+    """The HTTP servers' hang-up check peeks the TCP stream under TLS (an SSLSocket refuses
+    recv flags): open is open, closed is closed."""
+    import socket as socket_module
+
+    from grpc_overhead.analyzer.tls import handshake, peer_closed
+
+    tls = Tls.from_files(str(server_certificate.certificate), str(server_certificate.key))
+    listener = tls.ssl_context().wrap_socket(
+        socket_module.create_server(("127.0.0.1", 0)), server_side=True,
+        do_handshake_on_connect=False,
+    )  # fmt: skip
+    with listener:
+        raw = socket_module.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+        shaken = threading.Thread(target=handshake, args=(accepted,))
+        shaken.start()  # the server's side of the handshake, as the HTTP servers run it
+        client = ssl.create_default_context(cafile=str(authority.certificate)).wrap_socket(
+            raw, server_hostname="localhost"
+        )
+        shaken.join(10)
+        assert not peer_closed(accepted)
+        client.close()
+        time.sleep(0.2)
+        assert peer_closed(accepted)
+        accepted.close()

@@ -360,3 +360,37 @@ def test_clickhouse_connect_and_the_grafana_datasource_file_read_over_https(
     with pytest.raises(DatabaseError):
         clickhouse_connect.get_client(host="localhost", port=port, secure=True,
                                       ca_cert=str(secrets["ca"]), password="wrong")  # fmt: skip
+
+
+def test_mutual_tls_is_for_senders_readers_still_read_with_their_password(
+    tmp_path: Path, secrets: dict[str, Path]
+) -> None:
+    """--tls-client-ca asks OTLP senders for a client certificate; serve's readers (sql
+    through the HTTPS interface) and curl authenticate with the password, no certificate."""
+    serve = start_serve_http(
+        tmp_path / "store", offline_env(), *_tls_flags(secrets), "--tls-client-ca",
+        str(secrets["ca"]), "--http-password-file", str(secrets["http_password"]),
+    )  # fmt: skip
+    try:
+        reader = {**offline_env(), "GRPC_OVERHEAD_HTTP_PASSWORD": PASSWORD}
+        answer = command("sql", "--store", str(tmp_path / "store"), "SELECT 7", "--format",
+                         "csv", env=reader)  # fmt: skip
+        assert answer.returncode == 0 and answer.stdout.strip().endswith("7"), answer.stderr
+        curl = subprocess.run(["curl", "-sS", "--cacert", str(secrets["ca"]), "-u",
+                               f"default:{PASSWORD}", f"{serve.url}/?query=SELECT%208"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert curl.stdout == "8\n", curl.stderr
+        import grpc
+
+        from tests.analyzer.otlp_requests import EXPORT, request, span
+
+        credentials = grpc.ssl_channel_credentials(root_certificates=secrets["ca"].read_bytes())
+        token = (("authorization", f"Bearer {TOKEN}"),)
+        with (
+            grpc.secure_channel(_intake(serve), credentials) as channel,
+            pytest.raises(grpc.RpcError) as refused,
+        ):
+            channel.unary_unary(EXPORT)(request(span(1)), timeout=10, metadata=token)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # no client certificate
+    finally:
+        assert serve.stop() == 0, serve.text()

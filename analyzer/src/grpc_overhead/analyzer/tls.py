@@ -9,9 +9,13 @@ plaintext client on a TLS port fails its handshake and sends nothing.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import select
+import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -37,7 +41,7 @@ class Tls:
     mutual TLS (None: any client, no certificate asked)."""
 
     certificate: bytes
-    private_key: bytes
+    private_key: bytes = field(repr=False)
     client_ca: bytes | None = None
     certificate_path: str = ""
     private_key_path: str = ""
@@ -65,9 +69,11 @@ class Tls:
             require_client_auth=self.client_ca is not None,
         )
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """A server context: TLS 1.2 at least; with a client CA, a client certificate
-        signed by it is required."""
+    def ssl_context(self, *, client_auth: bool = True) -> ssl.SSLContext:
+        """A server context: TLS 1.2 at least; with a client CA (and ``client_auth``), a
+        client certificate signed by it is required. Mutual TLS is for OTLP senders: the
+        HTTP interface and the app take ``client_auth=False`` (their readers, Grafana and
+        browsers authenticate with passwords)."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
@@ -79,7 +85,7 @@ class Tls:
             ) from None
         except OSError as error:
             raise BadInput(f"cannot read the TLS certificate or key: {error.strerror}") from None
-        if self.client_ca_path:
+        if self.client_ca_path and client_auth:
             try:
                 context.load_verify_locations(self.client_ca_path)
             except (ssl.SSLError, OSError) as error:
@@ -92,13 +98,44 @@ class Tls:
 
 
 def pinned_context(certificate: str) -> ssl.SSLContext:
-    """A client context that trusts exactly the certificates of ``certificate`` (PEM), by
-    themselves (the leaf is the anchor) and whatever name the URL holds: how serve's own
-    readers, and the app asking itself, reach a serve whose certificate they were told."""
-    context = ssl.create_default_context(cafile=certificate)
+    """A client context that trusts exactly the first certificate of ``certificate``
+    (PEM: serve's own, the leaf of its chain) as the anchor, whatever name the URL holds:
+    how serve's own readers, and the app asking itself, reach a serve whose certificate
+    file they were told. Only the leaf: the CAs after it in a chain file would vouch for
+    any server they signed (OSError / ssl.SSLError: no certificate there)."""
+    with open(certificate, encoding="ascii", errors="replace") as handle:
+        text = handle.read()
+    end = "-----END CERTIFICATE-----"
+    start = text.find("-----BEGIN CERTIFICATE-----")
+    if start < 0 or end not in text[start:]:
+        raise ssl.SSLError(f"no PEM certificate in {certificate}")
+    leaf = text[start : text.index(end, start) + len(end)]
+    context = ssl.create_default_context(cadata=leaf)
     context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     context.check_hostname = False
     return context
+
+
+def same_secret(given: bytes, expected: bytes) -> bool:
+    """Constant time, length included (``compare_digest`` returns early on a length
+    mismatch, which would tell a guesser the secret's length)."""
+    return hmac.compare_digest(hashlib.sha256(given).digest(), hashlib.sha256(expected).digest())
+
+
+def peer_closed(connection: socket.socket) -> bool:
+    """True once the peer closed its end (readable with nothing to read), under TLS too:
+    an SSLSocket refuses ``recv`` flags, so the TCP stream underneath is peeked. Never
+    waits: a socket with a timeout would otherwise wait it out before peeking."""
+    try:
+        poller = select.poll()  # not select: it refuses descriptors above 1023
+        poller.register(connection, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if not poller.poll(0):
+            return False
+        return socket.socket.recv(connection, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, TimeoutError):
+        return False
+    except OSError:
+        return True
 
 
 def handshake(connection: ssl.SSLSocket) -> bool:

@@ -120,7 +120,7 @@ def median(values: np.ndarray, weights: np.ndarray | None = None) -> float:
 def _weighted_medians(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Row by row: the first value (ascending) whose cumulative weight reaches half the
     row's weight. NaN values (padding) must weigh 0."""
-    order = np.argsort(np.where(np.isnan(values), np.inf, values), axis=1, kind="stable")
+    order = np.argsort(np.where(np.isnan(values), np.inf, values), axis=1)
     ordered = np.take_along_axis(values, order, axis=1)
     cumulative = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
     at = np.argmax(cumulative >= cumulative[:, -1:] / 2, axis=1)

@@ -37,8 +37,8 @@ def moments(x: str, y: str, defined: str) -> str:
     analysis of it quick."""
     return (
         "arrayMap((w, x, y) -> [w, w * x, w * y, w * x * x, w * x * y, w * y * y],"
-        f" [if({defined}, weight, 0.)], [ifNull(toFloat64({x}), 0.)],"
-        f" [ifNull(toFloat64({y}), 0.)])[1]"
+        f" [if({defined}, weight, 0.)], [if({defined}, ifNull(toFloat64({x}), 0.), 0.)],"
+        f" [if({defined}, ifNull(toFloat64({y}), 0.), 0.)])[1]"
     )
 
 

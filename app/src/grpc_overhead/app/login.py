@@ -7,11 +7,11 @@ session) and is never echoed. Until then no page runs and nothing is read from t
 
 from __future__ import annotations
 
-import hmac
 import time
 
 import streamlit as st
 
+from grpc_overhead.analyzer.tls import same_secret
 from grpc_overhead.app import runtime
 
 #: Seconds a wrong password waits before it is answered.
@@ -30,7 +30,7 @@ def require_login() -> None:
                               help="The team's password (serve --app-password-file)")  # fmt: skip
         submitted = st.form_submit_button("Log in")
     if submitted:
-        if hmac.compare_digest(given.encode(), served.password.encode()):
+        if same_secret(given.encode(), served.password.encode()):
             st.session_state[_LOGGED_IN] = True
             st.rerun()
         time.sleep(WRONG_PASSWORD_DELAY_S)

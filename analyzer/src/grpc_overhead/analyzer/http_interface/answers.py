@@ -182,14 +182,14 @@ class Credentials:
 
     def check(self, user: str | None, password: str | None) -> None:
         """Raise ``Refused`` unless (user, password) is ours; none given: the default user."""
-        import hmac
+        from grpc_overhead.analyzer.tls import same_secret
 
         if self.password is None:
             return
         if user is None and password is None:
             raise Refused("REQUIRED_PASSWORD", f"{self.user}: a password is required")
-        same_user = hmac.compare_digest((user or "default").encode(), self.user.encode())
-        same_password = hmac.compare_digest((password or "").encode(), self.password.encode())
+        same_user = same_secret((user or "default").encode(), self.user.encode())
+        same_password = same_secret((password or "").encode(), self.password.encode())
         if not (same_user and same_password):
             raise Refused(
                 "AUTHENTICATION_FAILED",

@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import select
-import socket
 import ssl
 import threading
 import zlib
@@ -28,7 +26,7 @@ from grpc_overhead.analyzer.http_interface.answers import (
     Answerer,
     Request,
 )
-from grpc_overhead.analyzer.tls import Tls, handshake
+from grpc_overhead.analyzer.tls import Tls, handshake, peer_closed
 
 DEFAULT_HTTP_PORT = 8123
 DEFAULT_HTTP_HOST = "127.0.0.1"
@@ -55,7 +53,7 @@ class HttpInterface:
             ) from exc
         self.tls = tls
         if tls is not None:
-            self._server.socket = tls.ssl_context().wrap_socket(
+            self._server.socket = tls.ssl_context(client_auth=False).wrap_socket(
                 self._server.socket, server_side=True, do_handshake_on_connect=False
             )
         self._server.daemon_threads = True
@@ -176,19 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _client_gone(self) -> bool:
         """True once the client closed its end (a readable socket with nothing to read)."""
-        connection = self.connection
-        try:
-            # poll, not select: select refuses descriptors above 1023 (ValueError), which a
-            # busy process reaches, and every query would then look abandoned.
-            poller = select.poll()
-            poller.register(connection, select.POLLIN | select.POLLHUP | select.POLLERR)
-            if not poller.poll(0):
-                return False
-            return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
+        return peer_closed(self.connection)
 
     def _send(self, answer: Answer, send_body: bool) -> None:
         with contextlib.suppress(OSError):  # the client may have gone: nothing to tell it

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import socket
 import ssl
 import threading
@@ -45,7 +44,7 @@ from grpc_overhead.analyzer.intake.receiver import (
     response_message,
 )
 from grpc_overhead.analyzer.intake.security import CHALLENGE, UNAUTHENTICATED, Credentials
-from grpc_overhead.analyzer.tls import handshake
+from grpc_overhead.analyzer.tls import handshake, peer_closed
 
 log = logging.getLogger(__name__)
 
@@ -337,13 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _still_connected(self) -> bool:
         """False once the sender hung up (readable with nothing to read), as gRPC's is_active."""
-        try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            if not readable:
-                return True
-            return bool(self.connection.recv(1, socket.MSG_PEEK))
-        except (OSError, ValueError):
-            return False
+        return not peer_closed(self.connection)
 
     def _error(
         self, answer: _Answer, json_wanted: bool, headers: dict[str, str] | None = None

@@ -6,18 +6,19 @@ collector's ``basicauth`` client extension sends; any other line is a bearer tok
 what its ``bearertokenauth`` extension sends, and an SDK with
 ``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>`` (bearer tokens have no
 ``:``). The file is read at start and again when it changes (looked at once a second
-at most), so a token is revoked by deleting its line, without a restart; a file that
-cannot be read then (an editor replacing it) leaves the last set in force, with a
-warning. A request without a valid ``Authorization`` is answered UNAUTHENTICATED
-(gRPC) or 401 (HTTP) and nothing of it is stored. Secrets are compared in constant
-time and never appear in a log line or an error message.
+at most), so a token is revoked by deleting its line, without a restart. A file that
+cannot be read (an editor replacing it) leaves the last set in force for
+``MISSING_GRACE_S``, with a warning; after that nothing is accepted until it is back
+(deleting the file revokes every token). A request without a valid ``Authorization``
+is answered UNAUTHENTICATED (gRPC) or 401 (HTTP) and nothing of it is stored. Secrets
+are compared in constant time (length included) and never appear in a log line or an
+error message.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import logging
 import os
 import threading
@@ -27,11 +28,14 @@ from pathlib import Path
 import grpc
 
 from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.tls import same_secret
 
 log = logging.getLogger(__name__)
 
 #: How often the credentials file is looked at for changes (seconds).
 RELOAD_INTERVAL_S = 1.0
+#: How long the last tokens stay in force while the file cannot be read (seconds).
+MISSING_GRACE_S = 10.0
 #: What a refused sender is told (never which part was wrong, never a secret).
 UNAUTHENTICATED = (
     "missing or invalid credentials: send 'Authorization: Bearer <token>' (or basic auth) "
@@ -51,16 +55,20 @@ def _read(path: Path, what: str) -> bytes:
 class Credentials:
     """The secrets a request's ``Authorization`` must carry one of (module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, missing_grace_s: float = MISSING_GRACE_S
+    ) -> None:
         self.path = Path(path)
+        self.missing_grace_s = missing_grace_s
         self._lock = threading.Lock()
+        self._seen = self._stamp()  # before reading: an edit in between is read next time
+        self._missing_since: float | None = None
         self._tokens, self._pairs = self._parse(_read(self.path, "credentials file"))
         if not self._tokens and not self._pairs:
             raise BadInput(
                 f"the credentials file {self.path} holds no token: one secret per line "
                 "(a bearer token, or user:password for basic auth)"
             )
-        self._seen = self._stamp()
         self._checked = time.monotonic()
         #: Requests refused for their credentials since start.
         self.refused = 0
@@ -70,7 +78,7 @@ class Credentials:
         self._refresh()
         presented, candidates = self._presented(authorization)
         allowed = presented is not None and any(
-            hmac.compare_digest(presented, candidate) for candidate in candidates
+            same_secret(presented, candidate) for candidate in candidates
         )
         if not allowed:
             with self._lock:
@@ -101,12 +109,12 @@ class Credentials:
             (pairs if b":" in line else tokens).add(line)
         return frozenset(tokens), frozenset(pairs)
 
-    def _stamp(self) -> tuple[int, int] | None:
+    def _stamp(self) -> tuple[int, ...] | None:
         try:
             found = self.path.stat()
         except OSError:
             return None
-        return found.st_mtime_ns, found.st_size
+        return found.st_ino, found.st_mtime_ns, found.st_ctime_ns, found.st_size
 
     def _refresh(self) -> None:
         now = time.monotonic()
@@ -117,21 +125,33 @@ class Credentials:
                 return
             self._checked = now
             stamp = self._stamp()
-            if stamp == self._seen:
+            if stamp is not None and stamp == self._seen:
                 return
             try:
                 text = self.path.read_bytes()
             except OSError as error:
-                log.warning(
-                    "grpc-overhead intake: cannot read the credentials file %s (%s): the "
-                    "tokens read before stay in force",
-                    self.path,
-                    error.strerror,
-                )
-                self._seen = stamp
+                self._unreadable(now, error.strerror or str(error))
                 return
+            self._missing_since = None
             self._tokens, self._pairs = self._parse(text)
             self._seen = stamp
+
+    def _unreadable(self, now: float, reason: str) -> None:
+        """The last tokens stay for ``missing_grace_s``; then none (fail closed)."""
+        if self._missing_since is None:
+            self._missing_since = now
+            log.warning("grpc-overhead intake: cannot read the credentials file %s (%s): the "
+                        "tokens read before stay in force for %g s", self.path, reason,
+                        self.missing_grace_s)  # fmt: skip
+        elif now - self._missing_since >= self.missing_grace_s and (self._tokens or self._pairs):
+            log.warning(
+                "grpc-overhead intake: the credentials file %s is still unreadable (%s): "
+                "refusing every sender until it is back",
+                self.path,
+                reason,
+            )
+            self._tokens, self._pairs = frozenset(), frozenset()
+        self._seen = None
 
 
 class Authenticating(grpc.ServerInterceptor):
