@@ -7,11 +7,12 @@ COLLECTOR := collector/dist/otelcol-grpc-overhead
 TOXIPROXY := tools/bin/toxiproxy-server
 JAEGER := tools/bin/jaeger
 GRPC_GO_PEER := tools/bin/grpc-go-peer
+OIDC_PROVIDER := tools/bin/oidc-provider
 GRPC_JAVA_PEER := tools/grpc-java-peer/grpc-java-peer.jar
 PROTOS := instrumented-service/prediction/src/grpc_overhead/prediction/protos
 INSTRUMENTATION := instrumented-service/instrumentation
 
-.PHONY: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer otel-javaagent node-peer protos demo test test-fast bench lint format clean
+.PHONY: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer oidc-provider grpc-java-peer otel-javaagent node-peer protos demo test test-fast bench lint format clean
 
 setup: $(STAMP)
 
@@ -52,8 +53,14 @@ user-venv: setup
 grpc-go-peer: $(GRPC_GO_PEER)
 
 # A real grpc-go client/server with gRPC's own OpenTelemetry tracing (gRFC A72) or otelgrpc.
-$(GRPC_GO_PEER): scripts/build-grpc-go-peer.sh $(wildcard peers/grpc-go/*.go) peers/grpc-go/go.mod peers/grpc-go/go.sum
-	bash scripts/build-grpc-go-peer.sh
+$(GRPC_GO_PEER): scripts/build-go-peer.sh $(wildcard peers/grpc-go/*.go) peers/grpc-go/go.mod peers/grpc-go/go.sum
+	bash scripts/build-go-peer.sh peers/grpc-go grpc-go-peer
+
+# A real OpenID Connect provider for the app's OIDC login tests (tests/app/test_oidc_login.py).
+oidc-provider: $(OIDC_PROVIDER)
+
+$(OIDC_PROVIDER): scripts/build-go-peer.sh $(wildcard peers/oidc-provider/*.go) peers/oidc-provider/go.mod peers/oidc-provider/go.sum
+	bash scripts/build-go-peer.sh peers/oidc-provider oidc-provider
 
 grpc-java-peer: system-packages $(GRPC_JAVA_PEER)
 
@@ -78,7 +85,7 @@ protos: setup
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
-test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer grpc-java-peer otel-javaagent node-peer
+test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer oidc-provider grpc-java-peer otel-javaagent node-peer
 	$(VENV)/bin/pytest --durations=25
 
 test-fast: setup

@@ -17,6 +17,7 @@ from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.rollup import settle, settled_until
 from grpc_overhead.analyzer.store.base import Store, table_exists
+from grpc_overhead.app.oidc import OidcLogin
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Served:
     changes: Callable[[], int] | None = None
     #: The team's shared password the app asks for before any page (None: no login).
     password: str | None = field(default=None, repr=False)
+    #: The identity provider's login instead (``oidc``; None: none).
+    oidc: OidcLogin | None = None
 
 
 _lock = threading.Lock()

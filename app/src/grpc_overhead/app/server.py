@@ -112,18 +112,21 @@ def wait_healthy(
     raise AppServerError(f"the app did not answer {url}{HEALTH_PATH} within {timeout_s:g} s")
 
 
-def _configure(host: str, port: int, tls: Tls | None = None) -> None:
+def _configure(host: str, port: int, tls: Tls | None = None, secrets: Path | None = None) -> None:
     """Streamlit options as ``streamlit run --server.port ...`` flags would set them; with
-    ``tls``, Streamlit's own HTTPS (``server.sslCertFile`` / ``server.sslKeyFile``)."""
+    ``tls``, Streamlit's own HTTPS (``server.sslCertFile`` / ``server.sslKeyFile``); with
+    ``secrets``, the file its ``st.login`` reads (``oidc``) and no other."""
     from streamlit.web import bootstrap
 
     https = {} if tls is None else {
         "server_sslCertFile": tls.certificate_path,
         "server_sslKeyFile": tls.private_key_path,
     }  # fmt: skip
+    login = {} if secrets is None else {"secrets_files": [str(secrets)]}
     bootstrap.load_config_options(
         {
             **https,
+            **login,
             "server_address": host,
             "server_port": port,
             "server_headless": True,
@@ -212,7 +215,8 @@ class AppServer:
         runtime.register(self.served)
         previous = self._install_signals()
         try:
-            _configure(self.host, self.port, self.tls)
+            oidc = self.served.oidc
+            _configure(self.host, self.port, self.tls, oidc.path if oidc else None)
             asyncio.run(self._serve(background, on_ready))
         except SystemExit as exc:  # Streamlit exits on some start-up failures
             raise AppServerError(f"the app server could not start (exit {exc.code})") from None

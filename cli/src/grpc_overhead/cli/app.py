@@ -1,7 +1,8 @@
 """``grpc-overhead app``: the web app on data already in a store, without an intake.
 
     grpc-overhead app [--store DIR | --clickhouse URL] [--port 8501] [--host 127.0.0.1]
-                      [--tls-cert FILE --tls-key FILE] [--password-file FILE] [--insecure]
+                      [--tls-cert FILE --tls-key FILE]
+                      [--password-file FILE | --oidc-file FILE] [--insecure]
                       [--jaeger-url URL] [--no-browser]
 
 A chDB directory belongs to one process. When ``grpc-overhead serve`` owns it,
@@ -28,12 +29,19 @@ from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked, brief
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.tls import Tls
 from grpc_overhead.app import runtime
+from grpc_overhead.app.oidc import OidcLogin
 from grpc_overhead.app.runtime import Served
 from grpc_overhead.app.server import AppServer, AppServerError, check_port, open_browser
 from grpc_overhead.cli.ports import port_number
 from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments, through_serve
 from grpc_overhead.cli.serve import DEFAULT_APP_PORT, read_serve_info
-from grpc_overhead.cli.serve_security import app_exposure, password_file, refusal, warning
+from grpc_overhead.cli.serve_security import (
+    app_exposure,
+    app_login,
+    refusal,
+    tls_from_args,
+    warning,
+)
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
@@ -64,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
     result.add_argument("--password-file", metavar="FILE",
                         help="file holding the team's password the app asks for")  # fmt: skip
+    result.add_argument("--oidc-file", metavar="FILE",
+                        help="a login through an OpenID Connect identity provider instead: "
+                        "Streamlit's [auth] secrets (docs: 'Running it for a team')")  # fmt: skip
     result.add_argument(
         "--insecure",
         action="store_true",
@@ -72,18 +83,16 @@ def parser() -> argparse.ArgumentParser:
     return result
 
 
-def _guarded(args: argparse.Namespace) -> tuple[Tls | None, str | None]:
-    """TLS and the password as the flags ask; the exposure rule of ``serve_security``."""
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise AppCommandError("--tls-cert and --tls-key go together: give both, or neither")
-    tls = Tls.from_files(args.tls_cert, args.tls_key) if args.tls_cert else None
-    password = password_file(args.password_file, "--password-file")
-    exposed = app_exposure(args.host, tls, password, "--password-file")
+def _guarded(args: argparse.Namespace) -> tuple[Tls | None, str | None, OidcLogin | None]:
+    """TLS and the login as the flags ask; the exposure rule of ``serve_security``."""
+    tls = tls_from_args(args)
+    password, oidc = app_login(args.password_file, args.oidc_file, tls, "--")
+    exposed = app_exposure(args.host, tls, password or oidc, "--")
     if exposed and not args.insecure:
         raise AppCommandError(refusal(exposed))
     if exposed:
         print(warning(exposed, "app"), file=sys.stderr)
-    return tls, password
+    return tls, password, oidc
 
 
 class AppCommandError(AnalyzerError):
@@ -142,7 +151,7 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    tls, password = _guarded(args)
+    tls, password, oidc = _guarded(args)
     check_port(args.host, args.port, option="--port")
     options = CallsOptions()
     store = open_for_app(args)
@@ -156,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             settling = runtime.BackgroundSettle(store, options, report=_say).start()
         server = AppServer(
-            Served(store, options, jaeger_url=args.jaeger_url, live=False, password=password),
+            Served(
+                store, options, jaeger_url=args.jaeger_url, live=False, password=password, oidc=oidc
+            ),
             host=args.host,
             port=args.port,
             option="--port",

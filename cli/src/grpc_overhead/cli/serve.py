@@ -7,7 +7,8 @@
                         [--http-port 8123 | --no-http] [--http-host 127.0.0.1]
                         [--http-user U] [--http-password-file FILE]
                         [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
-                        [--auth-token-file FILE] [--app-password-file FILE] [--insecure]
+                        [--auth-token-file FILE] [--insecure]
+                        [--app-password-file FILE | --app-oidc-file FILE]
                         [--retention 7d] [--rollup-retention 90d] [--max-store-gb 20]
 
 Point the collector's ``otlp`` exporter (or any OTLP/gRPC SDK exporter) at
@@ -338,7 +339,8 @@ def _serve_app(
     from grpc_overhead.app.server import AppServer, AppServerError
 
     served = Served(store, options, jaeger_url=args.jaeger_url, live=True,
-                    changes=stored_batches, password=security.app_password)  # fmt: skip
+                    changes=stored_batches, password=security.app_password,
+                    oidc=security.app_oidc)  # fmt: skip
     server = AppServer(served, host=args.host, port=args.app_port, tls=security.tls)
 
     def ready(url: str) -> None:

@@ -8,6 +8,7 @@
     --auth-token-file FILE     the secrets OTLP senders must present (intake.security)
     --http-password-file FILE  the ClickHouse HTTP interface's password
     --app-password-file FILE   the team's password the app asks for (app.login)
+    --app-oidc-file FILE       or a login through the team's identity provider (app.oidc)
     --insecure                 bind a non-loopback address without TLS and authentication
 
 Secrets come from files or the environment (``GRPC_OVERHEAD_HTTP_PASSWORD``), never
@@ -18,7 +19,8 @@ printed.
 The rule: a listener bound to an address other than loopback (127.0.0.0/8, ::1,
 localhost) is reachable from other hosts, so it needs TLS and authentication: the
 intake (``--host``) TLS and ``--auth-token-file``; the HTTP interface (``--http-host``)
-TLS and a password; the app (``--host``) TLS and ``--app-password-file``. Anything less
+TLS and a password; the app (``--host``) TLS and a login (``--app-password-file`` or
+``--app-oidc-file``). Anything less
 refuses to start with a one-line reason, unless ``--insecure`` says so (then a warning
 at every start).
 """
@@ -33,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpc_overhead.analyzer.errors import BadInput
-from grpc_overhead.analyzer.intake import Credentials, Tls
+from grpc_overhead.analyzer.intake import Credentials
+from grpc_overhead.analyzer.tls import Tls
+from grpc_overhead.app.oidc import OidcLogin
 from grpc_overhead.instrumentation import environment
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
@@ -55,6 +59,9 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
                      "or user:password for basic auth; reread when it changes")  # fmt: skip
     tls.add_argument("--app-password-file", metavar="FILE",
                      help="file holding the team's password the app asks for")  # fmt: skip
+    tls.add_argument("--app-oidc-file", metavar="FILE",
+                     help="the app's login through an OpenID Connect identity provider: "
+                     "Streamlit's [auth] secrets (docs: 'Running it for a team')")  # fmt: skip
     tls.add_argument("--insecure", action="store_true",
                      help="listen on a non-loopback address without TLS and authentication "
                      "(warned at every start)")  # fmt: skip
@@ -68,19 +75,44 @@ class Security:
     credentials: Credentials | None = None
     http_password: str | None = field(default=None, repr=False)
     app_password: str | None = field(default=None, repr=False)
+    app_oidc: OidcLogin | None = None
 
 
 def security_from_args(args: argparse.Namespace) -> Security:
     """Read the TLS files, the credentials and the HTTP password; a ``BadInput`` naming
     the file (never its content) where one is missing, unreadable or unusable."""
+    tls = tls_from_args(args)
+    credentials = Credentials(args.auth_token_file) if args.auth_token_file else None
+    password, oidc = app_login(args.app_password_file, args.app_oidc_file, tls, "--app-")
+    return Security(tls, credentials, http_password(args), password, oidc)
+
+
+def tls_from_args(args: argparse.Namespace) -> Tls | None:
+    """``--tls-cert``/``--tls-key`` (and ``--tls-client-ca`` where the command has it)."""
+    client_ca = getattr(args, "tls_client_ca", None)
     if bool(args.tls_cert) != bool(args.tls_key):
         raise BadInput("--tls-cert and --tls-key go together: give both, or neither")
-    if args.tls_client_ca and not args.tls_cert:
+    if client_ca and not args.tls_cert:
         raise BadInput("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
-    tls = Tls.from_files(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
-    credentials = Credentials(args.auth_token_file) if args.auth_token_file else None
-    app = password_file(args.app_password_file, "--app-password-file")
-    return Security(tls, credentials, http_password(args), app)
+    return Tls.from_files(args.tls_cert, args.tls_key, client_ca) if args.tls_cert else None
+
+
+def app_login(
+    password_path: str | None, oidc_path: str | None, tls: Tls | None, prefix: str
+) -> tuple[str | None, OidcLogin | None]:
+    """The app's login: a shared password, or an identity provider's (checked: its
+    discovery document read once), not both. ``prefix``: the flags' (``--app-`` for
+    serve's ``--app-password-file``, ``--`` for the app command's)."""
+    if password_path and oidc_path:
+        raise BadInput(f"give {prefix}password-file or {prefix}oidc-file, not both: "
+                       "one login for the app")  # fmt: skip
+    password = password_file(password_path, f"{prefix}password-file")
+    if not oidc_path:
+        return password, None
+    oidc = OidcLogin.from_file(oidc_path, f"{prefix}oidc-file")
+    oidc.check_https(tls is not None)
+    oidc.check_providers()
+    return None, oidc
 
 
 def password_file(path: str | None, flag: str) -> str | None:
@@ -128,34 +160,40 @@ def exposure(args: argparse.Namespace, security: Security, *, http: bool) -> lis
     """What would be reachable from other hosts without TLS and authentication (empty:
     nothing). ``http``: the HTTP interface will listen (an embedded store, no --no-http)."""
     problems = []
-    if not is_loopback(args.host):
-        missing = [flag for flag, present in (("--tls-cert/--tls-key", security.tls),
-                                              ("--auth-token-file", security.credentials))
-                   if not present]  # fmt: skip
-        if missing:
-            problems.append(f"the intake on --host {args.host} needs {' and '.join(missing)}")
-        if not args.no_app:
-            problems += app_exposure(args.host, security.tls, security.app_password)
-    if http and not is_loopback(args.http_host):
-        missing = [flag for flag, present in (("--tls-cert/--tls-key", security.tls),
-                                              ("--http-password-file", security.http_password))
-                   if not present]  # fmt: skip
-        if missing:
-            problems.append(
-                f"the HTTP interface on --http-host {args.http_host} needs {' and '.join(missing)}"
-            )
+    if not args.no_app:
+        login = security.app_password or security.app_oidc
+        problems += app_exposure(args.host, security.tls, login, "--app-")
+    problems = (
+        _needs(
+            f"the intake on --host {args.host}",
+            args.host,
+            tls=security.tls,
+            **{"--auth-token-file": security.credentials},
+        )
+        + problems
+    )
+    if http:
+        problems += _needs(f"the HTTP interface on --http-host {args.http_host}",
+                           args.http_host, tls=security.tls,
+                           **{"--http-password-file": security.http_password})  # fmt: skip
     return problems
 
 
-def app_exposure(
-    host: str, tls: Tls | None, password: str | None, flag: str = "--app-password-file"
-) -> list[str]:
-    """The app's part of ``exposure`` (``grpc-overhead app`` checks it alone)."""
+def app_exposure(host: str, tls: Tls | None, login: object | None, prefix: str) -> list[str]:
+    """The app's part of ``exposure`` (``grpc-overhead app`` checks it alone); ``login``:
+    its password or identity provider, ``prefix`` as ``app_login``'s."""
+    flag = f"{prefix}password-file or {prefix}oidc-file"
+    return _needs(f"the app on --host {host}", host, tls=tls, **{flag: login})
+
+
+def _needs(listener: str, host: str, *, tls: object | None, **required: object | None) -> list[str]:
+    """One line saying what ``listener`` lacks beyond loopback: TLS and the flags in
+    ``required`` whose value is missing; nothing on loopback."""
     if is_loopback(host):
         return []
-    missing = [name for name, present in (("--tls-cert/--tls-key", tls), (flag, password))
+    missing = [flag for flag, present in (("--tls-cert/--tls-key", tls), *required.items())
                if not present]  # fmt: skip
-    return [f"the app on --host {host} needs {' and '.join(missing)}"] if missing else []
+    return [f"{listener} needs {' and '.join(missing)}"] if missing else []
 
 
 def refusal(problems: list[str]) -> str:
