@@ -218,6 +218,30 @@ def test_credentials_by_basic_auth_headers_or_parameters(secured):
     assert curl(f"{secured}/ping")[0] == 200  # health checks need no credentials
 
 
+def test_wrong_passwords_lock_their_source_out_and_the_right_one_then_waits(module_store):
+    """Five wrong passwords are free; the sixth earns a lockout, during which even the
+    right password is refused unchecked (429, Retry-After); after it, the right one works
+    and clears the count. No password at all is not a guess."""
+    answerer = Answerer(module_store, credentials=Credentials("reader", "s3cret"))
+    interface = HttpInterface(answerer, port=0).start()
+    try:
+        query = ["--data-binary", "SELECT 1"]
+        for _ in range(3):
+            assert curl(interface.url, *query)[0] == 401  # asked, not counted
+        for attempt in range(6):
+            status, headers, body = curl("-u", "reader:guess", interface.url, *query)
+            assert status == 403, (attempt, body)
+        status, headers, body = curl("-u", "reader:s3cret", interface.url, *query)
+        assert status == 429, body
+        assert headers["retry-after"] == "5" and headers["x-clickhouse-exception-code"] == "516"
+        assert b"too many wrong passwords from 127.0.0.1" in body and b"s3cret" not in body
+        time.sleep(5.2)
+        assert curl("-u", "reader:s3cret", interface.url, *query)[2] == b"1\n"
+        assert curl("-u", "reader:guess", interface.url, *query)[0] == 403  # a fresh count
+    finally:
+        interface.stop()
+
+
 def test_a_client_that_hangs_up_gets_its_query_killed(url, store):
     marker = "hang_up_marker_7361"
     done = subprocess.run(

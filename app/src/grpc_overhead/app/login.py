@@ -6,7 +6,8 @@ button per provider), its signed cookie keeping the login across reloads; a user
 provider vouched for but the team's allow-list does not name sees who they are logged in
 as and a way out, never a page. Without one, a shared password, asked once per browser
 session: compared in constant time, a wrong one waits a second (a guesser tries one a
-second per session) and is never echoed.
+second per session) and is never echoed; more than five wrong ones from one address lock
+it out for a while, whatever its sessions (``analyzer.throttle``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 
 import streamlit as st
 
+from grpc_overhead.analyzer.throttle import FailedLogins, lockout_message
 from grpc_overhead.analyzer.tls import same_secret
 from grpc_overhead.app import runtime
 from grpc_overhead.app.oidc import OidcLogin
@@ -38,12 +40,26 @@ def require_login() -> None:
                               help="The team's password (serve --app-password-file)")  # fmt: skip
         submitted = st.form_submit_button("Log in")
     if submitted:
+        source = st.context.ip_address or "this host"
+        wait = _failed_logins().locked_for(source)
+        if wait > 0:
+            st.error(lockout_message(source, wait).capitalize() + ".")
+            st.stop()
         if same_secret(given.encode(), served.password.encode()):
+            _failed_logins().succeeded(source)
             st.session_state[_LOGGED_IN] = True
             st.rerun()
+        _failed_logins().failed(source)
         time.sleep(WRONG_PASSWORD_DELAY_S)
         st.error("Wrong password. Ask whoever runs serve for the team's password.")
     st.stop()
+
+
+@st.cache_resource
+def _failed_logins() -> FailedLogins:
+    """One count for every session of this process (``throttle``): a guesser's many
+    sessions share its lockout."""
+    return FailedLogins()
 
 
 def _require_provider_login(oidc: OidcLogin) -> None:

@@ -20,6 +20,7 @@ it for a read-only user (Code 164).
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ from grpc_overhead.analyzer.store.base import (
     Store,
     output_format,
 )
+from grpc_overhead.analyzer.throttle import FailedLogins, lockout_message
 
 DEFAULT_FORMAT = "TabSeparated"
 #: Longest statement taken (ClickHouse's ``max_query_size`` is 256 KiB by default).
@@ -199,12 +201,14 @@ class Credentials:
 
 
 class Refused(Exception):
-    """A failure of the interface itself, by ClickHouse error name."""
+    """A failure of the interface itself, by ClickHouse error name; ``retry_after``: a
+    source locked out for wrong passwords (``throttle``), answered 429 with Retry-After."""
 
-    def __init__(self, name: str, message: str) -> None:
+    def __init__(self, name: str, message: str, retry_after: float = 0.0) -> None:
         super().__init__(message)
         self.name = name
         self.message = message
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -218,6 +222,8 @@ class Request:
     body: bytes = b""
     user: str | None = None
     password: str | None = None
+    #: The client's address: wrong passwords are counted per source (``throttle``).
+    source: str = ""
 
 
 class Answerer:
@@ -233,6 +239,7 @@ class Answerer:
         self.store = store
         self.limits = limits or QueryLimits()
         self.credentials = credentials or Credentials()
+        self.failed_logins = FailedLogins()
         self._engine: _EngineFacts | None = None
         self._lock = threading.Lock()
 
@@ -249,19 +256,37 @@ class Answerer:
             )
         query_id = request.parameters.get("query_id") or str(uuid.uuid4())
         try:
-            self.credentials.check(request.user, request.password)
+            self._authenticate(request)
             text = self._statement(request)
             if text is None:  # GET / with no query: the health check ClickHouse answers too
                 return Answer(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
             return self._run(request, text, query_id, abandoned)
         except Refused as refused:
-            return self._error(refused.name, refused.message, query_id)
+            return self._error(refused.name, refused.message, query_id,
+                               retry_after=refused.retry_after)  # fmt: skip
         except QueryError as error:
             return self._error(None, error.message, query_id, code=error.code or 1002)
         except BadInput as error:
             return self._error("BAD_ARGUMENTS", str(error), query_id)
         except AnalyzerError as error:
             return self._error("UNKNOWN_EXCEPTION", str(error), query_id)
+
+    def _authenticate(self, request: Request) -> None:
+        """``credentials.check``, throttled per source: a locked-out source is refused
+        without a check; no password at all is no guess and is not counted."""
+        if self.credentials.password is None:
+            return
+        source = request.source or "an unknown address"
+        wait = self.failed_logins.locked_for(source)
+        if wait > 0:
+            raise Refused("AUTHENTICATION_FAILED", lockout_message(source, wait), wait)
+        try:
+            self.credentials.check(request.user, request.password)
+        except Refused as refused:
+            if refused.name == "AUTHENTICATION_FAILED":
+                self.failed_logins.failed(source)
+            raise
+        self.failed_logins.succeeded(source)
 
     def _statement(self, request: Request) -> str | None:
         parts = [request.parameters.get("query", "")]
@@ -355,7 +380,9 @@ class Answerer:
         answer = self._error(name, message, str(uuid.uuid4()))
         return answer if status is None else Answer(status, answer.body, answer.headers)
 
-    def _error(self, name: str | None, message: str, query_id: str, code: int = 0) -> Answer:
+    def _error(
+        self, name: str | None, message: str, query_id: str, code: int = 0, retry_after: float = 0
+    ) -> Answer:
         facts = self._facts()
         codes = facts.codes
         if name is not None:
@@ -375,6 +402,9 @@ class Answerer:
             "X-ClickHouse-Query-Id": query_id,
         }
         status = _STATUS_BY_NAME.get(name, 500)
+        if retry_after > 0:
+            status = 429
+            headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
         if status == 401:
             headers["WWW-Authenticate"] = 'Basic realm="grpc-overhead", charset="UTF-8"'
         return Answer(status, (body + "\n").encode(), headers)

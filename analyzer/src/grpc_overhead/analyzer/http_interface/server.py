@@ -126,6 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
             body,
             user,
             password,
+            source=str(self.client_address[0]),
         )
         answer = self.answerer.answer(request, abandoned=self._client_gone)
         self._send(answer, send_body)
