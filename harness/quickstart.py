@@ -43,6 +43,8 @@ from grpc_overhead.cli.processes import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+#: Where the blocks are: the README's own, then the longer guides' (the team's).
+DOCUMENTS = (README, ROOT / "docs" / "team.md")
 INSTRUMENTATION = ROOT / "instrumented-service" / "instrumentation"
 CACHE = ROOT / "build" / "quickstart-venv"
 #: What a block may use of the checkout, relative to its root.
@@ -52,13 +54,14 @@ DEFAULT_PORTS = (4317, 4327, 8501, 50051, 50061)
 
 
 def block(name: str) -> str:
-    """The ``sh`` block after ``<!-- quickstart: NAME -->`` in the README, verbatim."""
-    text = README.read_text(encoding="utf-8")
+    """The ``sh`` block after ``<!-- quickstart: NAME -->`` in the README (or a guide of
+    ``DOCUMENTS``), verbatim."""
+    text = "\n".join(document.read_text(encoding="utf-8") for document in DOCUMENTS)
     found = re.search(
         rf"<!-- quickstart: {re.escape(name)} -->\s*```sh\n(.*?)```", text, flags=re.DOTALL
     )
     if found is None:
-        raise LookupError(f"README.md has no quickstart block {name!r}")
+        raise LookupError(f"no quickstart block {name!r} in README.md or docs/team.md")
     return found.group(1)
 
 

@@ -4,7 +4,7 @@
 # Chromium through Playwright, whose own browser download cannot work offline.
 # default-jdk-headless + maven: the grpc-java peer (scripts/build-grpc-java-peer.sh).
 # nodejs + npm: the Node peer (scripts/build-node-peer.sh; Node 20 or newer).
-# openssl: the README's "Running it for a team" makes its certificate and secrets with it.
+# openssl: docs/team.md's team block makes its certificate and secrets with it.
 # Runs unattended (CI has no stdin); without root it says what to install instead.
 set -euo pipefail
 

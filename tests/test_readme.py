@@ -1,4 +1,5 @@
-"""The README's promises that a test can hold: commands, variables, the two set-up targets."""
+"""The README's and the guides' promises that a test can hold: commands, variables, the two
+set-up targets, the pages, the paths a user creates."""
 
 from __future__ import annotations
 
@@ -14,11 +15,21 @@ from grpc_overhead.instrumentation.environment import DOCUMENTED
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+#: The README and the guides whose blocks a user pastes (docs/team.md's team block).
+PASTED = README + (DOCS / "team.md").read_text()
 
 
-def test_every_documented_variable_is_in_the_readme():
-    missing = [v.name for v in DOCUMENTED if f"`{v.name}`" not in README]
+def test_the_readme_is_a_front_door_that_fits_on_a_few_screens():
+    assert len(README.splitlines()) <= 250
+
+
+def test_every_documented_variable_is_in_the_variables_table():
+    table = (DOCS / "variables.md").read_text()
+    missing = [v.name for v in DOCUMENTED if f"| `{v.name}` |" not in table]
     assert not missing
+    listed = set(re.findall(r"^\| `(GRPC_OVERHEAD_[A-Z_]+)` \|", table, re.M))
+    assert listed == {v.name for v in DOCUMENTED}
 
 
 def test_every_variable_the_code_reads_is_documented():
@@ -51,7 +62,7 @@ _CREATED = re.compile(
 def readme_created_paths() -> set[str]:
     """Each path as git sees it: directories with a trailing slash."""
     paths = set()
-    for match in _CREATED.finditer(README):
+    for match in _CREATED.finditer(PASTED):
         kind = match.lastgroup
         paths.add(match.group(kind) + ("" if kind == "file" else "/"))
     return paths
@@ -72,7 +83,8 @@ def test_every_path_the_readme_has_a_user_create_is_ignored_by_git():
 def test_the_readme_lists_every_page_of_the_app():
     from harness.browser import PAGES
 
-    listed = README.split("### The pages", 1)[1].split("\n### ", 1)[0]
+    guide = (DOCS / "what-you-get.md").read_text()
+    listed = guide.split("## The pages", 1)[1].split("\n## ", 1)[0]
     for url, title in PAGES:
         assert f"`/{url}`" in listed, url
         assert re.search(rf"^\| (\[{re.escape(title)}\]\(|{re.escape(title)} \|)", listed, re.M), (
@@ -82,15 +94,16 @@ def test_the_readme_lists_every_page_of_the_app():
 
 def test_the_docs_give_the_query_time_limits_the_code_enforces():
     """The SQL page's time limit and that of `sql` and the HTTP interface, each from its
-    one constant, as the README and docs/reliability.md state them."""
+    one constant, as docs/what-you-get.md, docs/sql.md and docs/reliability.md state them."""
     from grpc_overhead.analyzer.insights import console
     from grpc_overhead.analyzer.store.base import QueryLimits
 
     page = f"{console.PAGE_LIMITS.max_execution_time_s:g} s"
     ceiling = f"{QueryLimits().max_execution_time_s:g} s"
-    sql_row = next(line for line in README.splitlines() if line.startswith("| [SQL]"))
+    pages = (DOCS / "what-you-get.md").read_text()
+    sql_row = next(line for line in pages.splitlines() if line.startswith("| [SQL]"))
     assert f"stops after {page}" in sql_row and f"allow {ceiling}" in sql_row
-    assert f"({QueryLimits().describe()};" in README  # the HTTP interface
+    assert f"({QueryLimits().describe()};" in (DOCS / "sql.md").read_text()  # HTTP interface
     reliability = (ROOT / "docs" / "reliability.md").read_text()
     assert f"| {ceiling} (SQL page: {page}) |" in reliability
     assert f"at most {console.MAX_LIMIT:,})" in reliability

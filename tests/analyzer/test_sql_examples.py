@@ -1,4 +1,4 @@
-"""The README's ten SQL questions: each one is shown, runs, and answers from the data."""
+"""docs/sql.md's ten SQL questions: each one is shown, runs, and answers from the data."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from grpc_overhead.cli.sql import parser, render
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+GUIDE = (Path(__file__).resolve().parents[2] / "docs" / "sql.md").read_text()
 
 
 def readme_examples() -> list[str]:
-    """The ```sql blocks of the README's "Querying with SQL" section, dedented."""
-    section = README.split("## Querying with SQL", 1)[1].split("\n## ", 1)[0]
+    """The ```sql blocks of docs/sql.md ("Querying with SQL"), dedented."""
+    section = GUIDE
     return [
         textwrap.dedent(block).strip()
         for block in re.findall(r"```sql\n(.*?)```", section, re.DOTALL)
@@ -31,11 +31,11 @@ def readme_examples() -> list[str]:
 
 
 @pytest.mark.unit
-def test_the_readme_shows_exactly_the_ten_examples():
+def test_the_sql_guide_shows_exactly_the_ten_examples():
     assert len(EXAMPLES) == 10
     assert readme_examples() == [sql for _, sql in EXAMPLES]
     for question, _ in EXAMPLES:
-        assert f"**{question}**" in README
+        assert f"**{question}**" in GUIDE
 
 
 @pytest.mark.unit

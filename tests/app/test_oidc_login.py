@@ -235,15 +235,15 @@ def test_one_login_at_a_time_and_an_oidc_login_opens_the_app_beyond_loopback(
     ]
 
 
-def test_the_readmes_oidc_example_is_a_file_the_app_takes(tmp_path: Path) -> None:
+def test_the_team_guides_oidc_example_is_a_file_the_app_takes(tmp_path: Path) -> None:
     import re
 
     from grpc_overhead.app.oidc import OidcLogin
     from harness.browser import REPO
 
-    readme = (REPO / "README.md").read_text()
-    found = re.search(r"<!-- example: oidc -->\n\s*```toml\n(.*?)\n\s*```", readme, re.S)
-    assert found, "README lost its OIDC example"
+    guide = (REPO / "docs" / "team.md").read_text()
+    found = re.search(r"<!-- example: oidc -->\n\s*```toml\n(.*?)\n\s*```", guide, re.S)
+    assert found, "docs/team.md lost its OIDC example"
     path = tmp_path / "oidc.toml"
     path.write_text("\n".join(line.strip() for line in found.group(1).splitlines()))
     login = OidcLogin.from_file(path, "--app-oidc-file")

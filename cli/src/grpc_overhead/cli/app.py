@@ -74,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
                         help="file holding the team's password the app asks for")  # fmt: skip
     result.add_argument("--oidc-file", metavar="FILE",
                         help="a login through an OpenID Connect identity provider instead: "
-                        "Streamlit's [auth] secrets (docs: 'Running it for a team')")  # fmt: skip
+                        "Streamlit's [auth] secrets (docs/team.md)")  # fmt: skip
     result.add_argument(
         "--insecure",
         action="store_true",

@@ -44,7 +44,7 @@ LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 def add_security_arguments(parser: argparse.ArgumentParser) -> None:
-    tls = parser.add_argument_group("TLS and authentication (docs: 'Running it for a team')")
+    tls = parser.add_argument_group("TLS and authentication (docs/team.md)")
     tls.add_argument(
         "--tls-cert",
         metavar="FILE",
@@ -61,7 +61,7 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
                      help="file holding the team's password the app asks for")  # fmt: skip
     tls.add_argument("--app-oidc-file", metavar="FILE",
                      help="the app's login through an OpenID Connect identity provider: "
-                     "Streamlit's [auth] secrets (docs: 'Running it for a team')")  # fmt: skip
+                     "Streamlit's [auth] secrets (docs/team.md)")  # fmt: skip
     tls.add_argument("--insecure", action="store_true",
                      help="listen on a non-loopback address without TLS and authentication "
                      "(warned at every start)")  # fmt: skip

@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def help_epilog() -> str:
-    """The tables, the columns of ``grpc_call_phases`` and a few of the README's examples."""
+    """The tables, the columns of ``grpc_call_phases`` and a few of docs/sql.md's examples."""
     width = max(len(name) for name, _ in view_columns())
     columns = "\n".join(f"  {name:<{width}}  {text}" for name, text in view_columns())
     examples = "\n\n".join(
@@ -109,7 +109,7 @@ def help_epilog() -> str:
         "  grpc_calls          the calls as assembled (raw *_ns timestamps; read with FINAL)\n"
         "  otel_traces         every span, the collector's clickhouse exporter schema\n\n"
         f"columns of {PHASES_VIEW}:\n{columns}\n\n"
-        f"examples (ten in the README, 'Querying with SQL'):\n{examples}\n"
+        f"examples (ten in docs/sql.md):\n{examples}\n"
     )
 
 

@@ -2,9 +2,9 @@
 
 The standard ``OTEL_*`` variables (endpoint, service name, resource attributes,
 sampler) are read by the OpenTelemetry SDK itself and keep their documented
-meaning; the ones below are ours. The README's table is generated from
-``DOCUMENTED`` (see tests/test_readme.py), so adding a variable here and not
-there fails the suite.
+meaning; the ones below are ours. docs/variables.md's table must list exactly
+``DOCUMENTED`` (tests/test_readme.py), so adding a variable here and not there
+fails the suite.
 """
 
 from __future__ import annotations
