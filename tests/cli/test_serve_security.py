@@ -23,7 +23,7 @@ import pytest
 from grpc_overhead.cli.processes import offline_env, stop_process
 from harness.browser import RunningApp, start_command, start_serve_http
 from tests.analyzer.certificates import Authority, Issued
-from tests.analyzer.test_commands_through_serve import command
+from tests.cli.test_commands_through_serve import command
 
 pytestmark = pytest.mark.e2e
 

@@ -1,9 +1,9 @@
 """Shared fixtures for the collector tests: the real binary, free ports, an OTLP sink.
 
 The binary is built once per session with ``build_collector()`` (a no-op when
-``make collector`` already ran). Without Go the collector tests are skipped
-on a developer machine but fail under CI, where a silent skip would hide a
-broken setup.
+``make collector`` already ran). Without Go the collector tests fail, saying why:
+``make test`` builds everything it needs, so a missing toolchain is a broken setup
+to be seen, never a silent skip.
 """
 
 from __future__ import annotations
