@@ -27,7 +27,7 @@ import signal
 import sys
 from types import FrameType
 
-from grpc_overhead.cli.ports import holder, port_is_free
+from grpc_overhead.cli.ports import fixed_port_number, holder, port_is_free
 from grpc_overhead.collector.runner import (
     CONFIG_NAMES,
     DEFAULT_HEALTH_PORT,
@@ -46,21 +46,11 @@ from grpc_overhead.collector.runner import (
 PROG = "grpc-overhead collector"
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range 1-65535: {value}")
-    return value
-
-
 def _host_port(text: str) -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    _port(port)
+    fixed_port_number(port)
     return text
 
 
@@ -85,12 +75,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--otlp-port",
-        type=_port,
+        type=fixed_port_number,
         help=f"OTLP/gRPC receiver port (default {DEFAULT_OTLP_PORT})",
     )
     run.add_argument(
         "--otlp-http-port",
-        type=_port,
+        type=fixed_port_number,
         help=f"OTLP/HTTP receiver port, /v1/traces (default {DEFAULT_OTLP_HTTP_PORT})",
     )
     run.add_argument(
@@ -101,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--health-port",
-        type=_port,
+        type=fixed_port_number,
         help=f"health_check port (default {DEFAULT_HEALTH_PORT})",
     )
     run.add_argument(

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from grpc_overhead.cli.busy import busy_threads
+from grpc_overhead.cli.numbers import non_negative_int, positive_float, positive_int
 from grpc_overhead.instrumentation.environment import RUN_ID as RUN_ID_VARIABLE
 from grpc_overhead.load_generator.workload import MODES
 
@@ -30,36 +31,6 @@ class UsageError(Exception):
 
 def default_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,49 +48,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stop = parser.add_argument_group("how long (the run ends at whichever comes first)")
     stop.add_argument(
-        "--calls", type=_positive_int, default=None, help="number of calls (default 200)"
+        "--calls", type=positive_int, default=None, help="number of calls (default 200)"
     )
     stop.add_argument(
-        "--duration", type=_positive_float, default=None, metavar="S", help="seconds to run"
+        "--duration", type=positive_float, default=None, metavar="S", help="seconds to run"
     )
     shape = parser.add_argument_group("load shape")
     shape.add_argument(
         "--concurrency",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="closed loop: concurrent callers (default 8); open loop: worker threads, i.e. the "
         "most calls in flight (default 32)",
     )
     shape.add_argument(
         "--channels",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="channels (HTTP/2 connections) per target; callers are spread over them",
     )
     shape.add_argument(
         "--rps",
-        type=_positive_float,
+        type=positive_float,
         default=None,
         help="open loop: Poisson arrivals at this mean rate, sent on schedule regardless of "
         "completions (default: closed loop)",
     )
     shape.add_argument(
         "--late-threshold-ms",
-        type=_positive_float,
+        type=positive_float,
         default=1.0,
         help="open loop: a call starting this much after its scheduled time counts as late",
     )
     shape.add_argument(
         "--busy-threads",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         help="threads burning CPU in this process while the run lasts, standing in for a "
         "client busy with its own work (feature computation): what a saturated client does "
         "to the phases (default 0)",
     )
     payload = parser.add_argument_group("payload")
-    payload.add_argument("--entities", type=_non_negative_int, default=200)
-    payload.add_argument("--features", type=_positive_int, default=32)
+    payload.add_argument("--entities", type=non_negative_int, default=200)
+    payload.add_argument("--features", type=positive_int, default=32)
     payload.add_argument(
         "--encoding",
         choices=("repeated", "packed"),
@@ -149,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="structured: entities x features; image: --image-bytes of JPEG-like bytes per "
         "request, scored as one entity",
     )
-    payload.add_argument("--image-bytes", type=_positive_int, default=230_000, metavar="N")
+    payload.add_argument("--image-bytes", type=positive_int, default=230_000, metavar="N")
     payload.add_argument(
         "--transport",
         choices=("grpc", "rest"),
@@ -164,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="rest images: base64 inside JSON (json, base64) or the raw bytes (binary)",
     )
     payload.add_argument(
-        "--stream-messages", type=_positive_int, default=10, help="stream: messages per call"
+        "--stream-messages", type=positive_int, default=10, help="stream: messages per call"
     )
     payload.add_argument(
         "--stream-lockstep",
@@ -173,11 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(request/response over one stream) instead of all requests at once",
     )
     payload.add_argument(
-        "--batch-size", type=_positive_int, default=8, help="batch: requests per message"
+        "--batch-size", type=positive_int, default=8, help="batch: requests per message"
     )
     payload.add_argument(
         "--chunk-entities",
-        type=_positive_int,
+        type=positive_int,
         default=64,
         help="chunks/upload: entities per streamed message",
     )
@@ -193,16 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-server-name", default=None, help="expected server name, if not the target host"
     )
     connection.add_argument(
-        "--timeout", type=_positive_float, default=10.0, metavar="S", help="deadline per call"
+        "--timeout", type=positive_float, default=10.0, metavar="S", help="deadline per call"
     )
     connection.add_argument(
         "--connect-timeout",
-        type=_positive_float,
+        type=positive_float,
         default=5.0,
         metavar="S",
         help="how long to wait for every channel to connect before giving up",
     )
-    connection.add_argument("--max-message-mb", type=_positive_int, default=64)
+    connection.add_argument("--max-message-mb", type=positive_int, default=64)
     output = parser.add_argument_group("output")
     output.add_argument(
         "--run-id",

@@ -29,12 +29,34 @@ def port_number(text: str) -> int:
     Not ``type=int``: gRPC takes 99999 as 34463 (modulo 65536) and listens there
     without a word, and a socket bind raises OverflowError (a traceback).
     """
+    return _port_from(text, lowest=0)
+
+
+def fixed_port_number(text: str) -> int:
+    """A port others are told about (1..65535: "any free one" means nothing there)."""
+    return _port_from(text, lowest=1)
+
+
+def optional_port(text: str) -> int:
+    """A fixed port number, or 0 for ``off``."""
+    if text.strip().lower() in OFF:
+        return 0
+    if not text.strip().lstrip("+-").isdigit():
+        raise argparse.ArgumentTypeError(f"not a port number or 'off': {text!r}")
+    return fixed_port_number(text)
+
+
+#: What turns an optional port off.
+OFF = frozenset({"off", "none", "no"})
+
+
+def _port_from(text: str, *, lowest: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
+    if not lowest <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range {lowest}-65535: {value}")
     return value
 
 

@@ -13,21 +13,7 @@ import argparse
 from dataclasses import dataclass
 
 from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, STANDARD_OTLP_HTTP_PORT, Intake
-from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, holder, port_number
-
-
-def optional_port(text: str) -> int:
-    """A port number, or 0 for ``off``."""
-    if text.strip().lower() in {"off", "none", "no"}:
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number or 'off': {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range 1-65535: {value}")
-    return value
-
+from grpc_overhead.cli.ports import OFF, STANDARD_OTLP_PORT, holder, port_number
 
 #: ``--otlp-http-port`` absent (None means ``off``).
 NOT_GIVEN = -1
@@ -35,7 +21,7 @@ NOT_GIVEN = -1
 
 def optional_port_or_free(text: str) -> int | None:
     """A port number (0: a free one), or None for ``off``."""
-    if text.strip().lower() in {"off", "none", "no"}:
+    if text.strip().lower() in OFF:
         return None
     return port_number(text)
 

@@ -16,29 +16,9 @@ import threading
 import uuid
 
 from grpc_overhead.cli.busy import busy_threads
+from grpc_overhead.cli.numbers import non_negative_float, non_negative_int, positive_int
 from grpc_overhead.cli.ports import port_number
 from grpc_overhead.prediction.server import GRPC_COMPRESSION, ServiceConfig
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,26 +34,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=8,
         help="handler thread-pool size (with --aio: threads running the model) (default 8)",
     )
     parser.add_argument(
         "--model-cost-ms",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=0.0,
         help="extra CPU time burned per scored request, standing in for a heavier model",
     )
     parser.add_argument(
         "--model-wait-ms",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=0.0,
         help="wall time slept per scored request, standing in for a model that waits "
         "(a remote feature store, an accelerator)",
     )
     parser.add_argument(
         "--busy-threads",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         help="threads burning CPU in this process outside any handler while it serves, "
         "standing in for a server busy with other work (a background job, too many calls for "
@@ -81,19 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-concurrent-rpcs",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="beyond this many calls in progress the server answers RESOURCE_EXHAUSTED",
     )
     parser.add_argument(
         "--max-connection-age-s",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=None,
         help="close connections after this age (grpc.max_connection_age_ms), forcing reconnects",
     )
     parser.add_argument(
         "--max-connection-age-grace-s",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=5.0,
         help="time calls in flight get after a connection reached its age (default 5)",
     )
@@ -122,13 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-message-mb",
-        type=_positive_int,
+        type=positive_int,
         default=64,
         help="largest request/response message accepted (default 64)",
     )
     parser.add_argument(
         "--grace-s",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=5.0,
         help="on SIGTERM/SIGINT, time in-flight calls get to finish (default 5)",
     )
