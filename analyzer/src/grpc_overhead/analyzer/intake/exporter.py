@@ -120,7 +120,12 @@ class ProtobufSqlExporter:
         with open(schema_path, "w", encoding="utf-8") as handle:
             handle.write(protobuf_sql.INTAKE_PROTO)
         self._statement, self._settings = protobuf_sql.staging_insert(schema_path)
-        protobuf_sql.register_complex_value_function()
+        self.store.register_function(
+            protobuf_sql.UDF_NAME,
+            protobuf_sql.complex_value,
+            protobuf_sql.UDF_ARGUMENTS,
+            protobuf_sql.UDF_RETURNS,
+        )
         for statement in (
             protobuf_sql.CREATE_STAGING,
             protobuf_sql.TRUNCATE_STAGING,

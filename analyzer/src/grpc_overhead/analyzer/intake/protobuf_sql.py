@@ -344,26 +344,21 @@ SETTINGS {INSERT_SETTINGS}
 """
 
 
-def register_complex_value_function() -> None:
-    """Make ``checked_complex_value_json`` callable from SQL (chDB in-process UDF; idempotent).
-
-    Results are cached: validity checks and the mapping ask for the same value.
-    """
-    import chdb
-
-    @functools.lru_cache(maxsize=4096)
-    def otlp_complex_value(kind: str, encoded_hex: str) -> str:
-        try:
-            data = bytes.fromhex(encoded_hex)
-        except ValueError:
-            return INVALID_VALUE_MARK + "malformed attribute value"
-        return checked_complex_value_json(kind, data)
-
+@functools.lru_cache(maxsize=4096)
+def complex_value(kind: str, encoded_hex: str) -> str:
+    """The UDF ``UDF_NAME`` (``Store.register_function``): ``checked_complex_value_json`` of
+    a value ClickHouse hands over hex-encoded. Cached: validity checks and the mapping
+    ask for the same value."""
     try:
-        chdb.drop_function(UDF_NAME)
-    except Exception:  # not registered yet
-        pass
-    chdb.create_function(UDF_NAME, otlp_complex_value, ["String", "String"], "String")
+        data = bytes.fromhex(encoded_hex)
+    except ValueError:
+        return INVALID_VALUE_MARK + "malformed attribute value"
+    return checked_complex_value_json(kind, data)
+
+
+#: ``complex_value``'s SQL signature.
+UDF_ARGUMENTS = ("String", "String")
+UDF_RETURNS = "String"
 
 
 def _varint(value: int) -> bytes:

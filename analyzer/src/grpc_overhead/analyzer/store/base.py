@@ -273,6 +273,18 @@ class Store(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not take encoded inserts")
 
+    def register_function(
+        self,
+        name: str,
+        function: Callable[..., str],
+        argument_types: Sequence[str],
+        return_type: str,
+    ) -> None:
+        """Make a Python ``function`` callable from this store's SQL as ``name`` (replacing
+        one of that name). Only backends with ``backend.encoded_inserts`` (an engine in this
+        process) take it: the intake's in-engine mapping calls one for rare values."""
+        raise NotImplementedError(f"{type(self).__name__} does not take Python functions")
+
     @property
     def database(self) -> str:
         """The connection's current database: where unqualified names resolve.

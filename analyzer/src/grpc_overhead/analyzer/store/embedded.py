@@ -40,7 +40,7 @@ import os
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -273,6 +273,21 @@ class ChdbStore(Store):
                     inserter.cancel()
                 raise self._query_error(exc, sql, None) from exc
             return int(result.rows_written)
+
+    def register_function(
+        self,
+        name: str,
+        function: Callable[..., str],
+        argument_types: Sequence[str],
+        return_type: str,
+    ) -> None:
+        """chDB's in-process UDF: one registry for the whole process, so replacing a
+        function of the same name (a second store, a restarted intake) is idempotent."""
+        import chdb
+
+        with contextlib.suppress(Exception):  # not registered yet
+            chdb.drop_function(name)
+        chdb.create_function(name, function, list(argument_types), return_type)
 
     def _kill(self, tag: str) -> None:
         """KILL the user query tagged ``tag``, from a connection of its own (no lock)."""
