@@ -27,6 +27,7 @@ import streamlit as st
 
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError
+from grpc_overhead.analyzer.readiness import prepare_for_reading
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, open_store
 from grpc_overhead.app import runtime
@@ -62,7 +63,7 @@ def _attach(store_dir: str | None, clickhouse_url: str | None, jaeger_url: str) 
         http_password=os.environ.get(environment.HTTP_PASSWORD),
     )
     options = CallsOptions.from_schema(SchemaOptions.for_store(store))
-    missing = runtime.prepare(store, options)
+    missing = prepare_for_reading(store, options)
     if missing:
         store.close()
         raise AnalyzerError(

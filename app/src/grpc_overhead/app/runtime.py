@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from grpc_overhead.analyzer.calls import CallsOptions
-from grpc_overhead.analyzer.phase_view import create_call_tables
-from grpc_overhead.analyzer.rollup import settle, settled_until
-from grpc_overhead.analyzer.store.base import Store, table_exists
+from grpc_overhead.analyzer.rollup import settle
+from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.app.oidc import OidcLogin
 
 
@@ -72,39 +71,10 @@ def served() -> Served | None:
         return _served
 
 
-def prepare(store: Store, options: CallsOptions, *, settle_now: bool = True) -> str:
-    """Make ``store`` ready for the pages, as ``report`` does: '' when ready, else why not.
-
-    The calls' tables and views (idempotent) and settled minutes, where this
-    process may write them; a store read through ``serve`` is prepared by serve.
-    ``settle_now=False`` leaves the settling to the caller (``BackgroundSettle``).
-    """
-    if not table_exists(store, options.traces_table, options.database):
-        return f"{store.description}: no {options.traces_table} table"
-    if store.backend.writable:
-        create_call_tables(store, options)
-    if settle_now and store.backend.owns_data:  # no other process settles it
-        settle(store, options)
-    return ""
-
-
 #: Up to this many call halves not rolled up yet, the app rolls them up before it
 #: serves (a few seconds at most: pages then read settled minutes from the start, as
 #: they always did); beyond, beside it (``BackgroundSettle``).
 FOREGROUND_SETTLE_HALVES = 100_000
-
-
-def unsettled_halves(store: Store, options: CallsOptions) -> int:
-    """Call halves at or after the roll-up's watermark (all of them before any roll-up)."""
-    watermark = 0
-    if table_exists(store, options.rollup_table, options.database):
-        watermark = settled_until(store, options)
-    found = store.query(
-        f"SELECT count() AS n FROM {options.calls} "
-        "WHERE greatest(client_start_ns, server_start_ns) >= {watermark:Int64}",
-        {"watermark": watermark},
-    )
-    return int(found["n"].iloc[0])
 
 
 class BackgroundSettle:

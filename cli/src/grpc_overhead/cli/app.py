@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked, brief
+from grpc_overhead.analyzer.readiness import prepare_for_reading, unsettled_halves
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.tls import Tls
 from grpc_overhead.app import runtime
@@ -141,7 +142,7 @@ def open_for_app(args: argparse.Namespace) -> Store:
 def prepare(store: Store, options: CallsOptions) -> None:
     """What ``report`` does before reading but the roll-up of settled minutes (``run``
     decides whether it runs before the app or beside it): the calls view (idempotent)."""
-    missing = runtime.prepare(store, options, settle_now=False)
+    missing = prepare_for_reading(store, options, settle_now=False)
     if missing:
         raise AppCommandError(f"{missing}. {INTAKE_HINT}")
 
@@ -160,8 +161,8 @@ def run(args: argparse.Namespace) -> int:
         prepare(store, options)
         if not store.backend.owns_data:
             pass  # read through serve, which rolls it up
-        elif runtime.unsettled_halves(store, options) <= runtime.FOREGROUND_SETTLE_HALVES:
-            runtime.prepare(store, options)  # seconds at most: pages read it from the start
+        elif unsettled_halves(store, options) <= runtime.FOREGROUND_SETTLE_HALVES:
+            prepare_for_reading(store, options)  # seconds at most: pages read it from the start
         else:
             settling = runtime.BackgroundSettle(store, options, report=_say).start()
         server = AppServer(

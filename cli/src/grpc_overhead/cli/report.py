@@ -26,11 +26,10 @@ from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
 from grpc_overhead.analyzer.insights.catalog import check_run, known_names, resolve_names
-from grpc_overhead.analyzer.phase_view import create_call_tables
+from grpc_overhead.analyzer.readiness import has_calls, prepare_for_reading, settle_where_ours
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
-from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.schema import SchemaOptions
-from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store, table_exists
+from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.instrumentation import environment
 
 EXIT_USAGE = 2
@@ -213,11 +212,6 @@ def open_for_reading(args: argparse.Namespace) -> Store:
     return open_store(directory, **through_serve())
 
 
-def _has_calls(store: Store, options: CallsOptions) -> bool:
-    found = store.query(f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls} LIMIT 1)")
-    return bool(int(found["n"].iloc[0]))
-
-
 def prepare(store: Store) -> tuple[CallsOptions, str]:
     """(options, '') ready to report on, or (options, why not) when there is nothing yet.
 
@@ -226,15 +220,12 @@ def prepare(store: Store) -> tuple[CallsOptions, str]:
     ``default``).
     """
     options = CallsOptions.from_schema(SchemaOptions.for_store(store))
-    if not table_exists(store, options.traces_table, options.database):
-        return options, f"{store.description}: no {options.traces_table} table. {INTAKE_HINT}"
-    if store.backend.writable:  # else its owner (serve) made them
-        # Idempotent; on a store the collector's exporter made, this assembles its spans.
-        create_call_tables(store, options)
-    if not _has_calls(store, options):
+    missing = prepare_for_reading(store, options, settle_now=False)
+    if missing:
+        return options, f"{missing}. {INTAKE_HINT}"
+    if not has_calls(store, options):
         return options, INTAKE_HINT
-    if store.backend.owns_data:  # no other process settles it
-        settle(store, options)
+    settle_where_ours(store, options)
     return options, ""
 
 

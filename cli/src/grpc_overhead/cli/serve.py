@@ -76,13 +76,12 @@ from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.owner import SERVE_INFO_FILE as SERVE_INFO_FILE
 from grpc_overhead.analyzer.store.owner import ServeInfo, remove_serve_info, write_serve_info
 from grpc_overhead.analyzer.store.owner import read_serve_info as read_serve_info
-from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, port_is_free, port_number
+from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, optional_port, port_is_free, port_number
 from grpc_overhead.cli.serve_http import add_http_arguments, start_http
 from grpc_overhead.cli.serve_ports import (
     NOT_GIVEN,
     OtlpPorts,
     held_by,
-    optional_port,
     optional_port_or_free,
     say_http_port,
     say_standard_port,
@@ -241,9 +240,11 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
             print(f"grpc-overhead serve: {standard_port_taken(args.host, ports)}", file=sys.stderr)
             intake.stop()
             return EXIT_USAGE
+        # Where readers find serve (grpc-overhead-serve.json): the store's directory.
         directory = None if args.clickhouse else os.path.abspath(args.store or DEFAULT_STORE_DIR)
+        owner = store.backend.owns_data  # the embedded store: this process alone has it
         try:  # a ClickHouse server has its own HTTP interface
-            http = start_http(args, store, security) if directory else None
+            http = start_http(args, store, security) if owner else None
         except BadInput as error:
             print(f"grpc-overhead serve: {error}", file=sys.stderr)
             intake.stop()
@@ -262,7 +263,7 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         print(f"store: {store.description}", flush=True)
         if http is not None:
             print(f"clickhouse http: {http_url}", flush=True)
-        elif directory:
+        elif owner:
             print("clickhouse http: off (--no-http)", flush=True)
         # The embedded store has exactly one owner, this process: it rolls settled
         # minutes up. On a ClickHouse server several processes may run; none settles
@@ -271,7 +272,7 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         if retention.active:
             keeper()  # the TTLs are in place before the first span is said to be stored
             print(f"retention: {retention.describe()}", flush=True)
-        loop = SettleLoop(store, calls_options, SETTLE_INTERVAL_S if directory else None, keeper)
+        loop = SettleLoop(store, calls_options, SETTLE_INTERVAL_S if owner else None, keeper)
         try:
             if args.no_app:
                 print("app: off (--no-app)", flush=True)
