@@ -45,15 +45,9 @@ if [[ "${1:-}" != "--force" ]] && up_to_date; then
     exit 0
 fi
 
-go_cmd="${GRPC_OVERHEAD_GO:-}"
-if [[ -z "$go_cmd" ]]; then
-    go_cmd="$(command -v go || true)"
-    [[ -z "$go_cmd" && -x /usr/local/go/bin/go ]] && go_cmd=/usr/local/go/bin/go
-fi
-if [[ -z "$go_cmd" ]]; then
-    echo "[$name] no Go toolchain: install Go (1.26 or newer) or set GRPC_OVERHEAD_GO" >&2
-    exit 2
-fi
+# shellcheck source=scripts/go-toolchain.sh
+source "$root/scripts/go-toolchain.sh"
+find_go "$name" 1.26
 
 echo "[$name] building $source_dir with $("$go_cmd" version)"
 mkdir -p "$bin_dir"

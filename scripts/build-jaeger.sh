@@ -35,15 +35,9 @@ if [[ "${1:-}" != "--force" ]] && up_to_date; then
     exit 0
 fi
 
-go_cmd="${GRPC_OVERHEAD_GO:-}"
-if [[ -z "$go_cmd" ]]; then
-    go_cmd="$(command -v go || true)"
-    [[ -z "$go_cmd" && -x /usr/local/go/bin/go ]] && go_cmd=/usr/local/go/bin/go
-fi
-if [[ -z "$go_cmd" ]]; then
-    echo "[jaeger] no Go toolchain: install Go (1.24 or newer) or set GRPC_OVERHEAD_GO" >&2
-    exit 2
-fi
+# shellcheck source=scripts/go-toolchain.sh
+source "$root/scripts/go-toolchain.sh"
+find_go "jaeger" 1.24
 
 mkdir -p "$bin_dir"
 # A test session and `make jaeger` at once would both build: serialize, then look again.

@@ -29,15 +29,9 @@ if [[ "${1:-}" != "--force" && -x "$binary" && "$binary" -nt "$script" ]]; then
     exit 0
 fi
 
-go_cmd="${GRPC_OVERHEAD_GO:-}"
-if [[ -z "$go_cmd" ]]; then
-    go_cmd="$(command -v go || true)"
-    [[ -z "$go_cmd" && -x /usr/local/go/bin/go ]] && go_cmd=/usr/local/go/bin/go
-fi
-if [[ -z "$go_cmd" ]]; then
-    echo "[toxiproxy] no Go toolchain: install Go (1.17 or newer) or set GRPC_OVERHEAD_GO" >&2
-    exit 2
-fi
+# shellcheck source=scripts/go-toolchain.sh
+source "$root/scripts/go-toolchain.sh"
+find_go "toxiproxy" 1.17
 
 echo "[toxiproxy] building $MODULE@$VERSION with $("$go_cmd" version)"
 build_dir="$(mktemp -d)"
