@@ -85,8 +85,12 @@ protos: setup
 demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
+# The suite on two workers (docs/testing.md): a test file runs whole on one worker, so its
+# module fixtures start once; PYTEST_WORKERS=0 runs everything in this process.
+PYTEST_WORKERS ?= 2
+
 test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer oidc-provider grpc-java-peer otel-javaagent node-peer
-	$(VENV)/bin/pytest --durations=25
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 test-fast: setup
 	$(VENV)/bin/pytest -m unit

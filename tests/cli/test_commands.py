@@ -98,7 +98,7 @@ def test_sql_refuses_a_store_that_is_not_there(
     assert not missing.exists()
 
 
-def _serve(directory: str, port: int) -> subprocess.Popen:
+def _serve(directory: str, port: int, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -110,6 +110,7 @@ def _serve(directory: str, port: int) -> subprocess.Popen:
             "--otlp-port",
             str(port),
             "--no-app",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -162,6 +163,25 @@ def test_serve_stores_spans_refuses_a_second_owner_and_stops_cleanly(tmp_path: P
             server.wait()
     with open_store(directory) as store:
         assert int(store.query("SELECT count() AS n FROM otel_traces")["n"][0]) == 2
+
+
+def test_a_sigterm_while_serve_starts_still_stops_it_cleanly(tmp_path: Path) -> None:
+    """A SIGTERM as soon as serve says where its store is (with retention, it then sets the
+    TTLs before its loop runs) is the graceful stop: exit 0, the intake's summary said, the
+    readers' info file removed; it used to kill serve there (exit -15)."""
+    directory = tmp_path / "store"
+    server = _serve(str(directory), free_port(), "--retention", "7d")
+    try:
+        _wait_for_line(server, "store:")
+        server.send_signal(signal.SIGTERM)
+        out, error = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, error
+    assert "intake stopped: 0 spans stored" in out, out
+    assert not (directory / "grpc-overhead-serve.json").exists()
 
 
 def test_serve_with_unreachable_clickhouse_exits_2_without_traceback() -> None:

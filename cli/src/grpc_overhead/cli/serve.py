@@ -197,6 +197,9 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
     if exposed:
         print(warning(exposed), file=sys.stderr)
     stop = stop or threading.Event()
+    # From here on a SIGTERM or Ctrl-C stops serve the graceful way, even one that comes
+    # while it starts (the first lines are printed before the loop below begins).
+    _stop_on_signals(stop)
     if not args.no_app:
         from grpc_overhead.app.server import AppServerError, check_port
 
@@ -276,7 +279,6 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         try:
             if args.no_app:
                 print("app: off (--no-app)", flush=True)
-                _stop_on_signals(stop)
                 loop(stop)
                 return 0
             return _serve_app(args, store, calls_options, loop, stop, info, directory,
