@@ -25,8 +25,8 @@ import sys
 
 import streamlit as st
 
-from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.readiness import prepare_for_reading
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, open_store

@@ -45,9 +45,11 @@ from bench.analysis_pandas import (
     pandas_breakdown,
 )
 from bench.common import log, machine_info, markdown_table, median, publish
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
-from grpc_overhead.analyzer.phases import ALL_PHASES, QUANTILES, phase_breakdown
+from grpc_overhead.analyzer.calls import create_calls
+from grpc_overhead.analyzer.options import CallsOptions
+from grpc_overhead.analyzer.phases import phase_breakdown
 from grpc_overhead.analyzer.report import build_report
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, QUANTILES
 from grpc_overhead.analyzer.rollup import breakdown, settle
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store

@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 
 from grpc_overhead.analyzer.phase_bounds import CLOCK_FREE, ONE_WAY, REQUEST_GAP
-from grpc_overhead.analyzer.phases import ALL_PHASES
-from grpc_overhead.analyzer.result_columns import STREAM_PHASES
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, STREAM_PHASES
 from grpc_overhead.analyzer.store.base import Store
 
 PANDAS_COLUMNS = (

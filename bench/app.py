@@ -16,7 +16,7 @@ is the navigation until Streamlit's script run is over and every plotly chart ha
   call), so every query of the page runs again: someone opening a link;
 * ``switch``: clicking the page in the sidebar from the previous page (same session, a
   rerun): moving around the app. ``grpc-overhead app`` serves a store nobody writes to
-  and keeps answers for ``shared.STATIC_TTL_S``, so these come from its cache, as they
+  and keeps answers for ``cached.STATIC_TTL_S``, so these come from its cache, as they
   do for a user. The explorer is reached without a trace id this way (its table, no
   waterfall).
 
@@ -56,11 +56,12 @@ from bench import app_start
 from bench.analysis import generate
 from bench.app_freshness import freshness
 from bench.common import log, machine_info, markdown_table, median, publish
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
-from grpc_overhead.app import shared
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.app import cached
+from grpc_overhead.processes import offline_env
 from harness.browser import PAGES, chromium, open_page, start_app, wait_loaded
 
 PAGE_TARGET_S = 2.0
@@ -198,14 +199,14 @@ def _load_pages(
             log(f"  {name} cold {TITLES[path]}: {seconds:.2f} s")
         for repeat in range(repeats):
             for index, (path, _title) in enumerate(pages):
-                time.sleep(shared.TTL_S + 0.5)
+                time.sleep(cached.TTL_S + 0.5)
                 # A range starting at a different instant before any call: the same
                 # calls, but a new cache key, so every query of the page runs again.
                 since = f"range=custom&since=2000-01-01T00:{repeat:02d}:{index:02d}"
                 query = suffix.get(path, "")
                 target = f"{url}/{where.get(path, path)}{query + '&' if query else '?'}{since}"
                 kinds["load"][path].append(open_page(page, target, 120))
-                time.sleep(shared.TTL_S + 0.5)
+                time.sleep(cached.TTL_S + 0.5)
                 after, after_title = pages[(index + 1) % len(pages)]
                 switched = switch_to(page, where.get(after, after), after_title)
                 kinds["switch"][after].append(switched)
@@ -396,8 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "chromium": _chromium_version(),
         "calls": args.calls,
-        "ttl_s": shared.TTL_S,
-        "static_ttl_s": shared.STATIC_TTL_S,
+        "ttl_s": cached.TTL_S,
+        "static_ttl_s": cached.STATIC_TTL_S,
         "repeats": args.repeats,
         "rounds": args.rounds,
         "load_average_1m": LOAD_SAMPLES,

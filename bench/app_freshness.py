@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import log, median, percentile
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env
 from harness.browser import chromium, open_page, start_serve
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import log, machine_info, markdown_table, median, publish
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 from harness.browser import chromium, open_page, start_app
 
 CALLS = 1_000_000

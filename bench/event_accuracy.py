@@ -32,8 +32,8 @@ from pathlib import Path
 
 from bench.common import machine_info, publish
 from grpc_overhead.analyzer.insights import sources as catalogue
-from grpc_overhead.analyzer.phases import ALL_PHASES
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
+from grpc_overhead.analyzer.result_columns import ALL_PHASES
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 from harness import peers
 from harness.ground_truth.calibration import EchoServer, probe
 from harness.ground_truth.pipeline import ServeProcess

@@ -47,8 +47,9 @@ from typing import Any
 from bench.common import machine_info, markdown_table, median, publish, rounded
 from bench.intake_requests import send
 from bench.intake_stages import markdown_lines, stage_numbers
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.intake import Intake, IntakeConfig
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.store import open_store
 
 TARGET_SPANS_PER_SECOND = 150_000

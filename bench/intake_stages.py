@@ -35,9 +35,10 @@ from typing import Any
 from bench.common import median, rounded
 from bench.intake_requests import realistic_request
 from grpc_overhead.analyzer import schema
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.intake import protobuf_sql
 from grpc_overhead.analyzer.intake.exporter import ProtobufSqlExporter
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.analyzer.store.base import Store
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.common import log, machine_info, markdown_table, publish
 from bench.sampling_replay import replay
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.instrumentation import Sampling, SpanPipeline
 from grpc_overhead.instrumentation.environment import RUN_ID

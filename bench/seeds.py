@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from bench.common import machine_info, write_results
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"

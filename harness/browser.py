@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.cli.processes import stop_process
+from grpc_overhead.processes import stop_process
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -42,8 +42,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.cli.processes import free_port
 from grpc_overhead.collector.runner import ENV_STORAGE
+from grpc_overhead.processes import free_port
 from harness.fault_load import Ledger, SenderPlan, send
 
 GRPC_OVERHEAD = str(Path(sys.executable).parent / "grpc-overhead")
@@ -120,10 +120,11 @@ def reports_readable(directory: str) -> bool:
 
 
 def flood(scale: Scale, directory: str) -> dict[str, Any]:
-    from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+    from grpc_overhead.analyzer.calls import create_calls
     from grpc_overhead.analyzer.errors import BadInput
     from grpc_overhead.analyzer.insights import console
     from grpc_overhead.analyzer.intake import Intake, IntakeConfig
+    from grpc_overhead.analyzer.options import CallsOptions
     from grpc_overhead.analyzer.store import open_store
 
     ledger, over_http, stop = Ledger(), Ledger(), threading.Event()

@@ -120,7 +120,8 @@ def generate(store: Store, calls: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+    from grpc_overhead.analyzer.calls import create_calls
+    from grpc_overhead.analyzer.options import CallsOptions
     from grpc_overhead.analyzer.schema import create_schema
     from grpc_overhead.analyzer.store import open_store
 

@@ -132,7 +132,7 @@ def tree_rss_bytes(pid: int) -> int:
 
 def start_serve(directory: str) -> tuple[subprocess.Popen[str], int]:
     """``grpc-overhead serve`` on a fresh store, intake only: (process, intake port)."""
-    from grpc_overhead.cli.processes import free_port
+    from grpc_overhead.processes import free_port
 
     port = free_port()
     command = [

@@ -9,18 +9,19 @@ app's redirect URI and the users a test gives it.
 from __future__ import annotations
 
 import json
+import os
 import re
-import subprocess
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpc_overhead.cli.processes import stop_process
+from grpc_overhead.processes import ServiceProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 BINARY = ROOT / "tools" / "bin" / "oidc-provider"
 CLIENT_ID = "grpc-overhead-app"
+_ISSUER = re.compile(r"^issuer (http://\S+/)$")
 
 
 class ProviderMissing(RuntimeError):
@@ -35,9 +36,10 @@ class User:
     email_verified: bool = True
 
 
-@dataclass
-class RunningProvider:
-    process: subprocess.Popen[str]
+@dataclass(frozen=True)
+class ProviderAddress:
+    """Where the app finds a provider: what its ``--oidc-file`` names."""
+
     issuer: str
     client_secret: str
 
@@ -45,45 +47,54 @@ class RunningProvider:
     def metadata_url(self) -> str:
         return f"{self.issuer}.well-known/openid-configuration"
 
-    def stop(self) -> int:
-        return stop_process(self.process, 10.0)
 
+class OidcProvider(ServiceProcess):
+    """The provider on a free loopback port; ``address`` once it said its issuer."""
 
-def start_provider(
-    directory: Path, redirect_uri: str, users: Iterable[User], client_secret: str
-) -> RunningProvider:
-    """The provider on a free loopback port, once it listens."""
-    if not BINARY.exists():
-        raise ProviderMissing(f"{BINARY} is missing: run `make oidc-provider` first")
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "client-secret").write_text(client_secret + "\n")
-    table = {
-        f"u{n}": {"ID": f"u{n}", "Username": user.username, "Password": user.password,
-                  "FirstName": user.username, "LastName": "Tester", "Email": user.email,
-                  "EmailVerified": user.email_verified}
-        for n, user in enumerate(users)
-    }  # fmt: skip
-    (directory / "users.json").write_text(json.dumps(table))
-    with open(directory / "provider.log", "w") as log:
-        process = subprocess.Popen(
-            [str(BINARY), "-listen", "127.0.0.1:0", "-client-id", CLIENT_ID,
-             "-client-secret-file", str(directory / "client-secret"),
-             "-redirect-uri", redirect_uri, "-users-file", str(directory / "users.json")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
-        )  # fmt: skip
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    found = re.match(r"^issuer (http://\S+/)$", line.strip())
-    if not found:
-        stop_process(process, 5.0)
-        log = (directory / "provider.log").read_text()
-        raise RuntimeError(f"oidc-provider did not start: {line!r} {log}")
-    return RunningProvider(process, found.group(1), client_secret)
+    name = "oidc-provider"
+    ready_line = "issuer "
+
+    def __init__(
+        self, directory: Path, redirect_uri: str, users: Iterable[User], client_secret: str
+    ) -> None:
+        if not BINARY.exists():
+            raise ProviderMissing(f"{BINARY} is missing: run `make oidc-provider` first")
+        super().__init__(env=os.environ)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "client-secret").write_text(client_secret + "\n")
+        table = {
+            f"u{n}": {"ID": f"u{n}", "Username": user.username, "Password": user.password,
+                      "FirstName": user.username, "LastName": "Tester", "Email": user.email,
+                      "EmailVerified": user.email_verified}
+            for n, user in enumerate(users)
+        }  # fmt: skip
+        (directory / "users.json").write_text(json.dumps(table))
+        self.client_secret = client_secret
+        self.peer_args = ["-listen", "127.0.0.1:0", "-client-id", CLIENT_ID,
+                          "-client-secret-file", str(directory / "client-secret"),
+                          "-redirect-uri", redirect_uri,
+                          "-users-file", str(directory / "users.json")]  # fmt: skip
+        self.address: ProviderAddress | None = None
+
+    @property
+    def command(self) -> list[str]:
+        return [str(BINARY), *self.peer_args]
+
+    def _ready(self, line: str) -> bool:
+        found = _ISSUER.match(line.strip())
+        if found:
+            self.address = ProviderAddress(found.group(1), self.client_secret)
+        return found is not None
+
+    @property
+    def issuer(self) -> str:
+        assert self.address is not None, "the provider is not started"
+        return self.address.issuer
 
 
 def oidc_file(
     path: Path,
-    provider: RunningProvider,
+    provider: ProviderAddress,
     redirect_uri: str,
     *,
     cookie_secret: str = "c0ffee" * 8,

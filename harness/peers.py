@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.cli.processes import ServiceProcess, offline_env
 from grpc_overhead.prediction.protos import prediction_pb2 as pb
+from grpc_overhead.processes import ServiceProcess, offline_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "tools" / "bin" / "grpc-go-peer"

@@ -38,8 +38,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpc_overhead.cli.ports import holder, port_is_free
-from grpc_overhead.cli.processes import child_env
+from grpc_overhead.processes import child_env, holder, port_is_free
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import sys
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.store import open_store
 

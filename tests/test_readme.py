@@ -96,7 +96,7 @@ def test_the_docs_give_the_query_time_limits_the_code_enforces():
     """The SQL page's time limit and that of `sql` and the HTTP interface, each from its
     one constant, as docs/what-you-get.md, docs/sql.md and docs/reliability.md state them."""
     from grpc_overhead.analyzer.insights import console
-    from grpc_overhead.analyzer.store.base import QueryLimits
+    from grpc_overhead.analyzer.store.user_statements import QueryLimits
 
     page = f"{console.PAGE_LIMITS.max_execution_time_s:g} s"
     ceiling = f"{QueryLimits().max_execution_time_s:g} s"

@@ -34,6 +34,7 @@ COMPONENTS = {
     "analyzer": "analyzer",
     "app": "app",
     "collector": "collector",
+    "processes": "processes",
     "instrumented-service/instrumentation": "instrumentation",
     "instrumented-service/prediction": "prediction",
     "instrumented-service/load_generator": "load_generator",
@@ -41,12 +42,21 @@ COMPONENTS = {
 #: What each layer may import besides itself. cli is the one composition root.
 LAYERS: dict[str, set[str]] = {
     "instrumentation": set(),
+    "processes": set(),  # the process toolkit: commands, harness, bench and tests share it
     "collector": {"instrumentation"},  # its environment variables only
     "analyzer": set(),
     "app": {"analyzer"},
     "prediction": {"instrumentation"},
     "load_generator": {"instrumentation", "prediction"},
-    "cli": {"instrumentation", "collector", "analyzer", "app", "prediction", "load_generator"},
+    "cli": {
+        "instrumentation",
+        "processes",
+        "collector",
+        "analyzer",
+        "app",
+        "prediction",
+        "load_generator",
+    },
     "__main__": {"cli"},
 }
 #: Third-party top-level imports the light distribution may use.

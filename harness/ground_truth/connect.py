@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 from harness.ground_truth.checks import ScenarioResult, check, p50, p50s
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile

@@ -21,12 +21,12 @@ from typing import Any
 
 import grpc
 
-from grpc_overhead.cli.processes import free_port
 from grpc_overhead.instrumentation import call_attributes, default_pipeline, instrument_channel
 from grpc_overhead.instrumentation.vocabulary import RUN_ID
 from grpc_overhead.load_generator.workload import Workload, WorkloadSpec
 from grpc_overhead.prediction.protos import prediction_pb2_grpc as pb_grpc
 from grpc_overhead.prediction.server import ServiceConfig, build_server
+from grpc_overhead.processes import free_port
 
 TIMEOUT_S = 10.0
 #: A waiting channel retries the connection this often (ms): the late call's slop.

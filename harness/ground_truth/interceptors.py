@@ -29,7 +29,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpc_overhead.cli.processes import ServiceProcess
+from grpc_overhead.processes import ServiceProcess
 from harness.ground_truth.checks import ScenarioResult, check, p50, p50s, tolerance_us
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile

@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.cli.processes import (
+from grpc_overhead.collector.runner import CollectorProcess
+from grpc_overhead.processes import (
     ServiceProcess,
     free_port,
     offline_env,
     run_load,
     stop_process,
 )
-from grpc_overhead.collector.runner import CollectorProcess
 
 SKEWED_HOST = "skewed-host"
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import sys
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.findings import findings
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.report import build_report, to_json
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.store import open_store

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 from harness.ground_truth.checks import ScenarioResult, check, mean, p50, p50s, tolerance_us
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile

@@ -20,9 +20,10 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer import rollup
+from grpc_overhead.analyzer.breakdown_frame import BREAKDOWN_COLUMNS
 from grpc_overhead.analyzer.insights import instances, rows
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
-from grpc_overhead.analyzer.phases import BREAKDOWN_COLUMNS, calls
+from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.report import Report, build_report, render_table, to_json
 from tests.analyzer import seed
 from tests.analyzer.other_spans import T0, a72_call

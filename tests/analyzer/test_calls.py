@@ -7,14 +7,14 @@ from dataclasses import replace
 import pytest
 
 from grpc_overhead.analyzer import calls as calls_module
+from grpc_overhead.analyzer.call_columns import COLUMN_NAMES
 from grpc_overhead.analyzer.calls import (
-    COLUMN_NAMES,
-    CallsOptions,
     backfill_calls,
     create_calls,
     create_calls_table_sql,
     create_view_sql,
 )
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.schema import SchemaOptions
 from tests.analyzer import seed

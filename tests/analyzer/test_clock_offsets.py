@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, clock_offsets, pair_offsets
 from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.options import CallFilters
 from grpc_overhead.analyzer.phases import calls
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from grpc_overhead.analyzer import compressibility, sample_columns
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW
 from grpc_overhead.instrumentation.compressibility import ATTRIBUTE_KEYS
 from tests.analyzer import seed

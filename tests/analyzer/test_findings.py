@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.findings import KIND_NAMES, Findings, findings
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.store.base import Store
 from tests.analyzer import seed

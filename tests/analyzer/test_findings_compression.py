@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 import pytest
 import yaml
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.findings import Finding, Findings, findings
 from grpc_overhead.analyzer.findings.compression import COSTS, HELP, MIN_SAMPLES
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.cli.experiment_spec import parse

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from grpc_overhead.analyzer.http_interface import Answerer, Credentials, HttpInterface
-from grpc_overhead.analyzer.store.base import QueryLimits, Store
+from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.user_statements import QueryLimits
 from tests.analyzer import seed
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 
 from grpc_overhead.analyzer import rollup
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.insights import clock
+from grpc_overhead.analyzer.options import CallFilters
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 

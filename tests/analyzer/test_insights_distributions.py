@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import distributions
+from grpc_overhead.analyzer.options import CallFilters
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 

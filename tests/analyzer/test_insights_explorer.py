@@ -6,10 +6,11 @@ import math
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import explorer
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, OPTIONAL_PHASES, calls
+from grpc_overhead.analyzer.options import CallFilters
+from grpc_overhead.analyzer.phases import calls
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES, OPTIONAL_PHASES
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 

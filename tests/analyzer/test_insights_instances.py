@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.insights import instances
+from grpc_overhead.analyzer.options import CallFilters
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, Truth, module_store_fixture, store_fixture  # noqa: F401
 

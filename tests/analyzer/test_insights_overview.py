@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import overview, rows
 from grpc_overhead.analyzer.insights.rows import ALGORITHM, STACKED_PHASES, bucket_seconds
-from grpc_overhead.analyzer.phases import OPTIONAL_PHASES
+from grpc_overhead.analyzer.options import CallFilters
+from grpc_overhead.analyzer.result_columns import OPTIONAL_PHASES
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 

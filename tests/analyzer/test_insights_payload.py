@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import payload
-from grpc_overhead.analyzer.phases import OPTIONAL_PHASES
+from grpc_overhead.analyzer.options import CallFilters
+from grpc_overhead.analyzer.result_columns import OPTIONAL_PHASES
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
 

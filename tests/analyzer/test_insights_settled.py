@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer import rollup
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.insights import distributions
 from grpc_overhead.analyzer.insights.settled import phase_states_sql
+from grpc_overhead.analyzer.options import CallFilters
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
 from tests.analyzer.test_phases_rollup import MINUTE, START, at, four_minutes
 

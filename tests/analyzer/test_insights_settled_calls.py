@@ -16,7 +16,6 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer import call_rollup, rollup
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.insights import (
     clock,
     distributions,
@@ -27,6 +26,7 @@ from grpc_overhead.analyzer.insights import (
     rows,
     sources,
 )
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.store.base import table_exists
 from tests.analyzer import seed
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401

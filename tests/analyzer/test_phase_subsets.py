@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.clock_offsets import query_parameters
 from grpc_overhead.analyzer.insights.rows import rows_for
-from grpc_overhead.analyzer.phases import (
-    ALL_PHASES,
-    CONSECUTIVE_PHASES,
-    DERIVED_PHASES,
-    needed_phases,
-    per_call_sql,
-    phases_read,
-)
+from grpc_overhead.analyzer.options import CallsOptions
+from grpc_overhead.analyzer.phase_terms import phases_read
+from grpc_overhead.analyzer.phases import DERIVED_PHASES, needed_phases, per_call_sql
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, CONSECUTIVE_PHASES
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, Truth, module_store_fixture, store_fixture  # noqa: F401
 

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer.phase_view import IDENTITY, PHASES_VIEW, create_call_tables
-from grpc_overhead.analyzer.phases import ALL_PHASES, calls
+from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.report import build_report
+from grpc_overhead.analyzer.result_columns import ALL_PHASES
 from grpc_overhead.analyzer.store import table_exists
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401

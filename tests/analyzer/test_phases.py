@@ -9,18 +9,16 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters
-from grpc_overhead.analyzer.phases import (
+from grpc_overhead.analyzer.breakdown_frame import BREAKDOWN_COLUMNS
+from grpc_overhead.analyzer.options import CallFilters
+from grpc_overhead.analyzer.phases import PHASES, calls, phase_breakdown
+from grpc_overhead.analyzer.result_columns import (
     ALL_PHASES,
-    BREAKDOWN_COLUMNS,
     CONSECUTIVE_PHASES,
     DESIGN_PHASES,
     OPTIONAL_PHASES,
-    PHASES,
-    calls,
-    phase_breakdown,
+    STREAM_PHASES,
 )
-from grpc_overhead.analyzer.result_columns import STREAM_PHASES
 from grpc_overhead.analyzer.stream_phases import UNARY_ONLY
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401

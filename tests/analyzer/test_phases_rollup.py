@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer import rollup
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, pair_offsets
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import phase_breakdown
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, Truth, module_store_fixture, store_fixture  # noqa: F401
@@ -146,7 +146,7 @@ def test_settle_on_an_empty_store_does_nothing(store):
 
 @pytest.mark.unit
 def test_rollup_tables_in_server_mode():
-    from grpc_overhead.analyzer.calls import CallsOptions
+    from grpc_overhead.analyzer.options import CallsOptions
     from grpc_overhead.analyzer.schema import SchemaOptions
 
     options = CallsOptions.from_schema(
@@ -170,7 +170,7 @@ def test_rollup_tables_in_server_mode():
 
 @pytest.mark.unit
 def test_time_parameters_widen_the_row_filter_by_the_margin():
-    from grpc_overhead.analyzer.calls import HALF_MARGIN_NS, INT64_MAX, time_parameters
+    from grpc_overhead.analyzer.options import HALF_MARGIN_NS, INT64_MAX, time_parameters
 
     unbounded = time_parameters(0, INT64_MAX)
     assert unbounded["scan_until_ns"] == INT64_MAX

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.analyzer.phases import ALL_PHASES, DESIGN_PHASES
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, DESIGN_PHASES
 from grpc_overhead.cli.report import ReportInputError, main, parse_moment
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, Truth, module_store_fixture, store_fixture  # noqa: F401

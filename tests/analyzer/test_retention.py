@@ -15,10 +15,10 @@ from datetime import timedelta
 import pytest
 
 from grpc_overhead.analyzer import call_rollup, rollup
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights import distributions, explorer, instances, overview, payload
 from grpc_overhead.analyzer.insights import rows as insight_rows
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.report import build_report
 from grpc_overhead.analyzer.retention import (
     Retention,

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from opentelemetry.trace import SpanKind
 
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.insights import streams
+from grpc_overhead.analyzer.options import CallFilters
 from grpc_overhead.analyzer.shapes import any_streams, method_shapes
 from tests.analyzer import seed
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401

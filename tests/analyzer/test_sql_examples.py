@@ -13,7 +13,7 @@ import pytest
 from grpc_overhead.analyzer.insights import console
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW, view_columns
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
-from grpc_overhead.analyzer.store.base import QueryLimits
+from grpc_overhead.analyzer.store.user_statements import QueryLimits
 from grpc_overhead.cli.sql import parser, render
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401

@@ -21,7 +21,7 @@ from grpc_overhead.analyzer.errors import (
     StoreUnavailable,
 )
 from grpc_overhead.analyzer.store import ChdbStore, open_store
-from grpc_overhead.analyzer.store.base import split_clickhouse_error
+from grpc_overhead.analyzer.store.clickhouse_errors import split_clickhouse_error
 
 pytestmark = pytest.mark.e2e
 

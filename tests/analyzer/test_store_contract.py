@@ -18,8 +18,9 @@ from grpc_overhead.analyzer.store import (
     check_free,
     table_exists,
 )
-from grpc_overhead.analyzer.store.base import ENGINE_SETTINGS, QueryLimits
+from grpc_overhead.analyzer.store.base import ENGINE_SETTINGS
 from grpc_overhead.analyzer.store.embedded import ChdbSession
+from grpc_overhead.analyzer.store.user_statements import QueryLimits
 
 pytestmark = pytest.mark.e2e
 

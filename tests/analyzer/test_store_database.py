@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.intake import Intake, IntakeConfig
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.report import build_report
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store import open_store

@@ -16,7 +16,8 @@ from grpc_overhead.analyzer.errors import QueryError, StoreUnavailable
 from grpc_overhead.analyzer.http_interface import Answerer, Credentials, HttpInterface
 from grpc_overhead.analyzer.phases import phase_breakdown
 from grpc_overhead.analyzer.store import ClickHouseHttpStore, open_store
-from grpc_overhead.analyzer.store.base import QueryLimits, Store
+from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.user_statements import QueryLimits
 from tests.analyzer import seed
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
 

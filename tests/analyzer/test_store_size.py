@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from grpc_overhead.analyzer.calls import CallsOptions
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.rollup import create_rollups, settle
 from grpc_overhead.analyzer.schema import SchemaOptions, create_schema

@@ -16,7 +16,8 @@ import pytest
 
 from grpc_overhead.analyzer.errors import BadInput, QueryError
 from grpc_overhead.analyzer.store import open_store
-from grpc_overhead.analyzer.store.base import QueryLimits, Store
+from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.user_statements import QueryLimits
 from grpc_overhead.cli import sql as sql_command
 
 pytestmark = pytest.mark.e2e

@@ -18,10 +18,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from grpc_overhead.analyzer.store.base import Store
-from grpc_overhead.app import runtime, shared
+from grpc_overhead.app import cached, runtime
 from tests.analyzer.seed import analysis_store, clear
 
-APP_DIR = Path(shared.__file__).parent
+APP_DIR = Path(cached.__file__).parent
 PAGE_TIMEOUT_S = 60.0
 
 
@@ -36,13 +36,13 @@ def app_store_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stor
 def served_store_fixture(app_store: Store) -> Iterator[Store]:
     """The module's store, emptied and registered as the app's source for this test."""
     clear(app_store)
-    shared.clear_caches()
+    cached.clear_caches()
     runtime.register(runtime.Served(app_store))
     try:
         yield app_store
     finally:
         runtime.unregister()
-        shared.clear_caches()
+        cached.clear_caches()
 
 
 def page_script(name: str) -> Path:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import free_port, offline_env
 from grpc_overhead.cli.serve import SERVE_INFO_FILE, read_serve_info
+from grpc_overhead.processes import free_port, offline_env
 from harness.browser import (
     EXCEPTION,
     calls_metric,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 from harness.browser import (
     ARTIFACTS,
     EXCEPTION,

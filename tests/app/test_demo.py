@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from grpc_overhead.cli.demo import SCENARIOS, SERVICES
-from grpc_overhead.cli.processes import free_port, offline_env
+from grpc_overhead.processes import free_port, offline_env
 from harness.browser import start_serve
 
 pytestmark = pytest.mark.e2e

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import free_port, offline_env
+from grpc_overhead.processes import free_port, offline_env
 from harness.browser import RunningApp, start_command
-from harness.oidc_provider import RunningProvider, User, oidc_file, start_provider
+from harness.oidc_provider import OidcProvider, ProviderAddress, User, oidc_file
 from tests.analyzer.certificates import Authority
 
 PROVIDER_PASSWORD = "idp-pass-93c1"
@@ -49,8 +49,7 @@ def setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     issued = Authority(directory).issue("app", server=True)
     port = free_port()
     redirect = f"https://127.0.0.1:{port}/oauth2callback"
-    provider = start_provider(directory / "provider", redirect, USERS, CLIENT_SECRET)
-    try:
+    with OidcProvider(directory / "provider", redirect, USERS, CLIENT_SECRET) as provider:
         yield {
             "directory": directory,
             "provider": provider,
@@ -58,11 +57,12 @@ def setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             "redirect": redirect,
             "tls": ["--tls-cert", str(issued.certificate), "--tls-key", str(issued.key)],
             "file": oidc_file(
-                directory / "oidc.toml", provider, redirect, allowed_domains=["team.example"]
+                directory / "oidc.toml",
+                provider.address,
+                redirect,
+                allowed_domains=["team.example"],
             ),
         }
-    finally:
-        provider.stop()
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def app(setting: dict) -> Iterator[RunningApp]:
         assert secret not in running.text()
 
 
-def _log_in(page, provider: RunningProvider, user: str, password: str) -> None:
+def _log_in(page, provider: OidcProvider, user: str, password: str) -> None:
     """From the app's login page through the provider's own form."""
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(f"{provider.issuer}login/**", timeout=60_000)
@@ -164,8 +164,7 @@ def test_a_user_the_allow_list_does_not_admit_sees_no_page(
 
 
 def test_a_provider_that_is_down_is_one_line_at_start(setting: dict, tmp_path: Path) -> None:
-    down = RunningProvider(setting["provider"].process, f"http://127.0.0.1:{free_port()}/",
-                           CLIENT_SECRET)  # fmt: skip
+    down = ProviderAddress(f"http://127.0.0.1:{free_port()}/", CLIENT_SECRET)
     path = oidc_file(tmp_path / "oidc.toml", down, setting["redirect"])
     done = _command("app", "--store", str(tmp_path), "--port", "0", "--no-browser",
                     *setting["tls"], "--oidc-file", str(path))  # fmt: skip

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.cli.serve import SERVE_INFO_FILE
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 from harness.browser import ARTIFACTS, EXCEPTION, calls_metric, chromium, open_page, start_serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]

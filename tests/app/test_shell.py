@@ -19,11 +19,11 @@ def probe_page() -> None:
     import streamlit as st
 
     from grpc_overhead.analyzer.insights import catalog
-    from grpc_overhead.app import shared
+    from grpc_overhead.app import cached, empty_states, sidebar
 
-    filters = shared.filters()
-    shared.require_calls(filters)
-    choices = shared.load(catalog.filter_choices, filters)  # time filter only
+    filters = sidebar.filters()
+    empty_states.require_calls(filters)
+    choices = cached.load(catalog.filter_choices, filters)  # time filter only
     for column, wanted in (("method", filters.method), ("run_id", filters.run_id)):
         if wanted:
             choices = choices[choices[column] == wanted]
@@ -36,9 +36,9 @@ def shown_calls_page() -> None:
     import streamlit as st
 
     from grpc_overhead.analyzer.insights import rows
-    from grpc_overhead.app import shared
+    from grpc_overhead.app import cached, sidebar
 
-    st.metric("calls", int(shared.load(rows.sides, shared.filters())["calls"].iloc[0]))
+    st.metric("calls", int(cached.load(rows.sides, sidebar.filters())["calls"].iloc[0]))
 
 
 def run_probe(query_params: dict[str, str] | None = None) -> AppTest:

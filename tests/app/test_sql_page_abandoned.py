@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 from harness.browser import REPO, RunningApp, chromium, open_page, start_app
 
 pytestmark = pytest.mark.browser

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import free_port, offline_env, stop_process
+from grpc_overhead.processes import free_port, offline_env, stop_process
 from harness.browser import EXCEPTION, REPO, calls_metric, chromium, open_page, start_serve_http
 from tests.app.seeded import seed
 

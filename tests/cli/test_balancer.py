@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from grpc_overhead.cli.balancer import Balancer
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 
 pytestmark = pytest.mark.e2e
 

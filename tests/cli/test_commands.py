@@ -16,7 +16,7 @@ from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
 from grpc_overhead.cli import sql as sql_command
-from grpc_overhead.cli.processes import free_port
+from grpc_overhead.processes import free_port
 from tests.analyzer.otlp_requests import request, span, stub
 from tests.analyzer.seed import insert_spans, synthetic_call
 

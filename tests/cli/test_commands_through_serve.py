@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpc_overhead.analyzer.store.owner import read_serve_info
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 from harness.browser import RunningApp, start_serve_http
 from tests.analyzer.seed import module_store_fixture  # noqa: F401
 

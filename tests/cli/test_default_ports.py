@@ -21,7 +21,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from grpc_overhead.cli.processes import Child, child_env, free_port
+from grpc_overhead.processes import Child, child_env, free_port
 from harness import quickstart
 
 pytestmark = pytest.mark.e2e

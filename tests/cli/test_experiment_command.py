@@ -12,7 +12,7 @@ import pytest
 
 from grpc_overhead.analyzer.runs import list_runs
 from grpc_overhead.analyzer.store import open_store
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 
 pytestmark = pytest.mark.e2e
 

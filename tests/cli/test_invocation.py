@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 
 pytestmark = pytest.mark.unit
 

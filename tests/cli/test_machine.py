@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 
 from grpc_overhead.cli import machine
-from grpc_overhead.cli.processes import offline_env
+from grpc_overhead.processes import offline_env
 
 pytestmark = pytest.mark.e2e
 

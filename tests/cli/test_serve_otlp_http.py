@@ -99,7 +99,7 @@ def held_port() -> Iterator[int]:
 def test_an_explicit_otlp_http_port_taken_is_a_clear_error(tmp_path: Path, held_port: int) -> None:
     import subprocess
 
-    from grpc_overhead.cli.processes import child_env
+    from grpc_overhead.processes import child_env
 
     done = subprocess.run(
         [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(tmp_path / "store"),

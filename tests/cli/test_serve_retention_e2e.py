@@ -17,7 +17,7 @@ import urllib.request
 import grpc
 import pytest
 
-from grpc_overhead.cli.processes import free_port
+from grpc_overhead.processes import free_port
 from harness.ground_truth.pipeline import ServeProcess
 from tests.analyzer.otlp_requests import attributes, request, span, stub
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import offline_env, stop_process
+from grpc_overhead.processes import offline_env, stop_process
 from harness.browser import RunningApp, start_command, start_serve_http
 from tests.analyzer.certificates import Authority, Issued
 from tests.cli.test_commands_through_serve import command

@@ -18,8 +18,8 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from grpc_overhead.cli.processes import free_port as free_port_once
 from grpc_overhead.collector import CollectorUnavailable, build_collector
+from grpc_overhead.processes import free_port as free_port_once
 
 
 @pytest.fixture(scope="session")

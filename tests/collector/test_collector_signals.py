@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import free_port
+from grpc_overhead.processes import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.cli.processes import offline_env
 from grpc_overhead.collector import CollectorProcess
 from grpc_overhead.instrumentation import environment
+from grpc_overhead.processes import offline_env
 from harness.browser import start_serve_http
 from tests.analyzer.certificates import Authority
 from tests.collector.test_collector_pipeline import _send_one_span

@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 import yaml
 
-from grpc_overhead.analyzer.calls import CallFilters
 from grpc_overhead.analyzer.grafana.__main__ import main as write_dashboards
 from grpc_overhead.analyzer.grafana.dashboards import DASHBOARDS, TABLE_PHASES
 from grpc_overhead.analyzer.grafana.experiments import CALLS_WHERE, RUNS_WHERE
@@ -28,6 +27,7 @@ from grpc_overhead.analyzer.grafana.panels import (
     SCHEMA_VERSION,
     VARIABLE_QUERIES,
 )
+from grpc_overhead.analyzer.options import CallFilters
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.report import build_report
 from grpc_overhead.analyzer.runs import list_runs, run_calls

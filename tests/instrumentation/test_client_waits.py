@@ -11,7 +11,6 @@ from concurrent import futures
 import grpc
 from google.protobuf.wrappers_pb2 import BytesValue
 
-from grpc_overhead.cli.processes import free_port
 from grpc_overhead.instrumentation import (
     instrument_aio_channel,
     instrument_channel,
@@ -23,6 +22,7 @@ from grpc_overhead.instrumentation.vocabulary import (
     DEADLINE_BUDGET_NS,
     OUTBOUND_MESSAGE_SENT,
 )
+from grpc_overhead.processes import free_port
 from tests.instrumentation import echo_service
 
 REQUEST = BytesValue(value=b"x" * 100)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grpc_overhead.cli.jaeger import JaegerError, build, get_json
-from grpc_overhead.cli.processes import offline_env, stop_process
+from grpc_overhead.processes import offline_env, stop_process
 from tests.app.test_demo import MARKER, processes_with
 
 pytestmark = pytest.mark.e2e

@@ -21,11 +21,11 @@ import pytest
 
 from grpc_overhead.analyzer.grafana.dashboards import tail
 from grpc_overhead.analyzer.store import open_store
-from grpc_overhead.app import runtime, shared
+from grpc_overhead.app import cached, runtime
 from grpc_overhead.cli.jaeger import BINARY, Jaeger, JaegerError, build, get_json
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
 from grpc_overhead.instrumentation import environment
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 from harness.ground_truth.pipeline import ServeProcess, report
 from tests.app.conftest import run_page
 from tests.dashboards.datasource import QueryContext, expand
@@ -127,7 +127,7 @@ def test_the_explorer_and_dashboard_links_open_a_trace_jaeger_returns(
 ) -> None:
     wanted = trace_ids(run.store)[0]
     with open_store(str(run.store)) as store:
-        shared.clear_caches()
+        cached.clear_caches()
         runtime.register(runtime.Served(store, jaeger_url=jaeger.url + "/"))
         try:
             page = run_page("explorer", {"trace": wanted})
@@ -135,7 +135,7 @@ def test_the_explorer_and_dashboard_links_open_a_trace_jaeger_returns(
             explorer_link = button.proto.url
         finally:
             runtime.unregister()
-            shared.clear_caches()
+            cached.clear_caches()
         # The tail dashboard's slowest calls, expanded as Grafana would, with its link template.
         [slowest] = [item for item in tail()["panels"] if item["title"] == "Slowest calls"]
         window = QueryContext(run.started - timedelta(minutes=1), datetime.now(UTC))

@@ -12,8 +12,8 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from grpc_overhead.cli import load as command
-from grpc_overhead.cli.processes import free_port, offline_env
 from grpc_overhead.instrumentation import SpanPipeline, set_default_pipeline
+from grpc_overhead.processes import free_port, offline_env
 
 
 def _main(capsys, *argv: str) -> tuple[int, str, str]:

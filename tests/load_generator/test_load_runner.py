@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from grpc_overhead.cli.processes import free_port
 from grpc_overhead.load_generator.runner import ConnectError, LoadConfig, Run, run_blocking
 from grpc_overhead.load_generator.workload import MODES, Workload, WorkloadSpec
+from grpc_overhead.processes import free_port
 
 pytestmark = pytest.mark.unit
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 
 from grpc_overhead.analyzer.insights import sources
-from grpc_overhead.analyzer.phases import ALL_PHASES
+from grpc_overhead.analyzer.result_columns import ALL_PHASES
 from grpc_overhead.analyzer.span_sources import A72, A72_JAVA, OURS, SEMCONV
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 from harness import peers
 from harness.ground_truth.pipeline import ServeProcess
 

@@ -17,7 +17,7 @@ import pytest
 
 from grpc_overhead.analyzer.result_columns import STREAM_PHASES
 from grpc_overhead.analyzer.shapes import NULL_FOR_STREAMS
-from grpc_overhead.cli.processes import ServiceProcess, offline_env, run_load
+from grpc_overhead.processes import ServiceProcess, offline_env, run_load
 from harness.ground_truth.pipeline import report, through_collector
 
 pytestmark = pytest.mark.e2e

@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 from harness.ground_truth.pipeline import ServeProcess, libfaketime, report
 
 pytestmark = pytest.mark.e2e

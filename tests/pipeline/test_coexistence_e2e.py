@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from grpc_overhead.analyzer.stream_phases import UNARY_ONLY
-from grpc_overhead.cli.processes import offline_env, stop_process
+from grpc_overhead.processes import offline_env, stop_process
 from harness import user_venv
 from harness.browser import chromium, open_page, start_app
 from harness.ground_truth.pipeline import report, through_collector

@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 
 from grpc_overhead.analyzer import compressibility
-from grpc_overhead.analyzer.calls import CallFilters
+from grpc_overhead.analyzer.options import CallFilters
 from grpc_overhead.analyzer.store import open_store
-from grpc_overhead.cli.processes import ServiceProcess, offline_env
 from grpc_overhead.instrumentation import SpanPipeline, instrument_channel
 from grpc_overhead.instrumentation import compressibility as sampling
 from grpc_overhead.instrumentation.environment import COMPRESSIBILITY_INTERVAL_S, RUN_ID
 from grpc_overhead.instrumentation.otlp import CallRecordOTLPExporter
 from grpc_overhead.prediction.payload import make_image_request, make_request
 from grpc_overhead.prediction.protos import prediction_pb2_grpc
+from grpc_overhead.processes import ServiceProcess, offline_env
 from harness.ground_truth.pipeline import through_collector
 
 pytestmark = pytest.mark.e2e

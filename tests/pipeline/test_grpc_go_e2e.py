@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 from harness import peers
 from harness.ground_truth.pipeline import ServeProcess
 

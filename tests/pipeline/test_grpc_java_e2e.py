@@ -13,8 +13,8 @@ import pytest
 
 from grpc_overhead.analyzer.insights import sources
 from grpc_overhead.analyzer.span_sources import A72, A72_JAVA, OURS
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
 from grpc_overhead.collector.runner import CollectorProcess
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 from harness import peers
 from harness.ground_truth.pipeline import ServeProcess
 

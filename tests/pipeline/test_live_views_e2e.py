@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from grpc_overhead.analyzer.store import open_store
-from grpc_overhead.app import runtime, shared
-from grpc_overhead.cli.processes import ServiceProcess, offline_env, stop_process
+from grpc_overhead.app import cached, runtime
+from grpc_overhead.processes import ServiceProcess, offline_env, stop_process
 from harness.ground_truth.pipeline import report, through_collector
 from tests.app.charts import metrics
 from tests.app.conftest import run_page
@@ -44,7 +44,7 @@ def _pages(store_dir: Path, *, live: bool) -> dict[str, Any]:
     """What the Instances, Clock offsets and Overview pages show for the run (``live``: as
     the app runs while serve's intake writes, auto-refresh aside)."""
     with open_store(str(store_dir)) as store:
-        shared.clear_caches()
+        cached.clear_caches()
         runtime.register(runtime.Served(store, live=live))
         try:
             pages = {}
@@ -66,7 +66,7 @@ def _pages(store_dir: Path, *, live: bool) -> dict[str, Any]:
             }
         finally:
             runtime.unregister()
-            shared.clear_caches()
+            cached.clear_caches()
 
 
 def _keys(store_dir: Path) -> set[tuple[str, str]]:

@@ -14,8 +14,8 @@ import pytest
 
 from grpc_overhead.analyzer.insights import sources
 from grpc_overhead.analyzer.span_sources import OURS, SPANS_ONLY
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env
 from grpc_overhead.collector.runner import CollectorProcess
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env
 from harness import peers
 from harness.ground_truth.pipeline import ServeProcess
 

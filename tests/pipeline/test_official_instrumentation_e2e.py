@@ -15,7 +15,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from grpc_overhead.cli.processes import free_port
+from grpc_overhead.processes import free_port
 from tests.instrumentation import echo_service
 from tests.pipeline.test_pipeline_e2e import ServeProcess, report
 

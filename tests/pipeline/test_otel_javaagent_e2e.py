@@ -39,8 +39,8 @@ import pytest
 
 from grpc_overhead.analyzer.insights import sources
 from grpc_overhead.analyzer.span_sources import SEMCONV
-from grpc_overhead.cli.processes import free_port
 from grpc_overhead.collector.runner import CollectorProcess
+from grpc_overhead.processes import free_port
 from harness import peers
 from harness.ground_truth.pipeline import ServeProcess
 

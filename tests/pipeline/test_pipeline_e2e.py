@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from grpc_overhead.analyzer.phases import OPTIONAL_PHASES
-from grpc_overhead.cli.processes import ServiceProcess, free_port, offline_env, run_load
+from grpc_overhead.analyzer.result_columns import OPTIONAL_PHASES
+from grpc_overhead.processes import ServiceProcess, free_port, offline_env, run_load
 from harness.ground_truth.pipeline import ServeProcess, report, through_collector
 
 pytestmark = pytest.mark.e2e

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer import weighted
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.findings.source import Reader, Source, per_method
 from grpc_overhead.analyzer.grafana.dashboards import TABLE_PHASES
 from grpc_overhead.analyzer.insights import distributions, instances, payload
 from grpc_overhead.analyzer.insights.overview import overview
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.report import build_report
 from grpc_overhead.analyzer.store import open_store

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from grpc_overhead.cli.processes import ServiceProcess, offline_env
+from grpc_overhead.processes import ServiceProcess, offline_env
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from grpc_overhead.cli.processes import ServiceProcess, offline_env, run_load
 from grpc_overhead.load_generator.stats import check_summary as summary_problems
+from grpc_overhead.processes import ServiceProcess, offline_env, run_load
 
 pytestmark = pytest.mark.e2e
 

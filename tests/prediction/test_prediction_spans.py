@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from grpc_overhead.cli.processes import ServiceProcess, offline_env, run_load
+from grpc_overhead.processes import ServiceProcess, offline_env, run_load
 
 pytestmark = pytest.mark.e2e
 

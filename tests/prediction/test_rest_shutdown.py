@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpc_overhead.cli.processes import ServiceProcess, offline_env
+from grpc_overhead.processes import ServiceProcess, offline_env
 
 pytestmark = pytest.mark.e2e
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
+from grpc_overhead.analyzer.options import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import per_call_sql
 from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
 from grpc_overhead.analyzer.store.base import Store, table_exists

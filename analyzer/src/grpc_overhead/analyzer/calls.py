@@ -39,34 +39,20 @@ from typing import Any
 
 from grpc_overhead.analyzer import span_sources as src
 from grpc_overhead.analyzer.attempts import fold_attempts_sql
-from grpc_overhead.analyzer.call_columns import CLIENT_KINDS as CLIENT_KINDS
-from grpc_overhead.analyzer.call_columns import COLUMN_NAMES as COLUMN_NAMES
-from grpc_overhead.analyzer.call_columns import COLUMNS as COLUMNS
-from grpc_overhead.analyzer.call_columns import ERROR_STATUSES as ERROR_STATUSES
-from grpc_overhead.analyzer.call_columns import KEY as KEY
-from grpc_overhead.analyzer.call_columns import LC as LC
-from grpc_overhead.analyzer.call_columns import SERVER_KINDS as SERVER_KINDS
-from grpc_overhead.analyzer.call_columns import SPAN_ALIASES as SPAN_ALIASES
-from grpc_overhead.analyzer.call_columns import Column as Column
+from grpc_overhead.analyzer.call_columns import (
+    CLIENT_KINDS,
+    COLUMN_NAMES,
+    COLUMNS,
+    SERVER_KINDS,
+    SPAN_ALIASES,
+)
 from grpc_overhead.analyzer.folding import CLIENT_KEY, FOLDED_INTO, SKIP_FOLDED
-from grpc_overhead.analyzer.options import CALL_FILTER as CALL_FILTER
-from grpc_overhead.analyzer.options import CALL_START as CALL_START
-from grpc_overhead.analyzer.options import CALLS_TABLE as CALLS_TABLE
-from grpc_overhead.analyzer.options import CALLS_VIEW as CALLS_VIEW
-from grpc_overhead.analyzer.options import HALF_MARGIN_NS as HALF_MARGIN_NS
-from grpc_overhead.analyzer.options import HAS_ROW_START as HAS_ROW_START
-from grpc_overhead.analyzer.options import HOLD_BACK_NS as HOLD_BACK_NS
-from grpc_overhead.analyzer.options import INT64_MAX as INT64_MAX
-from grpc_overhead.analyzer.options import READ_STRATEGIES as READ_STRATEGIES
-from grpc_overhead.analyzer.options import ROLLUP_FILTER as ROLLUP_FILTER
-from grpc_overhead.analyzer.options import ROW_FILTER as ROW_FILTER
-from grpc_overhead.analyzer.options import ROW_START_INDEX as ROW_START_INDEX
-from grpc_overhead.analyzer.options import SHOWN_FILTER as SHOWN_FILTER
-from grpc_overhead.analyzer.options import TIME_FILTER as TIME_FILTER
-from grpc_overhead.analyzer.options import CallFilters as CallFilters
-from grpc_overhead.analyzer.options import CallsOptions as CallsOptions
-from grpc_overhead.analyzer.options import time_parameters as time_parameters
-from grpc_overhead.analyzer.options import unix_ns as unix_ns
+from grpc_overhead.analyzer.options import (
+    READ_STRATEGIES,
+    ROW_FILTER,
+    ROW_START_INDEX,
+    CallsOptions,
+)
 from grpc_overhead.analyzer.store.base import Store, quote_identifier, table_exists
 
 #: Timestamps and counts: rows are ordered by trace id, so a column's values

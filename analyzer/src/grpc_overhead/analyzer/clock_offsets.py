@@ -52,18 +52,17 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import (
+from grpc_overhead.analyzer.calls import calls_source, rows_to_scan
+from grpc_overhead.analyzer.dispatch import DISPATCH_CANDIDATE_COLUMNS
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.options import (
     CALL_FILTER,
     CALL_START,
     SHOWN_FILTER,
     TIME_FILTER,
     CallFilters,
     CallsOptions,
-    calls_source,
-    rows_to_scan,
 )
-from grpc_overhead.analyzer.dispatch import DISPATCH_CANDIDATE_COLUMNS
-from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.phase_bounds import SERVER_REQUEST_SEEN
 from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
 from grpc_overhead.analyzer.store.base import Store

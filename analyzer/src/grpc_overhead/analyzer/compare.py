@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from grpc_overhead.analyzer import verdicts
-from grpc_overhead.analyzer.calls import CallsOptions
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.options import CallsOptions
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
 from grpc_overhead.analyzer.runs import (
     CELL_PHASES,
     list_runs,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, merged_cte, query_parameters
+from grpc_overhead.analyzer.options import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.sample_columns import (
     ALGORITHMS,
     DIRECTIONS,

@@ -17,9 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
-from grpc_overhead.analyzer.options import CallFilters
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import per_call_sql
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import (

@@ -24,11 +24,12 @@ import re
 from typing import Any
 
 from grpc_overhead.analyzer.call_rollup import ALGORITHM
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.messages import MESSAGES_VIEW, messages_sql
-from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
-from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
+from grpc_overhead.analyzer.phases import per_call_sql
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, CALL_WEIGHT
 from grpc_overhead.analyzer.runs import create_runs
 from grpc_overhead.analyzer.sample_columns import sample_view_columns
 from grpc_overhead.analyzer.store.base import Store, table_exists
@@ -162,7 +163,7 @@ def view_select_sql(options: CallsOptions | None = None) -> str:
 def _fixed(sql: str) -> str:
     """``sql`` with ``VIEW_DEFAULTS`` in place of its parameters (a view takes none)."""
 
-    # The hold-back grace (``calls.SHOWN_FILTER``) as this process is configured.
+    # The hold-back grace (``options.SHOWN_FILTER``) as this process is configured.
     defaults = {**VIEW_DEFAULTS, "grace_ns": CallFilters().grace_ns}
 
     def substitute(match: re.Match[str]) -> str:

@@ -32,16 +32,9 @@ from grpc_overhead.analyzer import interceptor_chain as chain
 from grpc_overhead.analyzer import phase_bounds as bounds
 from grpc_overhead.analyzer import span_sources as src
 from grpc_overhead.analyzer.analysis_cost import unchained_comparisons
-from grpc_overhead.analyzer.breakdown_frame import BREAKDOWN_COLUMNS as BREAKDOWN_COLUMNS
 from grpc_overhead.analyzer.breakdown_frame import long_breakdown
 from grpc_overhead.analyzer.call_columns import CALL_STATUS
-from grpc_overhead.analyzer.calls import (
-    CALL_FILTER,
-    ROLLUP_FILTER,
-    CallFilters,
-    CallsOptions,
-    rows_to_scan,
-)
+from grpc_overhead.analyzer.calls import rows_to_scan
 from grpc_overhead.analyzer.client_waits import (
     CLIENT_DISPATCH_MEASURED,
     CONNECT_MEASURED,
@@ -57,27 +50,20 @@ from grpc_overhead.analyzer.clock_offsets import (
     query_parameters,
 )
 from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
-from grpc_overhead.analyzer.phase_terms import Phase as Phase
+from grpc_overhead.analyzer.options import CALL_FILTER, ROLLUP_FILTER, CallFilters, CallsOptions
+from grpc_overhead.analyzer.phase_terms import Phase, inline_own_value, needed, references
 from grpc_overhead.analyzer.phase_terms import between as _between
 from grpc_overhead.analyzer.phase_terms import derived as _derived
-from grpc_overhead.analyzer.phase_terms import inline_own_value, needed, references
-from grpc_overhead.analyzer.phase_terms import phases_read as phases_read
-from grpc_overhead.analyzer.result_columns import ALL_PHASES as ALL_PHASES
-from grpc_overhead.analyzer.result_columns import CALL_COLUMNS as CALL_COLUMNS
-from grpc_overhead.analyzer.result_columns import CALL_IDENTITY as CALL_IDENTITY
-from grpc_overhead.analyzer.result_columns import CALL_WEIGHT as CALL_WEIGHT
-from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES as CONSECUTIVE_PHASES
-from grpc_overhead.analyzer.result_columns import DESIGN_PHASES as DESIGN_PHASES
-from grpc_overhead.analyzer.result_columns import EXTRA_PHASES as EXTRA_PHASES
-from grpc_overhead.analyzer.result_columns import OPTIONAL_PHASES as OPTIONAL_PHASES
-from grpc_overhead.analyzer.result_columns import QUANTILE_FUNCTION as QUANTILE_FUNCTION
-from grpc_overhead.analyzer.result_columns import QUANTILE_LEVELS as QUANTILE_LEVELS
 from grpc_overhead.analyzer.result_columns import (
-    QUANTILE_STATE_FUNCTION as QUANTILE_STATE_FUNCTION,
+    ALL_PHASES,
+    CALL_COLUMNS,
+    CALL_WEIGHT,
+    CONSECUTIVE_PHASES,
+    OPTIONAL_PHASES,
+    QUANTILE_LEVELS,
+    QUANTILE_STATE_FUNCTION,
+    QUANTILE_WEIGHT,
 )
-from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_TYPE as QUANTILE_STATE_TYPE
-from grpc_overhead.analyzer.result_columns import QUANTILE_WEIGHT as QUANTILE_WEIGHT
-from grpc_overhead.analyzer.result_columns import QUANTILES as QUANTILES
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, IS_STREAM, UNARY_ONLY, stream_phases
 

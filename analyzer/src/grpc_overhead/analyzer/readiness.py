@@ -10,7 +10,7 @@ a store read through ``serve`` is serve's to prepare).
 
 from __future__ import annotations
 
-from grpc_overhead.analyzer.calls import CallsOptions
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.rollup import settle, settled_until
 from grpc_overhead.analyzer.store.base import Store, table_exists

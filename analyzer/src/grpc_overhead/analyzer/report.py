@@ -37,7 +37,7 @@ the breakdown's columns.
 Every table reads one snapshot of the store (``CallFilters.as_of_ns``: the store's
 clock when the report starts, before any INSERT still committing: ``snapshot``) and
 holds back calls whose other half may still arrive
-(``calls.SHOWN_FILTER``), so the header's count, the status codes' sum, ``sides`` and
+(``options.SHOWN_FILTER``), so the header's count, the status codes' sum, ``sides`` and
 the clock offsets' calls agree, live or not. Each method's ``sides`` counts its
 two-sided, server-only (the caller is not instrumented: no client or network phase)
 and client-only (the server is not) calls; ``missing`` names the half those calls lack
@@ -61,10 +61,11 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
+from grpc_overhead.analyzer.breakdown_frame import BREAKDOWN_COLUMNS
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.insights.rows import SIDES_COLUMNS, sides
-from grpc_overhead.analyzer.phases import ALL_PHASES, BREAKDOWN_COLUMNS, DESIGN_PHASES
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, DESIGN_PHASES
 from grpc_overhead.analyzer.rollup import breakdown, offsets
 from grpc_overhead.analyzer.shapes import SHAPE_COLUMNS, method_shapes, undefined_for
 from grpc_overhead.analyzer.snapshot import snapshot_ns
@@ -82,7 +83,9 @@ STATUS_CSV_COLUMNS = ("errors", "status_codes", "stored_calls")
 
 @dataclass
 class Report:
-    breakdown: pd.DataFrame  # phases.BREAKDOWN_COLUMNS, one row per (service, method, phase)
+    breakdown: (
+        pd.DataFrame
+    )  # breakdown_frame.BREAKDOWN_COLUMNS, one row per (service, method, phase)
     offsets: pd.DataFrame  # clock_offsets.pair_offsets columns
     filters: CallFilters = field(default_factory=CallFilters)
     #: status.STATUS_COLUMNS: calls per (service, method, status code)
@@ -279,7 +282,8 @@ def _status_text(status: pd.DataFrame, separator: str = "=") -> list[str]:
 
 
 def to_csv(report: Report) -> str:
-    """One row per (method, phase): ``phases.BREAKDOWN_COLUMNS``, µs, empty where undefined."""
+    """One row per (method, phase): ``breakdown_frame.BREAKDOWN_COLUMNS``, µs, empty where
+    undefined."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*BREAKDOWN_COLUMNS, *STATUS_CSV_COLUMNS])

@@ -60,7 +60,13 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer import call_rollup
-from grpc_overhead.analyzer.calls import (
+from grpc_overhead.analyzer.clock_offsets import (
+    OFFSET_CTES,
+    ClockOptions,
+    merged_cte,
+    pair_offsets,
+)
+from grpc_overhead.analyzer.options import (
     CALL_START,
     HALF_MARGIN_NS,
     HAS_ROW_START,
@@ -69,19 +75,8 @@ from grpc_overhead.analyzer.calls import (
     CallsOptions,
     time_parameters,
 )
-from grpc_overhead.analyzer.clock_offsets import (
-    OFFSET_CTES,
-    ClockOptions,
-    merged_cte,
-    pair_offsets,
-)
-from grpc_overhead.analyzer.phases import (
-    ALL_PHASES,
-    QUANTILE_STATE_TYPE,
-    per_call_sql,
-    phase_breakdown,
-    state_aggregates,
-)
+from grpc_overhead.analyzer.phases import per_call_sql, phase_breakdown, state_aggregates
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, QUANTILE_STATE_TYPE
 from grpc_overhead.analyzer.store.base import Store, table_exists
 
 WINDOW_NS = 60_000_000_000

@@ -54,8 +54,9 @@ import numpy as np
 import pandas as pd
 
 from grpc_overhead.analyzer import verdicts
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
-from grpc_overhead.analyzer.phases import ALL_PHASES, DESIGN_PHASES, calls
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
+from grpc_overhead.analyzer.phases import calls
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, DESIGN_PHASES
 from grpc_overhead.analyzer.store.base import Store, table_exists
 
 RUNS_TABLE = "grpc_runs"

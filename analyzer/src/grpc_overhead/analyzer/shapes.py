@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
+from grpc_overhead.analyzer.options import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.result_columns import ALL_PHASES, CALL_WEIGHT, STREAM_PHASES
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, STREAM_SHAPES, UNARY_ONLY

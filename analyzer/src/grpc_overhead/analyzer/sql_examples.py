@@ -10,7 +10,7 @@ a ClickHouse server.
 
 from __future__ import annotations
 
-from grpc_overhead.analyzer.calls import CallsOptions
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW
 
 #: (question, SQL), in the order the README lists them.

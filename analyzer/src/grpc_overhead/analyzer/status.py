@@ -23,8 +23,8 @@ import pandas as pd
 
 from grpc_overhead.analyzer.call_columns import CALL_STATUS as _CALL_STATUS
 from grpc_overhead.analyzer.call_columns import FAILED_NO_CODE
-from grpc_overhead.analyzer.calls import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
+from grpc_overhead.analyzer.options import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
 from grpc_overhead.analyzer.store.base import Store
 

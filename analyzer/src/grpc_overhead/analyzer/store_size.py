@@ -22,8 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.insights.rows import sides
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.store.base import Store, table_exists
 
 #: ``store_size`` columns: one row per table, biggest first, then ``TOTAL``.

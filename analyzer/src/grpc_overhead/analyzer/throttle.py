@@ -75,6 +75,8 @@ class FailedLogins:
             return lockout
 
     def succeeded(self, source: str) -> None:
+        if source not in self._sources:  # the common case, every query: no lock taken
+            return
         with self._lock:
             self._sources.pop(source, None)
 

@@ -1,4 +1,5 @@
-"""Chart layout every page shares: legends that show every entry at the default width.
+"""Chart and table layout every page shares: legends that show every entry at the default
+width, tables that show every row (``ALL_ROWS``).
 
 Plotly puts a legend to the right of the plot and, when the figure is too
 short for its entries, clips it behind a scrollbar: a stacked bar of one
@@ -12,6 +13,12 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
+
+#: ``st.dataframe(height=...)`` of every table with a bounded set of rows (phases, methods,
+#: instances, algorithms): all of them, never Streamlit's default of ten and a scrollbar
+#: (which hid the Phases table's last row, unattributed, "shown, never hidden"). Lists
+#: the user sizes (the explorer's calls, the SQL page's rows) keep the default and scroll.
+ALL_ROWS = "content"
 
 #: Legend entries per row at the app's default width (a phase name is about 150 px;
 #: a wide layout's chart is about 1,000 px at a 1,400 px window): a safe under-estimate.

@@ -88,7 +88,7 @@ class OidcLogin:
         if not isinstance(access, dict):
             raise BadInput(f"{where}: [grpc_overhead] must be a table")
         emails = _names(access, "allowed_emails", where)
-        domains = _names(access, "allowed_domains", where)
+        domains = _names(access, "allowed_domains", where, leading="@")  # "@team.example"
         return cls(path, providers, redirect_uri, urls, emails, domains)
 
     @property
@@ -153,8 +153,8 @@ def _provider(section: Mapping[str, Any], where: str) -> str:
     return url
 
 
-def _names(table: Mapping[str, Any], key: str, where: str) -> frozenset[str]:
+def _names(table: Mapping[str, Any], key: str, where: str, leading: str = "") -> frozenset[str]:
     value = table.get(key, [])
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise BadInput(f"{where}: [grpc_overhead] {key} must be a list of strings")
-    return frozenset(item.strip().lower().lstrip("@") for item in value if item.strip())
+    return frozenset(item.strip().lower().lstrip(leading) for item in value if item.strip())

@@ -18,7 +18,7 @@ The snapshot is now the store's moment taken after the latest batch, kept while 
 counter stays put: reruns with nothing new still share cached answers, and the first
 rerun after a batch includes it. A snapshot kept for ever would hold a one-sided call
 back for ever (it is shown once its half is ``hold_back_ns`` older than the snapshot,
-``calls.SHOWN_FILTER``): once that grace has passed since the snapshot, pages read as
+``options.SHOWN_FILTER``): once that grace has passed since the snapshot, pages read as
 of the snapshot plus the grace instead (no half arrived in between, so they see the same
 halves, every one of them decided), and the ticker reruns the page then once.
 """

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from grpc_overhead.analyzer.calls import CallsOptions
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.rollup import settle
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.app.oidc import OidcLogin
@@ -27,7 +27,10 @@ class Served:
     options: CallsOptions = field(default_factory=CallsOptions)
     #: Base URL of a Jaeger UI (``…/trace/<trace id>`` links in the call explorer).
     jaeger_url: str = ""
-    #: True when this process also runs the intake (live data, auto-refresh useful).
+    #: True when the data may change while the app runs: this process runs the intake
+    #: (``serve``), or the ``streamlit run`` entry reads a store another process writes
+    #: (through serve's HTTP interface, a ClickHouse server). Auto-refresh is on by default
+    #: and answers are cached seconds, not ``cached.STATIC_TTL_S``.
     live: bool = False
     #: A counter that moves whenever the intake has stored a batch (None: nobody says):
     #: auto-refresh reruns a page on it at once instead of on its timer alone.

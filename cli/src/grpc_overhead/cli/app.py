@@ -24,8 +24,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, StoreLocked, brief
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.readiness import prepare_for_reading, unsettled_halves
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.tls import Tls

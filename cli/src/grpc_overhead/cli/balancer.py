@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from grpc_overhead.cli.processes import ComponentFailed, ServiceProcess
+from grpc_overhead.processes import ComponentFailed, ServiceProcess
 
 PROG = "balancer"
 POLICIES = ("random", "round_robin")

@@ -27,7 +27,7 @@ import signal
 import sys
 from types import FrameType
 
-from grpc_overhead.cli.ports import fixed_port_number, holder, port_is_free
+from grpc_overhead.cli.ports import fixed_port_number
 from grpc_overhead.collector.runner import (
     CONFIG_NAMES,
     DEFAULT_HEALTH_PORT,
@@ -42,6 +42,7 @@ from grpc_overhead.collector.runner import (
     resolve_config,
     validate_config,
 )
+from grpc_overhead.processes import holder, port_is_free
 
 PROG = "grpc-overhead collector"
 

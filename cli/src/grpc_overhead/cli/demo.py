@@ -54,7 +54,7 @@ from grpc_overhead.cli import invocation
 from grpc_overhead.cli.demo_scenarios import SCENARIOS, SERVICES
 from grpc_overhead.cli.demo_stack import Demo, DemoError
 from grpc_overhead.cli.ports import port_number
-from grpc_overhead.cli.processes import ComponentFailed
+from grpc_overhead.processes import ComponentFailed
 
 __all__ = ["SCENARIOS", "SERVICES", "main", "parser"]
 

@@ -35,9 +35,9 @@ from grpc_overhead.cli.demo_scenarios import (
     SERVICES,
     Scenario,
 )
-from grpc_overhead.cli.processes import Child, ComponentFailed, child_env, free_port
 from grpc_overhead.cli.serve import read_serve_info
 from grpc_overhead.instrumentation import environment
+from grpc_overhead.processes import Child, ComponentFailed, child_env, free_port
 
 if TYPE_CHECKING:
     from grpc_overhead.cli.jaeger import Jaeger

@@ -26,8 +26,9 @@ import sys
 import time
 from typing import Any
 
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.runs import create_runs, list_runs, record_run
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR
 from grpc_overhead.cli import experiment_report as report

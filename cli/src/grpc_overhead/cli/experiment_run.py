@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpc_overhead.analyzer.calls import CallsOptions
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.runs import (
     RunRecord,
     phase_summary,
@@ -31,8 +31,8 @@ from grpc_overhead.analyzer.runs import (
 from grpc_overhead.analyzer.store import Store
 from grpc_overhead.cli.balancer import Balancer
 from grpc_overhead.cli.experiment_spec import Cell
-from grpc_overhead.cli.processes import ServiceProcess, offline_env, run_load
 from grpc_overhead.cli.toxiproxy import DOWNSTREAM, UPSTREAM, Toxiproxy
+from grpc_overhead.processes import ServiceProcess, offline_env, run_load
 
 #: How long the experiment waits for a run's spans to be stored after its processes exited.
 STORE_WAIT_S = 30.0

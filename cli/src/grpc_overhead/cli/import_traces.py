@@ -18,9 +18,10 @@ import os
 import sys
 from datetime import UTC, datetime, timedelta
 
-from grpc_overhead.analyzer.calls import CallsOptions, create_calls
+from grpc_overhead.analyzer.calls import create_calls
 from grpc_overhead.analyzer.errors import AnalyzerError
 from grpc_overhead.analyzer.importers.jaeger import API_VERSIONS, JaegerQuery, import_traces
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.schema import SchemaOptions, create_schema
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.cli.report import check_range, check_window, parse_moment

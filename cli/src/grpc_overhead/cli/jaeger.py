@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.cli.processes import free_port, stop_process
+from grpc_overhead.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[4]
 BINARY = ROOT / "tools" / "bin" / "jaeger"

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import DOMAIN_HOST, DOMAIN_PROCESS, ClockOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
 from grpc_overhead.analyzer.insights.catalog import check_run, known_names, resolve_names
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.readiness import has_calls, prepare_for_reading, settle_where_ours
 from grpc_overhead.analyzer.report import build_report, render_table, to_csv, to_json
 from grpc_overhead.analyzer.schema import SchemaOptions

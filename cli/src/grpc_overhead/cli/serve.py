@@ -63,7 +63,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from grpc_overhead.analyzer import rollup
-from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, StoreLocked
 from grpc_overhead.analyzer.intake import (
     DEFAULT_OTLP_PORT,
@@ -71,12 +70,13 @@ from grpc_overhead.analyzer.intake import (
     Intake,
     IntakeConfig,
 )
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.owner import SERVE_INFO_FILE as SERVE_INFO_FILE
 from grpc_overhead.analyzer.store.owner import ServeInfo, remove_serve_info, write_serve_info
 from grpc_overhead.analyzer.store.owner import read_serve_info as read_serve_info
-from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, optional_port, port_is_free, port_number
+from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, optional_port, port_number
 from grpc_overhead.cli.serve_http import add_http_arguments, start_http
 from grpc_overhead.cli.serve_ports import (
     NOT_GIVEN,
@@ -101,6 +101,7 @@ from grpc_overhead.cli.serve_security import (
     warning,
 )
 from grpc_overhead.instrumentation import environment
+from grpc_overhead.processes import port_is_free
 
 EXIT_USAGE = 2
 DEFAULT_APP_PORT = 8501

@@ -13,7 +13,8 @@ import argparse
 from dataclasses import dataclass
 
 from grpc_overhead.analyzer.intake import DEFAULT_OTLP_PORT, STANDARD_OTLP_HTTP_PORT, Intake
-from grpc_overhead.cli.ports import OFF, STANDARD_OTLP_PORT, holder, port_number
+from grpc_overhead.cli.ports import OFF, STANDARD_OTLP_PORT, port_number
+from grpc_overhead.processes import holder
 
 #: ``--otlp-http-port`` absent (None means ``off``).
 NOT_GIVEN = -1

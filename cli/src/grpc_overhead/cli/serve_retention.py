@@ -12,8 +12,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.retention import (
     Retention,
     apply_retention,

@@ -159,19 +159,11 @@ def is_loopback(host: str) -> bool:
 def exposure(args: argparse.Namespace, security: Security, *, http: bool) -> list[str]:
     """What would be reachable from other hosts without TLS and authentication (empty:
     nothing). ``http``: the HTTP interface will listen (an embedded store, no --no-http)."""
-    problems = []
+    problems = _needs(f"the intake on --host {args.host}", args.host, tls=security.tls,
+                      **{"--auth-token-file": security.credentials})  # fmt: skip
     if not args.no_app:
         login = security.app_password or security.app_oidc
         problems += app_exposure(args.host, security.tls, login, "--app-")
-    problems = (
-        _needs(
-            f"the intake on --host {args.host}",
-            args.host,
-            tls=security.tls,
-            **{"--auth-token-file": security.credentials},
-        )
-        + problems
-    )
     if http:
         problems += _needs(f"the HTTP interface on --http-host {args.http_host}",
                            args.http_host, tls=security.tls,

@@ -28,15 +28,15 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
 from grpc_overhead.analyzer.insights.console import decimal_floats
 from grpc_overhead.analyzer.messages import MESSAGES_VIEW
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW, ensure_phase_view, view_columns
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store
-from grpc_overhead.analyzer.store.base import QueryLimits, output_format
+from grpc_overhead.analyzer.store.user_statements import QueryLimits, output_format
 from grpc_overhead.cli.report import open_for_reading
 
 #: ClickHouse's UNKNOWN_TABLE: the code a query of a view the store lacks fails with.

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpc_overhead.cli.processes import free_port
+from grpc_overhead.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[4]
 #: Built by ``make toxiproxy`` into the checkout (git-ignored); else from PATH.

@@ -18,12 +18,12 @@ CPU, from sampled messages). ``KIND_NAMES`` is the vocabulary, a contract.
 from __future__ import annotations
 
 from grpc_overhead.analyzer import compressibility, weighted
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.findings import clock as clock_kind
 from grpc_overhead.analyzer.findings import compression, spread, transfer, waits
 from grpc_overhead.analyzer.findings.model import Checked, Finding, Findings, ranked
 from grpc_overhead.analyzer.findings.source import Reader, Source, per_method
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.snapshot import snapshot_ns
 from grpc_overhead.analyzer.store.base import Store
 

@@ -24,12 +24,12 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer import weighted
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions, unix_ns
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.findings.model import SUBSET
 from grpc_overhead.analyzer.insights.rows import rows_for
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions, unix_ns
 from grpc_overhead.analyzer.phase_view import IDENTITY, PHASES_VIEW
-from grpc_overhead.analyzer.phases import ALL_PHASES
+from grpc_overhead.analyzer.result_columns import ALL_PHASES
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE
 

@@ -48,7 +48,7 @@ from grpc_overhead.analyzer.findings.model import (
     method_name,
 )
 from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method, tuple_items
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
 
 KIND_NAMES = ("load_imbalance", "tail")
 

@@ -22,7 +22,7 @@ from grpc_overhead.analyzer.grafana.panels import (
     timeseries,
 )
 from grpc_overhead.analyzer.grafana.source import calls_from
-from grpc_overhead.analyzer.phases import ALL_PHASES, CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, CONSECUTIVE_PHASES
 
 #: Phases a table lists: all but the ``*_corrected`` aliases of the best estimates.
 TABLE_PHASES = tuple(name for name in ALL_PHASES if not name.endswith("_corrected"))

@@ -13,7 +13,7 @@ from typing import Any
 from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.grafana.panels import DATASOURCE, barchart, dashboard, table
 from grpc_overhead.analyzer.grafana.source import DATABASE, calls_from
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
 from grpc_overhead.analyzer.runs import RUNS_TABLE
 
 _STACKED = (*CONSECUTIVE_PHASES, "unattributed")

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import re
 
-from grpc_overhead.analyzer.calls import HALF_MARGIN_NS, HOLD_BACK_NS, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
-from grpc_overhead.analyzer.phases import ALL_PHASES, per_call_sql
+from grpc_overhead.analyzer.options import HALF_MARGIN_NS, HOLD_BACK_NS, CallsOptions
+from grpc_overhead.analyzer.phases import per_call_sql
+from grpc_overhead.analyzer.result_columns import ALL_PHASES
 
 #: The dashboards' database variable, as the datasource's own OTel dashboards name it.
 DATABASE = "${database}"
@@ -46,7 +47,7 @@ PARAMETER_SQL: dict[str, str] = {
     # $__timeFilter(start_time) decides.
     "since_ns": f"{_FROM_S} * {_SECOND_NS}",
     "until_ns": f"({_TO_S} + 1) * {_SECOND_NS}",
-    # The halves' pre-filter (calls.ROW_FILTER), widened as the analyzer widens it.
+    # The halves' pre-filter (options.ROW_FILTER), widened as the analyzer widens it.
     "scan_since_ns": f"({_FROM_S} - {_MARGIN_S}) * {_SECOND_NS}",
     "scan_until_ns": f"({_TO_S} + 1 + {_MARGIN_S}) * {_SECOND_NS}",
     # No rollup range is left out: the panels compute everything raw.
@@ -59,7 +60,7 @@ PARAMETER_SQL: dict[str, str] = {
     "method": "''",
     "run_id": "''",
     "otel_service": "''",
-    # Calls, never halves (calls.SHOWN_FILTER): the engine's clock at each refresh.
+    # Calls, never halves (options.SHOWN_FILTER): the engine's clock at each refresh.
     "as_of_ns": "0",
     "grace_ns": str(HOLD_BACK_NS),
     **{name: str(value) for name, value in ClockOptions().parameters().items()},

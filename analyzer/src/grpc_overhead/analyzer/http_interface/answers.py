@@ -28,12 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
-from grpc_overhead.analyzer.store.base import (
-    EncodedValue,
-    QueryLimits,
-    Store,
-    output_format,
-)
+from grpc_overhead.analyzer.store.base import EncodedValue, Store
+from grpc_overhead.analyzer.store.user_statements import QueryLimits, output_format
 from grpc_overhead.analyzer.throttle import FailedLogins, lockout_message
 
 DEFAULT_FORMAT = "TabSeparated"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
 
 # -- tables for one call (no query) ------------------------------------------------------------
 

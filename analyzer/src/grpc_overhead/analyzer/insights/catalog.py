@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import (
+from grpc_overhead.analyzer.clock_offsets import query_parameters
+from grpc_overhead.analyzer.errors import BadInput
+from grpc_overhead.analyzer.options import (
     CALL_FILTER,
     ROW_FILTER,
     TIME_FILTER,
     CallFilters,
     CallsOptions,
 )
-from grpc_overhead.analyzer.clock_offsets import query_parameters
-from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.store.base import Store
 
 #: At most this many (service, method, run) choices: a filter list, not a report.

@@ -17,13 +17,6 @@ from datetime import datetime
 import pandas as pd
 
 from grpc_overhead.analyzer import call_rollup, weighted
-from grpc_overhead.analyzer.calls import (
-    CALL_FILTER,
-    CallFilters,
-    CallsOptions,
-    time_parameters,
-    unix_ns,
-)
 from grpc_overhead.analyzer.clock_offsets import (
     OFFSET_CTES,
     ClockOptions,
@@ -32,6 +25,13 @@ from grpc_overhead.analyzer.clock_offsets import (
     window_sources,
 )
 from grpc_overhead.analyzer.insights.rows import rows_for
+from grpc_overhead.analyzer.options import (
+    CALL_FILTER,
+    CallFilters,
+    CallsOptions,
+    time_parameters,
+    unix_ns,
+)
 from grpc_overhead.analyzer.phases import per_call_sql
 from grpc_overhead.analyzer.rollup import settled_range, settled_until
 from grpc_overhead.analyzer.store.base import Store

@@ -18,10 +18,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CallsOptions
 from grpc_overhead.analyzer.errors import BadInput, QueryError
+from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.sql_examples import examples_for
-from grpc_overhead.analyzer.store.base import Abandoned, QueryLimits, Store
+from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.user_statements import Abandoned, QueryLimits
 
 #: Seconds a query of the SQL page may run: a web page answers within half a minute or
 #: says why not (``sql`` and serve's HTTP interface allow ``QueryLimits``' 60 s). The one

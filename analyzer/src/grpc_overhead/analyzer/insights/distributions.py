@@ -21,13 +21,6 @@ import numpy as np
 import pandas as pd
 
 from grpc_overhead.analyzer import weighted
-from grpc_overhead.analyzer.calls import (
-    CALL_FILTER,
-    ROW_FILTER,
-    TIME_FILTER,
-    CallFilters,
-    CallsOptions,
-)
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.rows import (
     CLOCKLESS_PHASE_NAMES,
@@ -36,7 +29,14 @@ from grpc_overhead.analyzer.insights.rows import (
     rows_for,
 )
 from grpc_overhead.analyzer.insights.settled import phase_states_sql
-from grpc_overhead.analyzer.phases import DESIGN_PHASES, QUANTILE_STATE_FUNCTION
+from grpc_overhead.analyzer.options import (
+    CALL_FILTER,
+    ROW_FILTER,
+    TIME_FILTER,
+    CallFilters,
+    CallsOptions,
+)
+from grpc_overhead.analyzer.result_columns import DESIGN_PHASES, QUANTILE_STATE_FUNCTION
 from grpc_overhead.analyzer.store.base import Store
 
 #: The phases the page shows: the design's, then the server-side extras.

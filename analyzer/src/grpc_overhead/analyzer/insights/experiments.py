@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
 
 #: metric -> (label, higher is better, unit)
 METRICS: dict[str, tuple[str, bool, str]] = {

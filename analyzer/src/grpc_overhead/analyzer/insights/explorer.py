@@ -23,14 +23,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer import call_rollup
 from grpc_overhead.analyzer.call_columns import CALL_STATUS
-from grpc_overhead.analyzer.calls import (
-    HALF_MARGIN_NS,
-    INT64_MAX,
-    CallFilters,
-    CallsOptions,
-    calls_source,
-    time_parameters,
-)
+from grpc_overhead.analyzer.calls import calls_source
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.call_tables import COARSE_PHASES as COARSE_PHASES
@@ -42,11 +35,15 @@ from grpc_overhead.analyzer.insights.rows import rows_for
 from grpc_overhead.analyzer.insights.waterfall_waits import LANES as LANES
 from grpc_overhead.analyzer.insights.waterfall_waits import SEGMENTS, SIDES, Waits, bar
 from grpc_overhead.analyzer.insights.waterfall_waits import phase_bounds as phase_bounds
-from grpc_overhead.analyzer.phases import (
-    ALL_PHASES,
-    CALL_IDENTITY,
-    per_call_sql,
+from grpc_overhead.analyzer.options import (
+    HALF_MARGIN_NS,
+    INT64_MAX,
+    CallFilters,
+    CallsOptions,
+    time_parameters,
 )
+from grpc_overhead.analyzer.phases import per_call_sql
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, CALL_IDENTITY
 from grpc_overhead.analyzer.rollup import settled_until
 from grpc_overhead.analyzer.span_sources import SOURCE_KEYS
 from grpc_overhead.analyzer.store.base import Store

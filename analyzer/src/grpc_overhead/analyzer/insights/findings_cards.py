@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.findings import findings, waits
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.store.base import Store
 
 CARD_COLUMNS: tuple[str, ...] = (

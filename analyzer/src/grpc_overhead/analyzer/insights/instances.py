@@ -22,7 +22,9 @@ import pandas as pd
 
 from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.analysis_cost import grouping_source
-from grpc_overhead.analyzer.calls import (
+from grpc_overhead.analyzer.clock_offsets import query_parameters
+from grpc_overhead.analyzer.insights.rows import rows_for
+from grpc_overhead.analyzer.options import (
     CALL_FILTER,
     HAS_ROW_START,
     ROW_FILTER,
@@ -30,9 +32,9 @@ from grpc_overhead.analyzer.calls import (
     CallFilters,
     CallsOptions,
 )
-from grpc_overhead.analyzer.clock_offsets import query_parameters
-from grpc_overhead.analyzer.insights.rows import rows_for
-from grpc_overhead.analyzer.phases import PHASES, QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT, Phase
+from grpc_overhead.analyzer.phase_terms import Phase
+from grpc_overhead.analyzer.phases import PHASES
+from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT
 from grpc_overhead.analyzer.store.base import Store
 
 INSTANCE = (

@@ -26,7 +26,6 @@ import pandas as pd
 
 from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.analysis_cost import grouping_source
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.rows import (
     CLIENT_ONLY,
@@ -37,7 +36,9 @@ from grpc_overhead.analyzer.insights.rows import (
     rows_for,
     time_span,
 )
-from grpc_overhead.analyzer.phases import QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT, phases_read
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
+from grpc_overhead.analyzer.phase_terms import phases_read
+from grpc_overhead.analyzer.result_columns import QUANTILE_STATE_FUNCTION, QUANTILE_WEIGHT
 from grpc_overhead.analyzer.span_sources import SOURCE_KEYS
 from grpc_overhead.analyzer.status import CALL_STATUS, with_names
 from grpc_overhead.analyzer.store.base import Store

@@ -30,18 +30,18 @@ import math
 import pandas as pd
 
 from grpc_overhead.analyzer.analysis_cost import grouping_source
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.insights.rows import (
     STACKED_PHASES,
     halves,
     rows_for,
 )
-from grpc_overhead.analyzer.phases import (
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
+from grpc_overhead.analyzer.phase_terms import phases_read
+from grpc_overhead.analyzer.result_columns import (
     CONSECUTIVE_PHASES,
     QUANTILE_STATE_FUNCTION,
     QUANTILE_WEIGHT,
-    phases_read,
 )
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.weighted import line, moments

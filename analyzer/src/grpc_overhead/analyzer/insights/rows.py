@@ -27,22 +27,18 @@ import pandas as pd
 from grpc_overhead.analyzer import call_rollup, weighted
 from grpc_overhead.analyzer.call_rollup import ALGORITHM as ALGORITHM
 from grpc_overhead.analyzer.call_rollup import rows_sql as rows_sql
-from grpc_overhead.analyzer.calls import (
+from grpc_overhead.analyzer.calls import rows_to_scan
+from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
+from grpc_overhead.analyzer.options import (
     CALL_FILTER,
     HAS_ROW_START,
     ROW_FILTER,
     CallFilters,
     CallsOptions,
-    rows_to_scan,
 )
-from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
-from grpc_overhead.analyzer.phases import (
-    ALL_PHASES,
-    CONSECUTIVE_PHASES,
-    PHASES,
-    needed_phases,
-    phases_read,
-)
+from grpc_overhead.analyzer.phase_terms import phases_read
+from grpc_overhead.analyzer.phases import PHASES, needed_phases
+from grpc_overhead.analyzer.result_columns import ALL_PHASES, CONSECUTIVE_PHASES
 from grpc_overhead.analyzer.rollup import settled_range
 from grpc_overhead.analyzer.store.base import Store
 

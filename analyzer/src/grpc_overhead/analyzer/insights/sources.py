@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer import weighted
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.insights.rows import rows_for
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phase_bounds import CLOCK_FREE, ONE_WAY
 from grpc_overhead.analyzer.span_sources import (
     A72,

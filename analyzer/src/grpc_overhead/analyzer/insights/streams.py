@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from grpc_overhead.analyzer.calls import CallFilters, CallsOptions
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.messages import call_messages
+from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import phase_breakdown
 from grpc_overhead.analyzer.result_columns import STREAM_PHASES
 from grpc_overhead.analyzer.shapes import any_streams, method_shapes

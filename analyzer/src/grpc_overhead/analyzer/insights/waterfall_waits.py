@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from grpc_overhead.analyzer.call_columns import COLUMNS
 from grpc_overhead.analyzer.insights.chain_pieces import CHAIN_BOUNDS
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES, PHASES
+from grpc_overhead.analyzer.phases import PHASES
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
 
 LANES = ("client", "network", "server")
 SIDES = {column.name: ("client" if column.client else "server") for column in COLUMNS}

@@ -55,18 +55,17 @@ from grpc_overhead.analyzer.errors import (
 )
 from grpc_overhead.analyzer.store.base import (
     ENGINE_SETTINGS,
-    Abandoned,
     Backend,
     Columns,
     Parameters,
-    QueryLimits,
     Store,
     quote_identifier,
-    split_clickhouse_error,
 )
 from grpc_overhead.analyzer.store.chdb_values import arrow_type, bind_parameters
+from grpc_overhead.analyzer.store.clickhouse_errors import split_clickhouse_error
 from grpc_overhead.analyzer.store.lock import check_free, lock_holder, locked_message
 from grpc_overhead.analyzer.store.text import arrow_frame
+from grpc_overhead.analyzer.store.user_statements import Abandoned, QueryLimits
 from grpc_overhead.analyzer.store.watch import watch
 
 CHDB = Backend("chdb", owns_data=True, encoded_inserts=True)

@@ -37,18 +37,11 @@ from grpc_overhead.analyzer.errors import (
     QueryError,
     StoreUnavailable,
 )
-from grpc_overhead.analyzer.store.base import (
-    ENGINE_SETTINGS,
-    Abandoned,
-    Backend,
-    Columns,
-    Parameters,
-    QueryLimits,
-    Store,
-    split_clickhouse_error,
-)
+from grpc_overhead.analyzer.store.base import ENGINE_SETTINGS, Backend, Columns, Parameters, Store
 from grpc_overhead.analyzer.store.chdb_values import bind_parameters
+from grpc_overhead.analyzer.store.clickhouse_errors import split_clickhouse_error
 from grpc_overhead.analyzer.store.text import arrow_frame
+from grpc_overhead.analyzer.store.user_statements import Abandoned, QueryLimits
 from grpc_overhead.analyzer.store.watch import watch
 from grpc_overhead.analyzer.tls import pinned_context
 

@@ -14,7 +14,7 @@ import fcntl
 import os
 
 from grpc_overhead.analyzer.errors import StoreLocked
-from grpc_overhead.analyzer.store.base import split_clickhouse_error
+from grpc_overhead.analyzer.store.clickhouse_errors import split_clickhouse_error
 
 
 def check_free(directory: str | os.PathLike[str]) -> None:

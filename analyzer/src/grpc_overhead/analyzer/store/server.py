@@ -26,16 +26,15 @@ import pandas as pd
 from grpc_overhead.analyzer.errors import BadInput, QueryError, StoreUnavailable
 from grpc_overhead.analyzer.store.base import (
     ENGINE_SETTINGS,
-    Abandoned,
     Backend,
     Columns,
     Parameters,
-    QueryLimits,
     Store,
     quote_identifier,
-    split_clickhouse_error,
 )
+from grpc_overhead.analyzer.store.clickhouse_errors import split_clickhouse_error
 from grpc_overhead.analyzer.store.text import LENIENT_UTF8
+from grpc_overhead.analyzer.store.user_statements import Abandoned, QueryLimits
 from grpc_overhead.analyzer.store.watch import watch
 
 _SCHEMES = ("clickhouse", "clickhouses", "tcp")

@@ -12,7 +12,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
-from grpc_overhead.analyzer.store.base import Abandoned
+from grpc_overhead.analyzer.store.user_statements import Abandoned
 
 #: How often a running user query checks whether its caller is still there.
 POLL_S = 0.2

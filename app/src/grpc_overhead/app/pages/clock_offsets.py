@@ -13,7 +13,7 @@ from plotly.colors import hex_to_rgb
 
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.insights import clock
-from grpc_overhead.app import charts, formatting, shared
+from grpc_overhead.app import cached, charts, empty_states, formatting, sidebar
 
 #: Estimation window lengths offered; 60 s is the default the rollups keep.
 WINDOWS_S = {10: "10 s", 60: "1 min", 300: "5 min", 900: "15 min"}
@@ -41,8 +41,8 @@ def band_edge(part: pd.DataFrame, column: str, pair: str, **fill: str) -> go.Sca
 
 
 st.title("Clock offsets")
-filters = shared.filters()
-shared.require_calls(filters)
+filters = sidebar.filters()
+empty_states.require_calls(filters)
 
 window_s = st.selectbox(
     "Estimation window",
@@ -53,7 +53,7 @@ window_s = st.selectbox(
     "find tighter calls; shorter ones follow drift. 1 min reads settled minutes from rollups.",
 )
 options = ClockOptions(window=timedelta(seconds=window_s))
-timeline = shared.load(clock.offset_timeline, filters, options)
+timeline = cached.load(clock.offset_timeline, filters, options)
 
 if timeline.empty:
     st.info(
@@ -63,7 +63,7 @@ if timeline.empty:
     st.stop()
 
 # Pairs of two clocks: calls with both halves (one-sided calls have no pair).
-counts = shared.load(clock.window_calls, filters, options)
+counts = cached.load(clock.window_calls, filters, options)
 pairs = clock.pairs(timeline, counts)
 
 cross = pairs[pairs["client_host"] != pairs["server_host"]]
@@ -112,7 +112,7 @@ st.dataframe(
     pairs,
     hide_index=True,
     width="stretch",
-    height=shared.ALL_ROWS,
+    height=charts.ALL_ROWS,
     column_config={
         "offset_us": st.column_config.NumberColumn("offset (µs)", format="%.1f"),
         "uncertainty_us": st.column_config.NumberColumn("± (µs)", format="%.1f"),
@@ -156,7 +156,7 @@ st.plotly_chart(bars, width="stretch", key="clock_offsets_corrected")
 
 window_start = clock.latest_corrected_window(counts)
 if window_start is not None:
-    sample = shared.load(clock.corrected_calls, filters, options, window_start=window_start)
+    sample = cached.load(clock.corrected_calls, filters, options, window_start=window_start)
     st.markdown(
         f"**Corrected calls of the most recent window ({window_start:%Y-%m-%d %H:%M:%S} UTC)**"
     )
@@ -165,7 +165,7 @@ if window_start is not None:
         sample,
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config={
             "explore": st.column_config.LinkColumn("waterfall", display_text="open"),
             **{

@@ -16,11 +16,11 @@ import streamlit as st
 
 from grpc_overhead.analyzer import compare, runs
 from grpc_overhead.analyzer.insights import experiments as insights
-from grpc_overhead.analyzer.phases import CONSECUTIVE_PHASES
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.analyzer.result_columns import CONSECUTIVE_PHASES
+from grpc_overhead.app import cached, charts, formatting
 
 st.title("Experiments")
-names = shared.load(runs.experiments)
+names = cached.load(runs.experiments)
 if names.empty:
     st.info(
         "No experiments in this store yet. Run one, e.g. "
@@ -39,7 +39,7 @@ experiment = st.selectbox(
     key="experiment_name",
 )
 st.query_params["experiment"] = experiment
-rows = shared.load(runs.list_runs, experiment)
+rows = cached.load(runs.list_runs, experiment)
 invocations = list(dict.fromkeys(rows["invocation"]))[::-1]  # latest first
 if len(invocations) > 1:
     wanted = st.query_params.get("invocation")
@@ -105,7 +105,7 @@ if len(verdicts):
             "interval (µs)": interval_texts(verdicts),
             "phase that moved": verdicts["explained_by"],
         }),
-        hide_index=True, width="stretch", height=shared.ALL_ROWS,
+        hide_index=True, width="stretch", height=charts.ALL_ROWS,
     )  # fmt: skip
     chosen = st.selectbox("Phases of", list(verdicts["label"]), key="experiments_verdict_cell")
     phases_of = insights.verdict_phases(cells, chosen)
@@ -118,7 +118,7 @@ if len(verdicts):
             "interval (µs)": interval_texts(phases_of),
             "verdict": phases_of["verdict"],
         }),
-        hide_index=True, width="stretch", height=shared.ALL_ROWS,
+        hide_index=True, width="stretch", height=charts.ALL_ROWS,
     )  # fmt: skip
     st.caption(
         "Interval of the difference of the p50s (cell minus baseline): the rounds and their "
@@ -146,7 +146,7 @@ table = pd.DataFrame(
         "run id": cells["run_id"],
     }
 )
-st.dataframe(table, hide_index=True, width="stretch", height=shared.ALL_ROWS)
+st.dataframe(table, hide_index=True, width="stretch", height=charts.ALL_ROWS)
 
 left, right = st.columns(2)
 with left:
@@ -202,7 +202,7 @@ with right:
 if baseline == other:
     st.caption("Pick two different runs.")
     st.stop()
-deltas = shared.load(compare.compare_stored, baseline, other)
+deltas = cached.load(compare.compare_stored, baseline, other)
 if deltas.empty:
     st.warning("One of the runs has no traced calls in this store.")
     st.stop()
@@ -219,7 +219,7 @@ view = pd.DataFrame(
         "verdict": shown["verdict"],
     }
 )
-st.dataframe(view, hide_index=True, width="stretch", height=shared.ALL_ROWS)
+st.dataframe(view, hide_index=True, width="stretch", height=charts.ALL_ROWS)
 st.caption(
     "Interval of the difference of the p50s: for cells of one experiment, their rounds and "
     "calls resampled, paired round by round; for other runs, the calls within each run. "

@@ -15,15 +15,15 @@ from plotly.subplots import make_subplots
 
 from grpc_overhead.analyzer.insights import explorer, sources, streams
 from grpc_overhead.analyzer.stream_phases import STREAM_CALL_TYPES
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import cached, charts, empty_states, formatting, sidebar
 
 ORDER_LABELS = {"slowest": "Slowest first", "recent": "Most recent first"}
 #: Lanes bottom-up (plotly draws the first category at the bottom): client on top.
 LANE_ORDER = ["server", "network", "client"]
 
 st.title("Call explorer")
-filters = shared.filters()
-shared.require_calls(filters)
+filters = sidebar.filters()
+empty_states.require_calls(filters)
 params = st.query_params
 
 # -- find ---------------------------------------------------------------------------------------
@@ -38,7 +38,7 @@ with st.expander("Search", expanded=True):
     )
     limit = st.select_slider("Calls listed", options=[20, 50, 100, 200, 500, 1000], value=100)
 
-found = shared.load(
+found = cached.load(
     explorer.find_calls,
     filters,
     min_total_us=min_ms * 1000 if min_ms > 0 else None,
@@ -90,7 +90,7 @@ else:
     st.stop()
 
 # -- one call -----------------------------------------------------------------------------------
-summary = shared.load(explorer.call_summary, trace, span)
+summary = cached.load(explorer.call_summary, trace, span)
 if summary.empty:
     st.warning(
         f"No gRPC call with trace id {trace} is stored. Check the id (the lookup covers "
@@ -164,11 +164,11 @@ metrics[5].metric(
         "The corrected view subtracts it from every server time."
     ),
 )
-jaeger = shared.source().jaeger_url
+jaeger = cached.source().jaeger_url
 if jaeger:
     st.link_button("Open the trace in Jaeger", f"{jaeger.rstrip('/')}/trace/{call['trace_id']}")
 
-waterfall = shared.load(
+waterfall = cached.load(
     explorer.call_waterfall, trace, str(call["client_span_id"]), offset, call["server_dispatch_us"]
 )
 
@@ -298,7 +298,7 @@ if stream:
         "waterfall shows its spans and events only; its messages are below."
     )
     st.markdown("**Messages**")
-    timeline = shared.load(streams.message_timeline, trace, str(call["client_span_id"]))
+    timeline = cached.load(streams.message_timeline, trace, str(call["client_span_id"]))
     if timeline.empty:
         st.info("No message events are stored for this call.")
     else:
@@ -331,7 +331,7 @@ with left:
         explorer.phase_table(summary),
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config=RAW_AND_CORRECTED,
     )
 with right:
@@ -340,7 +340,7 @@ with right:
         explorer.event_table(waterfall),
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config=RAW_AND_CORRECTED,
     )
 with st.expander(
@@ -353,7 +353,7 @@ with st.expander(
         origins,
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config={"value_us": st.column_config.NumberColumn("value (µs)", format="%.1f")},
     )
     st.caption(

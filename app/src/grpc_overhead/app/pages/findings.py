@@ -10,7 +10,7 @@ import plotly.express as px
 import streamlit as st
 
 from grpc_overhead.analyzer.insights import distributions, findings_cards, instances, payload, rows
-from grpc_overhead.app import charts, formatting, navigation, shared
+from grpc_overhead.app import cached, charts, empty_states, formatting, navigation, sidebar
 
 #: Findings drawn as cards with their evidence chart; the rest are a table below them.
 CARDS = 3
@@ -20,18 +20,18 @@ st.caption(
     "What to change to make these calls faster, ranked by the time it would save at p50. "
     "Every kind is checked; the ones not found say why at the bottom."
 )
-filters = shared.filters()
-shared.require_calls(filters)
+filters = sidebar.filters()
+empty_states.require_calls(filters)
 # Kinds that read a side's phases cannot see calls traced from the other side only.
-sides = shared.load(rows.sides, filters).iloc[0]
-shared.one_side_caption(sides)
-answer = shared.load(findings_cards.cards, filters)
+sides = cached.load(rows.sides, filters).iloc[0]
+empty_states.one_side_caption(sides)
+answer = cached.load(findings_cards.cards, filters)
 found = answer[answer["found"]].reset_index(drop=True)
 checked = answer[~answer["found"]]
 
 
 def _phases_chart(card: pd.Series, scoped) -> None:
-    quantiles = shared.load(distributions.phase_quantiles, scoped)
+    quantiles = cached.load(distributions.phase_quantiles, scoped)
     table = distributions.statistics(quantiles)
     wanted = [name for name in card["phases"].split(", ") if name] + ["total"]
     table = table[table["phase"].isin(wanted) & (table["calls"] > 0)]
@@ -51,7 +51,7 @@ def _grouped_bars(frame: pd.DataFrame, axes: tuple[str, str, str], key: str) -> 
 
 
 def _instances_chart(card: pd.Series, scoped) -> None:
-    load = instances.summary(shared.load(instances.instance_load, scoped))
+    load = instances.summary(cached.load(instances.instance_load, scoped))
     figure = px.bar(
         load, x="instance", y="calls", color="p50_total_us",
         labels={"calls": "calls", "instance": "", "p50_total_us": "p50 total µs"},
@@ -61,7 +61,7 @@ def _instances_chart(card: pd.Series, scoped) -> None:
 
 
 def _sizes_chart(card: pd.Series, scoped) -> None:
-    sample = shared.load(payload.payload_sample, scoped)
+    sample = cached.load(payload.payload_sample, scoped)
     upload = card["kind"] in ("slow_upload", "compression_would_help", "compression_costs_more")
     size, phase = ("request_bytes", "request_network_us") if upload else (
         "response_bytes", "response_network_us")  # fmt: skip
@@ -145,8 +145,8 @@ else:
         st.dataframe(
             found.iloc[CARDS:][["kind", "service", "method", "instance", "saving_p50_us",
                                  "saving_p99_us", "confidence", "action"]],
-            width="stretch", hide_index=True, height=shared.ALL_ROWS,
+            width="stretch", hide_index=True, height=charts.ALL_ROWS,
         )  # fmt: skip
 
 st.subheader("Checked, not found")
-st.dataframe(checked[["kind", "why_not"]], width="stretch", hide_index=True, height=shared.ALL_ROWS)
+st.dataframe(checked[["kind", "why_not"]], width="stretch", hide_index=True, height=charts.ALL_ROWS)

@@ -8,16 +8,16 @@ import plotly.express as px
 import streamlit as st
 
 from grpc_overhead.analyzer.insights import instances
-from grpc_overhead.app import charts, formatting, shared
+from grpc_overhead.app import cached, charts, empty_states, formatting, sidebar
 
 #: Above this max/mean ratio the page points at connection reuse.
 UNEVEN = 1.5
 
 st.title("Instances")
-filters = shared.filters()
-shared.require_calls(filters)
+filters = sidebar.filters()
+empty_states.require_calls(filters)
 
-load = shared.load(instances.instance_load, filters)
+load = cached.load(instances.instance_load, filters)
 summary = instances.summary(load)
 timeline = instances.timeline(load)
 imbalance = instances.imbalance(load)
@@ -105,7 +105,7 @@ st.dataframe(
     summary,
     hide_index=True,
     width="stretch",
-    height=shared.ALL_ROWS,
+    height=charts.ALL_ROWS,
     column_config={
         "share": st.column_config.NumberColumn("share", format="percent"),
         "load_ratio": st.column_config.NumberColumn(

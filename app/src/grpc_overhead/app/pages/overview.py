@@ -10,15 +10,15 @@ from grpc_overhead.analyzer import status, store_size
 from grpc_overhead.analyzer.insights import overview
 from grpc_overhead.analyzer.insights import streams as stream_insights
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import charts, formatting, shared
+from grpc_overhead.app import cached, charts, empty_states, formatting, sidebar
 
 st.title("Overview")
-filters = shared.filters()
-shared.require_calls(filters)
+filters = sidebar.filters()
+empty_states.require_calls(filters)
 
 statistic = st.session_state.get("overview_statistic", "mean")
-answer = shared.load(overview.overview, filters, statistic)
-shared.note_unavailable_phases(filters, overview.source_mix(answer))
+answer = cached.load(overview.overview, filters, statistic)
+empty_states.note_unavailable_phases(filters, overview.source_mix(answer))
 summary = overview.summary(answer).iloc[0]
 statuses = overview.statuses(answer)
 failed = statuses[~statuses["status_code"].isin([0, status.NOT_RECORDED])]
@@ -56,7 +56,7 @@ columns[5].metric(
     "client's half is missing). Calls with no recorded code count as unknown, not as errors.",
 )
 server_only, client_only = int(summary["server_only_calls"]), int(summary["client_only_calls"])
-shared.one_side_caption(summary)
+empty_states.one_side_caption(summary)
 streams = int(summary["stream_calls"])
 without_events = (
     int(summary["calls"]) - int(summary["calls_with_events"]) - server_only - client_only - streams
@@ -112,13 +112,13 @@ else:
         totals.rename(columns={"label": "method", "total_us": f"{statistic} total (µs)"}),
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config={
             f"{statistic} total (µs)": st.column_config.NumberColumn(format="%.1f"),
         },
     )
 
-streams_by_method = shared.load(stream_insights.stream_methods, filters)
+streams_by_method = cached.load(stream_insights.stream_methods, filters)
 if not streams_by_method.empty:
     st.subheader("Streams, per message")
     st.caption(
@@ -167,7 +167,7 @@ if not streams_by_method.empty:
         ].rename(columns={name: f"{name} p50 (µs)" for name in kept}),
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config={
             "request_messages": st.column_config.NumberColumn("requests/call", format="%.1f"),
             "response_messages": st.column_config.NumberColumn("responses/call", format="%.1f"),
@@ -245,7 +245,7 @@ else:
         ),
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config={"share": st.column_config.NumberColumn("share", format="percent")},
         key="overview_status_table",
     )
@@ -253,7 +253,7 @@ else:
 # What keeping these calls costs, in the sidebar where it stays in view: the whole store,
 # whatever the filters. Cached longer than the charts: sizes move slowly, and counting
 # every call stored is a pass over all of them.
-sizes = shared.load_slow(store_size.store_size)
+sizes = cached.load_slowly_changing(store_size.store_size)
 whole = store_size.total_row(sizes)
 st.sidebar.caption(
     f"**Store: {formatting.size(whole['bytes_on_disk'])}** on disk, "

@@ -10,15 +10,15 @@ import streamlit as st
 
 from grpc_overhead.analyzer.insights import payload
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import charts, formatting, shared
+from grpc_overhead.app import cached, charts, empty_states, formatting, sidebar
 
 SAMPLE = 2_000
 
 st.title("Payload & compression")
-filters = shared.filters()
-shared.require_calls(filters)
+filters = sidebar.filters()
+empty_states.require_calls(filters)
 
-answer = shared.load(payload.by_algorithm, filters)
+answer = cached.load(payload.by_algorithm, filters)
 fits = payload.method_fits(answer)
 
 st.subheader("Cost per MB, per phase")
@@ -84,7 +84,7 @@ if fit is not None:
     else:
         st.info(f"{scope}: {fit['verdict']}{more}.")
 
-sample = shared.load(payload.payload_sample, filters, SAMPLE)
+sample = cached.load(payload.payload_sample, filters, SAMPLE)
 size_column = {"request": "request_bytes", "response": "response_bytes"}.get(basis)
 points = sample.assign(
     mb=(sample[size_column] if size_column else sample["request_bytes"] + sample["response_bytes"])
@@ -141,7 +141,7 @@ st.dataframe(
     ),
     hide_index=True,
     width="stretch",
-    height=shared.ALL_ROWS,
+    height=charts.ALL_ROWS,
     column_config={
         "run_id": "run",
         "slope_us_per_mb": st.column_config.NumberColumn("µs per MB", format="%.1f"),
@@ -211,7 +211,7 @@ st.dataframe(
     pd.DataFrame(table),
     hide_index=True,
     width="stretch",
-    height=shared.ALL_ROWS,
+    height=charts.ALL_ROWS,
     column_config={
         "request_bytes_mean": st.column_config.NumberColumn("request bytes (mean)", format="%.0f"),
         "response_bytes_mean": st.column_config.NumberColumn(
@@ -242,7 +242,7 @@ if len(per_algorithm):
         per_algorithm[["service", "method", "run_id", "algorithm", "calls", "r2", "verdict"]],
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config={
             "run_id": "run",
             "r2": st.column_config.NumberColumn("R²", format="%.2f"),

@@ -9,16 +9,16 @@ import streamlit as st
 
 from grpc_overhead.analyzer.insights import distributions, rows
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
-from grpc_overhead.app import charts, formatting, shared
+from grpc_overhead.app import cached, charts, empty_states, formatting, sidebar
 
 st.title("Phases")
-filters = shared.filters()
-shared.require_calls(filters)
-shared.note_unavailable_phases(filters)
+filters = sidebar.filters()
+empty_states.require_calls(filters)
+empty_states.note_unavailable_phases(filters)
 
-quantiles = shared.load(distributions.phase_quantiles, filters)
-sides = shared.load(rows.sides, filters).iloc[0]
-shared.one_side_caption(sides)
+quantiles = cached.load(distributions.phase_quantiles, filters)
+sides = cached.load(rows.sides, filters).iloc[0]
+empty_states.one_side_caption(sides)
 table = distributions.statistics(quantiles)
 recorded = table[table["calls"] > 0]
 
@@ -27,7 +27,7 @@ st.dataframe(
     table,
     hide_index=True,
     width="stretch",
-    height=shared.ALL_ROWS,
+    height=charts.ALL_ROWS,
     column_config={
         "phase": "phase",
         "calls": st.column_config.NumberColumn("calls", help="Calls that record this phase."),
@@ -76,7 +76,7 @@ high = levels.get(0.999, math.nan)
 if math.isfinite(low) and math.isfinite(high):
     low = max(low, 1.0)  # log bins start above zero; smaller values land in the first bin
     high = max(high * 1.001, low * 10)
-    bins = shared.load(distributions.phase_histogram, filters, histogram_phase, low, high, 40)
+    bins = cached.load(distributions.phase_histogram, filters, histogram_phase, low, high, 40)
     bins = bins.assign(
         bin_label=[
             f"{formatting.duration(a)} to {formatting.duration(b)}"
@@ -94,7 +94,7 @@ if math.isfinite(low) and math.isfinite(high):
     st.plotly_chart(histogram, width="stretch", key="phases_histogram")
 
 st.subheader("The tail: the slowest 1 % next to the median call")
-tail = shared.load(distributions.tail, filters)
+tail = cached.load(distributions.tail, filters)
 if tail.empty:
     st.info(
         "The tail comparison needs calls that record every event (the phases then add up "
@@ -135,7 +135,7 @@ else:
         tail[["phase", "median_us", "slowest_us", "extra_us", "extra_share"]],
         hide_index=True,
         width="stretch",
-        height=shared.ALL_ROWS,
+        height=charts.ALL_ROWS,
         column_config={
             "median_us": st.column_config.NumberColumn("median calls (µs)", format="%.1f"),
             "slowest_us": st.column_config.NumberColumn("slowest 1 % (µs)", format="%.1f"),

@@ -9,10 +9,10 @@ from __future__ import annotations
 import streamlit as st
 
 from grpc_overhead.analyzer.insights import console
-from grpc_overhead.app import formatting, shared
+from grpc_overhead.app import cached, formatting
 
 st.title("SQL")
-served = shared.source()
+served = cached.source()
 examples = console.examples(served.options)
 CHOOSE = "(pick an example)"
 
@@ -48,7 +48,7 @@ if ran is None:
     st.info("Write a query or pick an example, then Run.")
     st.stop()
 statement, row_limit = ran
-result = shared.load(console.run, statement, limit=row_limit, **{shared.OWNER: shared.session_id()})
+result = cached.load(console.run, statement, limit=row_limit, **{cached.OWNER: cached.session_id()})
 rows = formatting.count(len(result))
 if result.attrs.get(console.TRUNCATED):
     st.warning(f"Showing the first {rows} rows: the query returned more. Raise the row limit.")

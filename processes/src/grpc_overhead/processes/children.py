@@ -1,4 +1,4 @@
-"""The one process toolkit: start, watch and stop ``grpc-overhead`` sub-commands.
+"""Start, watch and stop ``grpc-overhead`` sub-commands as child processes.
 
 Commands, benchmarks and tests start the stack's pieces as child processes the
 same way, so this is the only place that knows how: ``free_port`` (the one
@@ -23,7 +23,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from grpc_overhead.processes.ports import free_port
 
 LISTENING = "listening on "
 TLS_CA = "tls ca: "
@@ -65,13 +66,6 @@ def stop_process(
     return process.returncode
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A loopback TCP port nothing listens on (at the time of asking)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def offline_env(
     base: Mapping[str, str] | None = None, exporter_timeout_s: float | None = 0.5, **overrides: str
 ) -> dict[str, str]:
@@ -98,6 +92,8 @@ def offline_env(
 class ServiceProcess:
     #: What the start-up errors call the process (a subclass runs another command).
     name = "service"
+    #: The start of the line that says it is ready (a subclass may read another in ``_ready``).
+    ready_line = LISTENING
 
     def __init__(
         self,
@@ -143,8 +139,8 @@ class ServiceProcess:
             except queue.Empty:
                 self.kill()
                 raise ServiceStartError(
-                    f"{self.name} did not print {LISTENING!r} within {self.startup_timeout_s:g} s; "
-                    f"stderr:\n{self.stderr_text()}"
+                    f"{self.name} did not print {self.ready_line!r} within "
+                    f"{self.startup_timeout_s:g} s; stderr:\n{self.stderr_text()}"
                 ) from None
             if line is None:
                 code = self.process.wait()
@@ -152,12 +148,18 @@ class ServiceProcess:
                     f"{self.name} exited with {code} before listening; "
                     f"stderr:\n{self.stderr_text()}"
                 )
-            if line.startswith(TLS_CA):
-                self.tls_ca = Path(line[len(TLS_CA) :])
-            if line.startswith(LISTENING):
-                self.target = line[len(LISTENING) :]
-                self.port = int(self.target.rpartition(":")[2])
+            if self._ready(line):
                 return self
+
+    def _ready(self, line: str) -> bool:
+        """Whether ``line`` says the process is ready; keeps what the lines say of it."""
+        if line.startswith(TLS_CA):
+            self.tls_ca = Path(line[len(TLS_CA) :])
+        if not line.startswith(LISTENING):
+            return False
+        self.target = line[len(LISTENING) :]
+        self.port = int(self.target.rpartition(":")[2])
+        return True
 
     def _read_stdout(self) -> None:
         assert self.process is not None and self.process.stdout is not None
