@@ -86,7 +86,8 @@ demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
 # The suite on two workers (docs/testing.md): a test file runs whole on one worker, so its
-# module fixtures start once; PYTEST_WORKERS=0 runs everything in this process.
+# module fixtures start once, and the files that judge timings run on one worker in turn
+# (tests/conftest.py groups them); PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 2
 
 test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer oidc-provider grpc-java-peer otel-javaagent node-peer

@@ -12,6 +12,32 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+#: Files that judge real calls' timings against a baseline of their own (ground truth,
+#: experiments, clock offsets); some deliberately burn CPU (a busy client, a saturated
+#: server). Under ``make test``'s workers they run on one worker, one after another, so
+#: none of them is measured while another burns the cores.
+TIMING_FILES = frozenset({
+    "tests/ground_truth/test_findings_ground_truth_e2e.py",
+    "tests/ground_truth/test_injected_causes_e2e.py",
+    "tests/cli/test_experiment_command.py",
+    "tests/pipeline/test_clock_skew_e2e.py",
+})  # fmt: skip
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``make test``'s workers (pytest-xdist): a test file runs whole on one worker, so its
+    module fixtures start once, and the ``TIMING_FILES`` run on one worker in turn (one work
+    unit). xdist's own ``loadgroup`` would say so by marks, but it renames node ids in a way
+    pytest 9.2 no longer sees."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "timing" if path in TIMING_FILES else path
+
+    return FileScheduling(config, log)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _collector_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
