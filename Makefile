@@ -86,12 +86,16 @@ demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
 # The suite on two workers (docs/testing.md): a test file runs whole on one worker, so its
-# module fixtures start once, and the files that judge timings run on one worker in turn
-# (tests/conftest.py groups them); PYTEST_WORKERS=0 runs everything in this process.
+# module fixtures start once. Then the tests marked timing (ground truth, experiments:
+# they judge real calls' timings, some burn CPU on purpose) run alone, one after another.
+# Both parts always run; either failing fails the target. PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
 
 test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer oidc-provider grpc-java-peer otel-javaagent node-peer
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+	@$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not timing" --durations=25; parallel=$$?; \
+	$(VENV)/bin/pytest -m timing --durations=10; alone=$$?; \
+	echo "make test: the suite on $(PYTEST_WORKERS) workers exited $$parallel, the timing tests alone $$alone"; \
+	test $$parallel -eq 0 && test $$alone -eq 0
 
 test-fast: setup
 	$(VENV)/bin/pytest -m unit

@@ -14,8 +14,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 
 #: Files that judge real calls' timings against a baseline of their own (ground truth,
 #: experiments, clock offsets); some deliberately burn CPU (a busy client, a saturated
-#: server). Under ``make test``'s workers they run on one worker, one after another, so
-#: none of them is measured while another burns the cores.
+#: server). They carry the ``timing`` mark: ``make test`` runs them alone, after the rest
+#: has run on its workers, so none is measured beside another test's load.
 TIMING_FILES = frozenset({
     "tests/ground_truth/test_findings_ground_truth_e2e.py",
     "tests/ground_truth/test_injected_causes_e2e.py",
@@ -24,19 +24,12 @@ TIMING_FILES = frozenset({
 })  # fmt: skip
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """``make test``'s workers (pytest-xdist): a test file runs whole on one worker, so its
-    module fixtures start once, and the ``TIMING_FILES`` run on one worker in turn (one work
-    unit). xdist's own ``loadgroup`` would say so by marks, but it renames node ids in a way
-    pytest 9.2 no longer sees."""
-    from xdist.scheduler import LoadFileScheduling
-
-    class FileScheduling(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "timing" if path in TIMING_FILES else path
-
-    return FileScheduling(config, log)
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``timing`` mark on every test of ``TIMING_FILES`` (before ``-m`` selects)."""
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in TIMING_FILES:
+            item.add_marker(pytest.mark.timing)
 
 
 @pytest.fixture(scope="session", autouse=True)
