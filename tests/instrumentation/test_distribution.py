@@ -90,7 +90,8 @@ def test_the_main_wheel_depends_on_the_instrumentation_and_does_not_ship_it(
     files = [n for n in wheel.namelist() if ".dist-info/" not in n]
     assert not [n for n in files if n.startswith("grpc_overhead/instrumentation/")]
     assert "grpc_overhead/__init__.py" not in files
-    for module in ("__main__.py", "cli/__init__.py", "cli/processes.py", "analyzer/__init__.py",
-                   "app/main.py", "collector/runner.py", "prediction/protos/prediction.proto",
+    for module in ("__main__.py", "cli/__init__.py", "processes/__init__.py",
+                   "processes/children.py", "analyzer/__init__.py", "app/main.py",
+                   "collector/runner.py", "prediction/protos/prediction.proto",
                    "load_generator/runner.py"):  # fmt: skip
         assert f"grpc_overhead/{module}" in files, module
