@@ -61,6 +61,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from grpc_overhead.analyzer import rollup
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, StoreLocked
@@ -72,6 +73,7 @@ from grpc_overhead.analyzer.intake import (
 )
 from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phase_view import create_call_tables
+from grpc_overhead.analyzer.retention import Retention
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.owner import SERVE_INFO_FILE as SERVE_INFO_FILE
 from grpc_overhead.analyzer.store.owner import ServeInfo, remove_serve_info, write_serve_info
@@ -199,8 +201,21 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         print(warning(exposed), file=sys.stderr)
     stop = stop or threading.Event()
     # From here on a SIGTERM or Ctrl-C stops serve the graceful way, even one that comes
-    # while it starts (the first lines are printed before the loop below begins).
-    _stop_on_signals(stop)
+    # while it starts (the first lines are printed before its loop begins); a program that
+    # embeds serve gets its own handlers back when serve returns.
+    previous = _stop_on_signals(stop)
+    try:
+        return _start(args, ports, retention, security, stop)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _start(
+    args: argparse.Namespace, ports: OtlpPorts, retention: Retention, security: Security,
+    stop: threading.Event,
+) -> int:  # fmt: skip
+    """Open the store, start the intake, the HTTP interface and the app; serve until ``stop``."""
     if not args.no_app:
         from grpc_overhead.app.server import AppServerError, check_port
 
@@ -404,12 +419,12 @@ def _settle(store: Store, options: CallsOptions) -> None:
         )
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
+def _stop_on_signals(stop: threading.Event) -> dict[int, Any]:
+    """SIGINT and SIGTERM set ``stop``; the handlers they had (none off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
-        return  # embedded in a test or another program: it sets ``stop`` itself
+        return {}  # embedded in a test or another program: it sets ``stop`` itself
 
     def handle(signum: int, frame: object) -> None:
         stop.set()
 
-    signal.signal(signal.SIGINT, handle)
-    signal.signal(signal.SIGTERM, handle)
+    return {signum: signal.signal(signum, handle) for signum in (signal.SIGINT, signal.SIGTERM)}
