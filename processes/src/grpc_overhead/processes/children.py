@@ -1,19 +1,9 @@
-"""Start, watch and stop ``grpc-overhead`` sub-commands as child processes.
+"""Start, watch and stop ``grpc-overhead`` sub-commands as child processes (what the
+package offers, with an example: its ``__init__``).
 
-Commands, benchmarks and tests start the stack's pieces as child processes the
-same way, so this is the only place that knows how: ``free_port`` (the one
-loopback port picker), ``stop_process`` (signal, wait, SIGKILL), ``offline_env``,
-``ServiceProcess`` (``grpc-overhead service``, awaited until it listens),
-``run_load`` (``grpc-overhead load`` to completion) and ``Child`` (any
-sub-command in its own session, its output in a log file, as the demo runs
-them):
-
-    with ServiceProcess(["--workers", "4"]) as service:
-        run_load("--target", service.target, ...)
-
-The service is started on ``--port 0`` (unless the arguments name a port) and
-its ``listening on HOST:PORT`` line is awaited; stderr goes to a file so a
-chatty server can never block on a full pipe (``service.stderr_text()``).
+A service is started on ``--port 0`` (unless the arguments name a port) and its
+``listening on HOST:PORT`` line is awaited; stderr goes to a file so a chatty server can
+never block on a full pipe (``service.stderr_text()``).
 """
 
 from __future__ import annotations
