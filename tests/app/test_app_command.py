@@ -57,6 +57,11 @@ def test_a_store_owned_by_serve_is_read_through_it(tmp_path: Path):
                 open_page(page, f"{app.url}/overview")
                 assert page.locator(EXCEPTION).count() == 0
                 assert calls_metric(page) == 20
+                # serve writes it meanwhile: live, as the `streamlit run` entry reads it.
+                toggle = page.locator(
+                    '[data-testid="stSidebar"] [data-testid="stCheckbox"]'
+                ).filter(has_text="Auto-refresh")
+                assert toggle.locator("input").is_checked()
         finally:
             assert app.stop() == 0, app.text()
     finally:

@@ -98,7 +98,11 @@ def test_spans_sent_before_intake_is_up_are_retried(
         intake=f"127.0.0.1:{intake_port}",
     ) as collector:
         trace_id = _send_one_span(collector.otlp_endpoint)
-        time.sleep(2)  # the first export attempts fail: nothing listens yet
+        # The first export attempt fails (nothing listens yet) and is to be retried.
+        deadline = time.monotonic() + 60
+        while "Exporting failed" not in collector.logs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "Will retry" in collector.logs(), collector.logs()
         sink = start_otlp_sink(intake_port)
         [(_, span)] = sink.spans(1, timeout=60)
     assert span.trace_id.hex() == trace_id

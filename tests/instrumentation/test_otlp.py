@@ -139,3 +139,25 @@ def test_the_exporter_sends_the_encoded_bytes_to_a_real_receiver(otlp_sink):
     assert [span.span_id for _resource, span in spans] == [bytes(7) + b"\x0b", bytes(7) + b"\x0c",
                                                            bytes(7) + b"\x0b"]  # fmt: skip
     assert {a.key for a in spans[0][0].attributes} == set(RESOURCE.attributes)
+
+
+@pytest.mark.parametrize("failed", [False, True], ids=["fast_path", "full_path"])
+def test_a_span_never_ends_before_its_last_event(recorder, failed):
+    """A handler's thread may record an event just after another thread ended the call
+    (grpc.aio with sync handlers): the span ends at that event, in both encoders."""
+    record = CallRecord(recorder, False, "/pkg.Svc/Get", "unary_unary", 2**90 + 3, 21, 20, 1_000)
+    record.event("serverCallStarted", 1_000)
+    record.inbound(1_100, 1_200, 40)
+    record.end = 1_500
+    record.outbound(1_450, 1_555, b"w" * 30)  # after the end: the late event
+    if failed:
+        record.fail(13, "late", RuntimeError("late"))
+    record.finished = True
+    builder = SpanBuilder(RESOURCE)
+    ours = ExportTraceServiceRequest.FromString(encode_request([record], encode_resource(RESOURCE)))
+    sdk = encode_spans([builder.build(record)])
+    assert normalized(ours) == normalized(sdk)
+    span = ours.resource_spans[0].scope_spans[0].spans[0]
+    offset = span.start_time_unix_nano - 1_000
+    assert span.end_time_unix_nano - offset == 1_555
+    assert max(event.time_unix_nano for event in span.events) <= span.end_time_unix_nano

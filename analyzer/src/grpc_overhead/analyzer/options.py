@@ -236,10 +236,13 @@ def _settled_half(side: str) -> str:
 #: existed read 0: long arrived. With one ``as_of_ns`` every query of a page sees the same
 #: calls, so its counts agree. A client half whose server said it dropped its own half
 #: (tail-aware sampling: the server's instance arrived with the client half, the only way
-#: ``server_instance`` is set without a server half) waits for nothing: shown at once.
+#: ``server_instance`` is set without a server half) waits for nothing: shown at once. Only
+#: without a server half: a server half that arrived after the snapshot sets it too, and a
+#: page's queries would count the call once that half is visible and not before.
 SHOWN_FILTER = (
     f"(({_CLIENT_SEEN} AND {_SERVER_SEEN})"
-    f" OR ({_CLIENT_SEEN} AND ({_settled_half('client')} OR server_instance != ''))"
+    f" OR ({_CLIENT_SEEN} AND ({_settled_half('client')}"
+    " OR (server_start_ns = 0 AND server_instance != '')))"
     f" OR ({_SERVER_SEEN} AND {_settled_half('server')}))"
 )
 

@@ -28,8 +28,8 @@ class Served:
     #: Base URL of a Jaeger UI (``…/trace/<trace id>`` links in the call explorer).
     jaeger_url: str = ""
     #: True when the data may change while the app runs: this process runs the intake
-    #: (``serve``), or the ``streamlit run`` entry reads a store another process writes
-    #: (through serve's HTTP interface, a ClickHouse server). Auto-refresh is on by default
+    #: (``serve``), or ``app`` and the ``streamlit run`` entry read a store another process
+    #: writes (through serve's HTTP interface, a ClickHouse server). Auto-refresh is on by default
     #: and answers are cached seconds, not ``cached.STATIC_TTL_S``.
     live: bool = False
     #: A counter that moves whenever the intake has stored a batch (None: nobody says):

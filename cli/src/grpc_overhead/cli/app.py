@@ -167,7 +167,13 @@ def run(args: argparse.Namespace) -> int:
             settling = runtime.BackgroundSettle(store, options, report=_say).start()
         server = AppServer(
             Served(
-                store, options, jaeger_url=args.jaeger_url, live=False, password=password, oidc=oidc
+                store,
+                options,
+                jaeger_url=args.jaeger_url,
+                # Read through serve or from a ClickHouse server: others write it meanwhile.
+                live=not store.backend.owns_data,
+                password=password,
+                oidc=oidc,
             ),
             host=args.host,
             port=args.port,

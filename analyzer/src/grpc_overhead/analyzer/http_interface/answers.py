@@ -15,6 +15,9 @@ Settings passed as URL parameters: the three limits may be lowered (a higher
 value, or 0, gets the ceiling); client-protocol ones are accepted and ignored
 (``IGNORED``, ``output_format_*``); any other is refused as ClickHouse refuses
 it for a read-only user (Code 164).
+
+One handle is our own: ``SNAPSHOT_PATH``, the store's snapshot (``analyzer.snapshot``) in JSON,
+which serve, running every insert of the store it owns, knows exactly.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from grpc_overhead.analyzer import snapshot
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, QueryError
-from grpc_overhead.analyzer.store.base import EncodedValue, Store
+from grpc_overhead.analyzer.store.base import SNAPSHOT_PATH, EncodedValue, Store
 from grpc_overhead.analyzer.store.user_statements import QueryLimits, output_format
 from grpc_overhead.analyzer.throttle import FailedLogins, lockout_message
 
@@ -243,7 +247,7 @@ class Answerer:
         path = request.path.rstrip("/") or "/"
         if path in ("/ping", "/replicas_status"):
             return Answer(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
-        if path not in ("/", "/query"):
+        if path not in ("/", "/query", SNAPSHOT_PATH):
             return Answer(
                 404,
                 f"There is no handle {request.path}\n\nUse / or /ping for health checks.\n"
@@ -253,6 +257,8 @@ class Answerer:
         query_id = request.parameters.get("query_id") or str(uuid.uuid4())
         try:
             self._authenticate(request)
+            if path == SNAPSHOT_PATH:
+                return self._snapshot()
             text = self._statement(request)
             if text is None:  # GET / with no query: the health check ClickHouse answers too
                 return Answer(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
@@ -266,6 +272,11 @@ class Answerer:
             return self._error("BAD_ARGUMENTS", str(error), query_id)
         except AnalyzerError as error:
             return self._error("UNKNOWN_EXCEPTION", str(error), query_id)
+
+    def _snapshot(self) -> Answer:
+        taken = snapshot.read(self.store)
+        body = json.dumps({"moment_ns": taken.moment_ns, "now_ns": taken.now_ns}) + "\n"
+        return Answer(200, body.encode(), {"Content-Type": "application/json; charset=UTF-8"})
 
     def _authenticate(self, request: Request) -> None:
         """``credentials.check``, throttled per source: a locked-out source is refused

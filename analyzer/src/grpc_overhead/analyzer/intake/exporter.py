@@ -198,10 +198,11 @@ class ProtobufSqlExporter:
         if kept:
             with self.commit_lock:
                 stored, repeated = self._skip_duplicates(kept, outcomes)
-                self.store.command(
-                    self._transform_once if repeated else self._transform,
-                    {"kept": kept, "stored": stored, "repeated": repeated},
-                )
+                with self.store.storing_spans():
+                    self.store.command(
+                        self._transform_once if repeated else self._transform,
+                        {"kept": kept, "stored": stored, "repeated": repeated},
+                    )
         for index in set(indexes) - set(kept):
             if not outcomes[index].malformed:
                 outcomes[index].withdrawn = True
@@ -305,7 +306,8 @@ class RowsExporter:
         if len(batch):
             with self.commit_lock:
                 batch = self._skip_duplicates(batch, origins, outcomes)
-                self.store.insert(self._table, COLUMNS, batch.columns)
+                with self.store.storing_spans():
+                    self.store.insert(self._table, COLUMNS, batch.columns)
         return outcomes
 
     def _skip_duplicates(

@@ -17,6 +17,9 @@ query parameters (``{name:Type}`` placeholders), never formatted into the text.
     ├── insert_encoded(statement, format, payload)   bytes in an input format
     ├── session() / close_session(s)          a handle for one worker thread
     ├── exclusive()                           statements that must look like one
+    ├── storing_spans()                       held around an INSERT of spans
+    ├── known_snapshot()                      up to when every stored span is visible,
+    │                                         where the process knows it (else None)
     ├── close()
     └── backend                               what the backend is, as data:
         ├── owns_data                         this process alone writes and settles it
@@ -92,6 +95,21 @@ class Backend:
 #: Overview's 3.2 s on a store of 3 calls down to 1.2 s without it. Our filters gain
 #: nothing from it: their bounds are bound values, compared once.
 ENGINE_SETTINGS: dict[str, int] = {"optimize_and_compare_chain": 0}
+
+
+#: Where serve's HTTP interface answers its store's snapshot (JSON ``moment_ns``, ``now_ns``),
+#: for readers in other processes (``ClickHouseHttpStore.known_snapshot``).
+SNAPSHOT_PATH = "/grpc-overhead/snapshot"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The moment a report or a page reads the store as of (``analyzer.snapshot``):
+    ``moment_ns``, every half row stamped up to it is visible; ``now_ns``, the engine's clock
+    when it was taken (the two differ while an INSERT of spans was committing). Unix ns."""
+
+    moment_ns: int
+    now_ns: int
 
 
 class Store(abc.ABC):
@@ -194,6 +212,18 @@ class Store(abc.ABC):
         this is a no-op and the statements are only as atomic as ClickHouse.
         """
         return contextlib.nullcontext()
+
+    def storing_spans(self) -> contextlib.AbstractContextManager[None]:
+        """Held around a statement that stores spans. The rows it gives ``grpc_calls`` are
+        stamped with the engine's clock when it starts and visible once it returns; a store
+        that knows its inserts (``known_snapshot``) notes it, so snapshots stop before it."""
+        return contextlib.nullcontext()
+
+    def known_snapshot(self) -> Snapshot | None:
+        """The store's snapshot where this process knows it exactly (an embedded engine runs
+        every insert in it; serve's HTTP interface asks serve); None: ask the engine
+        (``analyzer.snapshot``)."""
+        return None
 
     def session(self) -> Store:
         """A handle for one worker thread that may run next to the store's other work.

@@ -58,11 +58,13 @@ from grpc_overhead.analyzer.store.base import (
     Backend,
     Columns,
     Parameters,
+    Snapshot,
     Store,
     quote_identifier,
 )
 from grpc_overhead.analyzer.store.chdb_values import arrow_type, bind_parameters
 from grpc_overhead.analyzer.store.clickhouse_errors import split_clickhouse_error
+from grpc_overhead.analyzer.store.in_flight import InsertsInFlight
 from grpc_overhead.analyzer.store.lock import check_free, lock_holder, locked_message
 from grpc_overhead.analyzer.store.text import arrow_frame
 from grpc_overhead.analyzer.store.user_statements import Abandoned, QueryLimits
@@ -98,11 +100,19 @@ class ChdbStore(Store):
         self._readonly_conn: Any = None
         self._column_types: dict[str, dict[str, str]] = {}
         self._sessions: list[ChdbStore] = []
+        #: Shared with its sessions: every span insert into this engine runs in this process.
+        self._in_flight = InsertsInFlight()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         with self._lock:  # an RLock: the statements inside take it again freely
             yield
+
+    def storing_spans(self) -> contextlib.AbstractContextManager[None]:
+        return self._in_flight.inserting()
+
+    def known_snapshot(self) -> Snapshot:
+        return self._in_flight.snapshot()
 
     def session(self) -> ChdbStore:
         """Another connection to this engine (see ``Store.session``)."""
@@ -356,6 +366,7 @@ class ChdbSession(ChdbStore):
         self._readonly_conn = None
         self._column_types = {}
         self._sessions = []
+        self._in_flight = store._in_flight
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import json
 import socket
 import ssl
 import threading
@@ -37,7 +38,15 @@ from grpc_overhead.analyzer.errors import (
     QueryError,
     StoreUnavailable,
 )
-from grpc_overhead.analyzer.store.base import ENGINE_SETTINGS, Backend, Columns, Parameters, Store
+from grpc_overhead.analyzer.store.base import (
+    ENGINE_SETTINGS,
+    SNAPSHOT_PATH,
+    Backend,
+    Columns,
+    Parameters,
+    Snapshot,
+    Store,
+)
 from grpc_overhead.analyzer.store.chdb_values import bind_parameters
 from grpc_overhead.analyzer.store.clickhouse_errors import split_clickhouse_error
 from grpc_overhead.analyzer.store.text import arrow_frame
@@ -90,6 +99,8 @@ class ClickHouseHttpStore(Store):
         self.description = description or f"ClickHouse HTTP {self.url}"
         self._timeout_s = timeout_s
         self._closed = threading.Event()
+        #: Whether whatever answers is serve's interface with its snapshots (None: not asked).
+        self._serves_snapshots: bool | None = None
         # Fail now, with a clear message, rather than at the first query; and ask whether
         # this user may write at all (serve's interface, a read-only ClickHouse user: no).
         try:
@@ -147,6 +158,28 @@ class ClickHouseHttpStore(Store):
         self._refuse_writes(f"INSERT INTO {table}")
         raise BadInput(f"{self.description}: inserts go through the intake, not the HTTP store")
 
+    def known_snapshot(self) -> Snapshot | None:
+        """serve's snapshot of the store it owns (``SNAPSHOT_PATH``: serve runs every insert,
+        so it knows); None from another ClickHouse (no such handle: ask the engine)."""
+        if self._serves_snapshots is False:
+            return None
+        try:
+            body = self._post("", None, {}, path=SNAPSHOT_PATH)
+        except QueryError:  # a ClickHouse server: "There is no handle"
+            self._serves_snapshots = False
+            return None
+        try:
+            found = json.loads(body)
+            taken = Snapshot(int(found["moment_ns"]), int(found["now_ns"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreUnavailable(
+                f"{self.description} answered {SNAPSHOT_PATH} with {_excerpt(repr(body))}: "
+                f"not a grpc-overhead serve's snapshot ({exc})",
+                location=self.url,
+            ) from exc
+        self._serves_snapshots = True
+        return taken
+
     def close(self) -> None:
         self._closed.set()
 
@@ -167,6 +200,7 @@ class ClickHouseHttpStore(Store):
         settings: dict[str, str],
         *,
         abandoned: Abandoned | None = None,
+        path: str = "/",
     ) -> bytes:
         if self._closed.is_set():
             raise StoreUnavailable(f"{self.description} is closed", location=self.url)
@@ -187,7 +221,8 @@ class ClickHouseHttpStore(Store):
             connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
         try:
             with watch(abandoned, lambda: _hang_up(connection)):
-                connection.request("POST", "/?" + urlencode(query), sql.encode(), self._headers)
+                target = f"{path}?{urlencode(query)}"
+                connection.request("POST", target, sql.encode(), self._headers)
                 response = connection.getresponse()
                 body = response.read()
         except (OSError, http.client.HTTPException) as exc:

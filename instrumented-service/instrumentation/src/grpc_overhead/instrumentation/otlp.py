@@ -271,7 +271,9 @@ def _encode_fast(record: CallRecord) -> bytes:
     if parent:
         parts.append(b"\x22\x08" + parent.to_bytes(8, "big"))
     parts.append(_head(record))
-    parts.append(_times(0x39, start + offset, 0x41, max(record.end, start) + offset))
+    events = record.events[:]  # one list: a handler's thread may still add one
+    end = max(record.end, start, max((event[1] for event in events), default=0))
+    parts.append(_times(0x39, start + offset, 0x41, end + offset))  # = SpanDescription.end
     if record.residence_ns >= 0:
         parts.append(_int_attribute(_RESIDENCE_KEY, record.residence_ns))
     budget = deadline_budget(record)
@@ -299,7 +301,7 @@ def _encode_fast(record: CallRecord) -> bytes:
         parts.append(_attributes(b"\x4a", record.attributes))
     # Per event: its cached bytes before and after the timestamp; one join at the end.
     extend, cached, compression = parts.extend, _events.get, record.compression
-    for event in record.events:
+    for event in events:
         name, timestamp, message_id, size, payload = event
         around = cached((name, message_id, size, compression)) if payload is None else None
         if around is None:

@@ -123,7 +123,7 @@ class SpanDescription:
     """Everything a span says, computed once from a record; both the SDK ``ReadableSpan``
     builder and the OTLP wire encoder (otlp.py) render this, so they cannot disagree."""
 
-    __slots__ = ("attributes", "error", "events", "record", "status_message")
+    __slots__ = ("attributes", "end", "error", "events", "record", "status_message")
 
     def __init__(self, record: CallRecord) -> None:
         offset = clock.wall_offset_ns()
@@ -149,9 +149,9 @@ class SpanDescription:
             attributes.update(record.attributes)
         self.attributes = attributes
 
+        recorded = record.events[:]  # one list: a handler's thread may still add one
         events: list[tuple[str, int, dict[str, Any] | None]] = [
-            (event[0], event[1] + offset, message_attributes(event, record))
-            for event in record.events
+            (event[0], event[1] + offset, message_attributes(event, record)) for event in recorded
         ]
         code = record.status_code
         self.error = bool(code and (record.client or code in _SERVER_ERROR_CODES))
@@ -174,6 +174,9 @@ class SpanDescription:
                 )
             )
         self.events = events
+        # Not before its last event: a handler's thread may record one just after another
+        # thread ended the call (grpc.aio with sync handlers: 55 us after, once).
+        self.end = max(record.end, record.start, max((e[1] for e in recorded), default=0))
 
     @property
     def name(self) -> str:
@@ -185,7 +188,7 @@ class SpanDescription:
 
     @property
     def end_time(self) -> int:
-        return max(self.record.end, self.record.start) + clock.wall_offset_ns()
+        return self.end + clock.wall_offset_ns()
 
 
 def sampling_attributes(record: CallRecord) -> dict[str, Any] | None:
