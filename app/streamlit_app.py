@@ -31,7 +31,7 @@ from grpc_overhead.analyzer.readiness import prepare_for_reading
 from grpc_overhead.analyzer.schema import SchemaOptions
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, open_store
 from grpc_overhead.app import runtime
-from grpc_overhead.app.server import MAIN_SCRIPT
+from grpc_overhead.app.app_server import MAIN_SCRIPT
 from grpc_overhead.instrumentation import environment
 
 

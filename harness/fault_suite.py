@@ -122,7 +122,7 @@ def reports_readable(directory: str) -> bool:
 def flood(scale: Scale, directory: str) -> dict[str, Any]:
     from grpc_overhead.analyzer.calls import create_calls
     from grpc_overhead.analyzer.errors import BadInput
-    from grpc_overhead.analyzer.insights import console
+    from grpc_overhead.analyzer.insights import sql_console
     from grpc_overhead.analyzer.intake import Intake, IntakeConfig
     from grpc_overhead.analyzer.options import CallsOptions
     from grpc_overhead.analyzer.store import open_store
@@ -141,7 +141,7 @@ def flood(scale: Scale, directory: str) -> dict[str, Any]:
         while not stop.wait(0.05):
             kill_attempts["tried"] += 1
             try:
-                console.run(store, "KILL QUERY WHERE 1")
+                sql_console.run(store, "KILL QUERY WHERE 1")
             except BadInput:
                 kill_attempts["refused"] += 1
 

@@ -95,10 +95,10 @@ def test_the_readme_lists_every_page_of_the_app():
 def test_the_docs_give_the_query_time_limits_the_code_enforces():
     """The SQL page's time limit and that of `sql` and the HTTP interface, each from its
     one constant, as docs/what-you-get.md, docs/sql.md and docs/reliability.md state them."""
-    from grpc_overhead.analyzer.insights import console
+    from grpc_overhead.analyzer.insights import sql_console
     from grpc_overhead.analyzer.store.user_statements import QueryLimits
 
-    page = f"{console.PAGE_LIMITS.max_execution_time_s:g} s"
+    page = f"{sql_console.PAGE_LIMITS.max_execution_time_s:g} s"
     ceiling = f"{QueryLimits().max_execution_time_s:g} s"
     pages = (DOCS / "what-you-get.md").read_text()
     sql_row = next(line for line in pages.splitlines() if line.startswith("| [SQL]"))
@@ -106,5 +106,5 @@ def test_the_docs_give_the_query_time_limits_the_code_enforces():
     assert f"({QueryLimits().describe()};" in (DOCS / "sql.md").read_text()  # HTTP interface
     reliability = (ROOT / "docs" / "reliability.md").read_text()
     assert f"| {ceiling} (SQL page: {page}) |" in reliability
-    assert f"at most {console.MAX_LIMIT:,})" in reliability
-    assert console.page_limits().startswith(f"{page}, 4 GiB, the row limit")
+    assert f"at most {sql_console.MAX_LIMIT:,})" in reliability
+    assert sql_console.page_limits().startswith(f"{page}, 4 GiB, the row limit")

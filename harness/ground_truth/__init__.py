@@ -44,10 +44,10 @@ from harness.ground_truth.bandwidth import bandwidth, compression
 from harness.ground_truth.checks import ScenarioResult
 from harness.ground_truth.connect import connection_setup
 from harness.ground_truth.delay import asymmetric_delay, one_way_delay, skew_with_asymmetric_delay
+from harness.ground_truth.in_process import serialization, server_queue
 from harness.ground_truth.interceptors import server_interceptors
 from harness.ground_truth.profile import Profile
 from harness.ground_truth.saturation import client_saturation, server_saturation
-from harness.ground_truth.server import serialization, server_queue
 from harness.ground_truth.skew import clock_skew
 from harness.ground_truth.streams import stream_per_message
 

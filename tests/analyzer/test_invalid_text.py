@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.analyzer.insights import console
+from grpc_overhead.analyzer.insights import sql_console
 from grpc_overhead.cli import report as report_command
 from grpc_overhead.cli import sql as sql_command
 from tests.analyzer.invalid_text import BAD_HEX, insert_call_with_invalid_text
@@ -27,7 +27,7 @@ def store_dir(tmp_path: Path) -> str:
     directory = tmp_path / "store"
     with analysis_store(directory) as store:
         insert_call_with_invalid_text(store)
-        found = console.run(store, "SELECT SpanName, SpanAttributes FROM otel_traces")
+        found = sql_console.run(store, "SELECT SpanName, SpanAttributes FROM otel_traces")
         assert found["SpanName"].str.startswith(READABLE).all()
         raw = store.query("SELECT DISTINCT hex(SpanName) AS h FROM otel_traces")
         assert raw["h"].tolist() == [BAD_HEX]  # stored byte for byte

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from grpc_overhead.analyzer.insights import overview
-from grpc_overhead.analyzer.insights.clock import window_calls
+from grpc_overhead.analyzer.insights.clock_offsets import window_calls
 from grpc_overhead.analyzer.options import HOLD_BACK_NS, CallFilters
 from grpc_overhead.analyzer.report import build_report, render_table, to_json
 from grpc_overhead.analyzer.rollup import settle, store_clock_ns

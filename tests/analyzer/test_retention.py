@@ -16,7 +16,7 @@ import pytest
 
 from grpc_overhead.analyzer import call_rollup, rollup
 from grpc_overhead.analyzer.errors import BadInput
-from grpc_overhead.analyzer.insights import distributions, explorer, instances, overview, payload
+from grpc_overhead.analyzer.insights import explorer, instances, overview, payload, phases
 from grpc_overhead.analyzer.insights import rows as insight_rows
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.report import build_report
@@ -126,7 +126,7 @@ def test_expired_calls_go_their_rollups_stay_and_every_page_answers(expiring_sto
     for page in (
         lambda: overview.overview(store, whole_range, "p50"),
         lambda: insight_rows.sides(store, whole_range),
-        lambda: distributions.tail(store, whole_range, slowest=0.1),
+        lambda: phases.tail(store, whole_range, slowest=0.1),
         lambda: payload.by_algorithm(store, whole_range),
         lambda: instances.instance_load(store, whole_range),
         lambda: explorer.find_calls(store, whole_range, limit=20),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.analyzer.insights import console
+from grpc_overhead.analyzer.insights import sql_console
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW, view_columns
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from grpc_overhead.analyzer.store.user_statements import QueryLimits
@@ -105,5 +105,5 @@ def test_a_rounded_quantile_prints_as_rounded(store, output):
     assert str(answer["p50_us"].dtype) in ("float32", "Float32")  # the engine's type
     shown = render(answer, output)
     assert "28210.9" in shown and "28210.90" not in shown, shown
-    page = console.displayable(console.run(store, sql))
+    page = sql_console.displayable(sql_console.run(store, sql))
     assert page["p50_us"].tolist() == [28210.9]

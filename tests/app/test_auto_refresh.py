@@ -90,8 +90,8 @@ def test_a_look_of_the_ticker_does_not_collect_the_whole_heap():
     global to the interpreter."""
     probe = (
         "from streamlit import config\n"
-        "from grpc_overhead.app import server\n"
-        "server._configure('127.0.0.1', 8501)\n"
+        "from grpc_overhead.app import app_server\n"
+        "app_server._configure('127.0.0.1', 8501)\n"
         "print(config.get_option('runner.postScriptGC'))\n"
     )
     done = subprocess.run(

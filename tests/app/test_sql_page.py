@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpc_overhead.analyzer.insights import console
+from grpc_overhead.analyzer.insights import sql_console
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from tests.analyzer.seed import BASE_NS, MS, Truth, insert_spans, synthetic_call
 from tests.app.conftest import run_page
@@ -41,7 +41,7 @@ def test_a_query_shows_its_rows_and_offers_csv(served_store):
 def test_every_example_runs(served_store):
     seed(served_store)
     at = run_page("sql_console")
-    examples = console.examples()
+    examples = sql_console.examples()
     assert at.selectbox(key="sql_example").options[1:] == list(examples)
     for title, statement in examples.items():
         at.selectbox(key="sql_example").set_value(title).run()
@@ -68,7 +68,7 @@ def test_writes_are_refused_with_a_clear_message(served_store, statement):
     seed(served_store)
     at = run_sql(statement)
     assert not at.exception
-    assert at.error[0].value == console.READ_ONLY_REFUSAL
+    assert at.error[0].value == sql_console.READ_ONLY_REFUSAL
     assert int(served_store.query("SELECT count() AS n FROM grpc_calls FINAL")["n"][0]) == 5
 
 

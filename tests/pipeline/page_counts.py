@@ -13,7 +13,7 @@ import json
 import sys
 
 from grpc_overhead.analyzer.calls import create_calls
-from grpc_overhead.analyzer.insights import catalog, distributions, overview, rows
+from grpc_overhead.analyzer.insights import catalog, overview, phases, rows
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.report import build_report, to_json
 from grpc_overhead.analyzer.rollup import settle
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         for run_id in run_ids:
             filters = CallFilters(run_id=run_id).at_rest()
             summary = overview.summary(overview.overview(store, filters, options=options))
-            quantiles = distributions.phase_quantiles(store, filters, options=options)
+            quantiles = phases.phase_quantiles(store, filters, options=options)
             phase_calls = quantiles.groupby("phase")["calls"].max().astype(int).to_dict()
             row = summary.iloc[0]
             sides = rows.sides(store, filters, options=options).iloc[0]

@@ -15,7 +15,7 @@ import pytest
 from grpc_overhead.analyzer import weighted
 from grpc_overhead.analyzer.findings.source import Reader, Source, per_method
 from grpc_overhead.analyzer.grafana.dashboards import TABLE_PHASES
-from grpc_overhead.analyzer.insights import distributions, instances, payload
+from grpc_overhead.analyzer.insights import instances, payload, phases
 from grpc_overhead.analyzer.insights.overview import overview
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phase_view import create_call_tables
@@ -148,8 +148,8 @@ def test_the_payload_instances_and_phases_pages_estimate_every_call(stored):
     with open_store(str(store_dir)) as store:
         by_algorithm = payload.by_algorithm(store, filters)
         load = instances.instance_load(store, filters)
-        histogram = distributions.phase_histogram(store, filters, "total", 1.0, 1e6, 40)
-        tail = distributions.tail(store, filters).set_index("phase")
+        histogram = phases.phase_histogram(store, filters, "total", 1.0, 1e6, 40)
+        tail = phases.tail(store, filters).set_index("phase")
     every = by_algorithm[by_algorithm["algorithm"] == payload.ALL].iloc[0]
     assert int(every["calls"]) == pytest.approx(CALLS, rel=0.05)
     assert int(every["stored_calls"]) <= STORED_AT_MOST

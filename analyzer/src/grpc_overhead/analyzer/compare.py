@@ -224,7 +224,7 @@ def compare_phases(
         b, b_weights = verdicts.weighted_rounds_of(
             _column(other, column), _weights(other), other_rounds
         )
-        a_calls, b_calls = _calls(a, a_weights), _calls(b, b_weights)
+        a_calls, b_calls = verdicts.calls_made(a, a_weights), verdicts.calls_made(b, b_weights)
         if not a or not b:
             deltas.append(PhaseDelta(phase, _median(a, a_weights), _median(b, b_weights),
                                      None, None, None, None, a_calls, b_calls))  # fmt: skip
@@ -272,13 +272,6 @@ def _median(groups: list[np.ndarray], weights: verdicts.Weights) -> float | None
         return None
     pooled = None if weights is None else np.concatenate(weights)
     return verdicts.median(np.concatenate(groups), pooled)
-
-
-def _calls(groups: list[np.ndarray], weights: verdicts.Weights) -> int:
-    """The calls a side's values stand for: the calls made, estimated under sampling."""
-    if weights is None:
-        return int(sum(group.size for group in groups))
-    return round(sum(float(group.sum()) for group in weights))
 
 
 def compare(

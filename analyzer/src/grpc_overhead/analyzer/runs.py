@@ -302,7 +302,7 @@ def phase_summary(
         summary[phase] = {  # weighted: every call made, estimated under sampling
             "p50_us": _number(verdicts.median(values, pooled)),
             "mean_us": _number(np.average(values, weights=pooled)),
-            "calls": int(values.size) if pooled is None else round(float(pooled.sum())),
+            "calls": verdicts.calls_made(groups, weighted),
             "ci_us": None if interval is None else [_number(interval[0]), _number(interval[1])],
         }
     return summary

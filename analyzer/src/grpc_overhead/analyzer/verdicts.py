@@ -110,6 +110,14 @@ def _split(
     ]
 
 
+def calls_made(groups: list[np.ndarray], weights: Weights = None) -> int:
+    """The calls a side's values stand for: the calls made, estimated under sampling (the
+    sum of the weights), or the values themselves without weights."""
+    if weights is None:
+        return int(sum(group.size for group in groups))
+    return round(sum(float(group.sum()) for group in weights))
+
+
 def median(values: np.ndarray, weights: np.ndarray | None = None) -> float:
     """The median, or with ``weights`` the lower weighted median."""
     if weights is None:

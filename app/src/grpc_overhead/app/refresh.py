@@ -46,7 +46,7 @@ REFRESH_S = 1.0
 #: Seconds between looks at the intake's counter: the longest a stored call waits for
 #: its rerun on a page that has been still. Each look is a run of the ticker fragment:
 #: ~7 ms of CPU since the app stopped Streamlit's full garbage collection after every
-#: script run (``server._configure``), ~65 ms before (0.3 of a core for a tab left open
+#: script run (``app_server._configure``), ~65 ms before (0.3 of a core for a tab left open
 #: with nothing arriving, 0.1 after). Looking every 0.2 s did not make calls appear
 #: sooner: a call's halves from two processes land in two batches, and the sooner the
 #: first is seen, the more often its rerun (which cannot show the call yet) is still

@@ -30,9 +30,9 @@ from grpc_overhead.analyzer.readiness import prepare_for_reading, unsettled_halv
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.tls import Tls
 from grpc_overhead.app import runtime
+from grpc_overhead.app.app_server import AppServer, AppServerError, check_port, open_browser
 from grpc_overhead.app.oidc import OidcLogin
 from grpc_overhead.app.runtime import Served
-from grpc_overhead.app.server import AppServer, AppServerError, check_port, open_browser
 from grpc_overhead.cli.ports import port_number
 from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments, through_serve
 from grpc_overhead.cli.serve import DEFAULT_APP_PORT, read_serve_info

@@ -49,7 +49,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR
-from grpc_overhead.app.server import DEFAULT_PORT, open_browser
+from grpc_overhead.app.app_server import DEFAULT_PORT, open_browser
 from grpc_overhead.cli import invocation
 from grpc_overhead.cli.demo_scenarios import SCENARIOS, SERVICES
 from grpc_overhead.cli.demo_stack import Demo, DemoError

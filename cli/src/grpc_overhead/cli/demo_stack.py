@@ -25,7 +25,7 @@ from rich.console import Console
 
 from grpc_overhead.analyzer.errors import StoreLocked
 from grpc_overhead.analyzer.store import check_free
-from grpc_overhead.app.server import AppServerError, check_port
+from grpc_overhead.app.app_server import AppServerError, check_port
 from grpc_overhead.cli import invocation
 from grpc_overhead.cli.demo_scenarios import (
     CYCLE_S,

@@ -217,7 +217,7 @@ def _start(
 ) -> int:  # fmt: skip
     """Open the store, start the intake, the HTTP interface and the app; serve until ``stop``."""
     if not args.no_app:
-        from grpc_overhead.app.server import AppServerError, check_port
+        from grpc_overhead.app.app_server import AppServerError, check_port
 
         try:  # before anything starts: a taken port is the commonest failure
             check_port(args.host, args.app_port)
@@ -354,8 +354,8 @@ def _serve_app(
 ) -> int:
     """Run the app in this thread (it handles the signals) and the settle loop beside it;
     its pages rerun as soon as the intake has stored a batch (``Served.changes``)."""
+    from grpc_overhead.app.app_server import AppServer, AppServerError
     from grpc_overhead.app.runtime import Served
-    from grpc_overhead.app.server import AppServer, AppServerError
 
     served = Served(store, options, jaeger_url=args.jaeger_url, live=True,
                     changes=stored_batches, password=security.app_password,

@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer.errors import AnalyzerError, QueryError
-from grpc_overhead.analyzer.insights.console import decimal_floats
+from grpc_overhead.analyzer.insights.sql_console import decimal_floats
 from grpc_overhead.analyzer.messages import MESSAGES_VIEW
 from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phase_view import PHASES_VIEW, ensure_phase_view, view_columns

@@ -13,7 +13,7 @@ clients directly. Read-only, under the same ``QueryLimits`` as
 from __future__ import annotations
 
 from grpc_overhead.analyzer.http_interface.answers import Answer, Answerer, Credentials, Request
-from grpc_overhead.analyzer.http_interface.server import (
+from grpc_overhead.analyzer.http_interface.listener import (
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
     HttpInterface,

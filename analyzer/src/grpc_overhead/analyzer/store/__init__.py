@@ -13,11 +13,11 @@ import os
 
 from grpc_overhead.analyzer.errors import BadInput
 from grpc_overhead.analyzer.store.base import Backend, Store, quote_identifier, table_exists
+from grpc_overhead.analyzer.store.clickhouse_server import ClickHouseServerStore
 from grpc_overhead.analyzer.store.embedded import ChdbStore
 from grpc_overhead.analyzer.store.http import ClickHouseHttpStore
 from grpc_overhead.analyzer.store.lock import check_free
 from grpc_overhead.analyzer.store.owner import serving_owner
-from grpc_overhead.analyzer.store.server import ClickHouseServerStore
 
 DEFAULT_STORE_DIR = "./grpc-overhead-data"
 

@@ -12,7 +12,7 @@ import streamlit as st
 from plotly.colors import hex_to_rgb
 
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
-from grpc_overhead.analyzer.insights import clock
+from grpc_overhead.analyzer.insights import clock_offsets
 from grpc_overhead.app import cached, charts, empty_states, formatting, sidebar
 
 #: Estimation window lengths offered; 60 s is the default the rollups keep.
@@ -53,7 +53,7 @@ window_s = st.selectbox(
     "find tighter calls; shorter ones follow drift. 1 min reads settled minutes from rollups.",
 )
 options = ClockOptions(window=timedelta(seconds=window_s))
-timeline = cached.load(clock.offset_timeline, filters, options)
+timeline = cached.load(clock_offsets.offset_timeline, filters, options)
 
 if timeline.empty:
     st.info(
@@ -63,8 +63,8 @@ if timeline.empty:
     st.stop()
 
 # Pairs of two clocks: calls with both halves (one-sided calls have no pair).
-counts = cached.load(clock.window_calls, filters, options)
-pairs = clock.pairs(timeline, counts)
+counts = cached.load(clock_offsets.window_calls, filters, options)
+pairs = clock_offsets.pairs(timeline, counts)
 
 cross = pairs[pairs["client_host"] != pairs["server_host"]]
 columns = st.columns(4)
@@ -154,9 +154,9 @@ bars = px.bar(
 charts.legend_on_top(bars, 60 + 40 * len(cross))
 st.plotly_chart(bars, width="stretch", key="clock_offsets_corrected")
 
-window_start = clock.latest_corrected_window(counts)
+window_start = clock_offsets.latest_corrected_window(counts)
 if window_start is not None:
-    sample = cached.load(clock.corrected_calls, filters, options, window_start=window_start)
+    sample = cached.load(clock_offsets.corrected_calls, filters, options, window_start=window_start)
     st.markdown(
         f"**Corrected calls of the most recent window ({window_start:%Y-%m-%d %H:%M:%S} UTC)**"
     )

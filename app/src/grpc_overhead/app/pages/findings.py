@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from grpc_overhead.analyzer.insights import distributions, findings_cards, instances, payload, rows
+from grpc_overhead.analyzer.insights import findings_cards, instances, payload, phases, rows
 from grpc_overhead.app import cached, charts, empty_states, formatting, navigation, sidebar
 
 #: Findings drawn as cards with their evidence chart; the rest are a table below them.
@@ -31,8 +31,8 @@ checked = answer[~answer["found"]]
 
 
 def _phases_chart(card: pd.Series, scoped) -> None:
-    quantiles = cached.load(distributions.phase_quantiles, scoped)
-    table = distributions.statistics(quantiles)
+    quantiles = cached.load(phases.phase_quantiles, scoped)
+    table = phases.statistics(quantiles)
     wanted = [name for name in card["phases"].split(", ") if name] + ["total"]
     table = table[table["phase"].isin(wanted) & (table["calls"] > 0)]
     long = table.melt(id_vars="phase", value_vars=["p50_us", "p90_us", "p99_us"])

@@ -7,7 +7,7 @@ import math
 import plotly.express as px
 import streamlit as st
 
-from grpc_overhead.analyzer.insights import distributions, rows
+from grpc_overhead.analyzer.insights import phases, rows
 from grpc_overhead.analyzer.insights.rows import STACKED_PHASES
 from grpc_overhead.app import cached, charts, empty_states, formatting, sidebar
 
@@ -16,10 +16,10 @@ filters = sidebar.filters()
 empty_states.require_calls(filters)
 empty_states.note_unavailable_phases(filters)
 
-quantiles = cached.load(distributions.phase_quantiles, filters)
+quantiles = cached.load(phases.phase_quantiles, filters)
 sides = cached.load(rows.sides, filters).iloc[0]
 empty_states.one_side_caption(sides)
-table = distributions.statistics(quantiles)
+table = phases.statistics(quantiles)
 recorded = table[table["calls"] > 0]
 
 st.subheader("Per phase")
@@ -46,7 +46,7 @@ st.caption(
 st.subheader("Distributions")
 default = [name for name in (*STACKED_PHASES[:-1], "total") if name in set(recorded["phase"])]
 chosen = st.multiselect(
-    "Phases", list(distributions.SHOWN_PHASES), default=default, key="phases_ecdf_phases"
+    "Phases", list(phases.SHOWN_PHASES), default=default, key="phases_ecdf_phases"
 )
 curves = quantiles[quantiles["phase"].isin(chosen) & (quantiles["calls"] > 0)]
 if curves.empty:
@@ -59,7 +59,7 @@ else:
         y="level",
         color="phase",
         log_x=log_x,
-        category_orders={"phase": list(distributions.SHOWN_PHASES)},
+        category_orders={"phase": list(phases.SHOWN_PHASES)},
         labels={"value_us": "µs" + (" (log)" if log_x else ""), "level": "share of calls ≤ x"},
     )
     st.plotly_chart(ecdf, width="stretch", key="phases_ecdf")
@@ -76,7 +76,7 @@ high = levels.get(0.999, math.nan)
 if math.isfinite(low) and math.isfinite(high):
     low = max(low, 1.0)  # log bins start above zero; smaller values land in the first bin
     high = max(high * 1.001, low * 10)
-    bins = cached.load(distributions.phase_histogram, filters, histogram_phase, low, high, 40)
+    bins = cached.load(phases.phase_histogram, filters, histogram_phase, low, high, 40)
     bins = bins.assign(
         bin_label=[
             f"{formatting.duration(a)} to {formatting.duration(b)}"
@@ -94,7 +94,7 @@ if math.isfinite(low) and math.isfinite(high):
     st.plotly_chart(histogram, width="stretch", key="phases_histogram")
 
 st.subheader("The tail: the slowest 1 % next to the median call")
-tail = cached.load(distributions.tail, filters)
+tail = cached.load(phases.tail, filters)
 if tail.empty:
     st.info(
         "The tail comparison needs calls that record every event (the phases then add up "

@@ -1,6 +1,6 @@
 """SQL: a read-only console over the store, with example queries and CSV download.
 
-The text typed here goes unchanged to the analyzer (``console.run``), which
+The text typed here goes unchanged to the analyzer (``sql_console.run``), which
 runs it read-only under a row limit; the page builds no SQL.
 """
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from grpc_overhead.analyzer.insights import console
+from grpc_overhead.analyzer.insights import sql_console
 from grpc_overhead.app import cached, formatting
 
 st.title("SQL")
 served = cached.source()
-examples = console.examples(served.options)
+examples = sql_console.examples(served.options)
 CHOOSE = "(pick an example)"
 
 
@@ -29,7 +29,7 @@ st.caption(
     "µs, NULL where undefined; no `FINAL` needed), `otel_traces` (spans as the collector's "
     "exporter writes them) and `grpc_calls` (the raw call halves, merged only with `FINAL`). "
     "Read-only, enforced by the "
-    f"engine, with limits ({console.page_limits()}): statements that change data, "
+    f"engine, with limits ({sql_console.page_limits()}): statements that change data, "
     "settings or other queries are refused, and a query stops when you leave the page."
 )
 st.selectbox("Examples", [CHOOSE, *examples], key="sql_example", on_change=use_example)
@@ -37,7 +37,7 @@ st.session_state.setdefault("sql_text", next(iter(examples.values())))
 with st.form("sql_form"):
     text = st.text_area("Query", key="sql_text", height=180)
     limit = st.number_input(
-        "Row limit", min_value=1, max_value=console.MAX_LIMIT, value=console.DEFAULT_LIMIT
+        "Row limit", min_value=1, max_value=sql_console.MAX_LIMIT, value=sql_console.DEFAULT_LIMIT
     )
     submitted = st.form_submit_button("Run", type="primary")
 if submitted:
@@ -48,13 +48,15 @@ if ran is None:
     st.info("Write a query or pick an example, then Run.")
     st.stop()
 statement, row_limit = ran
-result = cached.load(console.run, statement, limit=row_limit, **{cached.OWNER: cached.session_id()})
+result = cached.load(
+    sql_console.run, statement, limit=row_limit, **{cached.OWNER: cached.session_id()}
+)
 rows = formatting.count(len(result))
-if result.attrs.get(console.TRUNCATED):
+if result.attrs.get(sql_console.TRUNCATED):
     st.warning(f"Showing the first {rows} rows: the query returned more. Raise the row limit.")
 else:
     st.caption(f"{rows} rows")
-shown = console.displayable(result)
+shown = sql_console.displayable(result)
 st.dataframe(shown, hide_index=True, width="stretch")
 st.download_button(
     "Download CSV",

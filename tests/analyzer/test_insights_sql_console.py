@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer.errors import BadInput
-from grpc_overhead.analyzer.insights import console
+from grpc_overhead.analyzer.insights import sql_console
 from grpc_overhead.analyzer.sql_examples import EXAMPLES
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, Truth, module_store_fixture, store_fixture  # noqa: F401
@@ -21,11 +21,11 @@ def seed_calls(store, count: int = 4) -> None:
 
 @pytest.mark.e2e
 def test_select_runs_under_the_limit_and_says_when_it_cut(store):
-    found = console.run(store, "SELECT number FROM numbers(10) ORDER BY number;", limit=4)
+    found = sql_console.run(store, "SELECT number FROM numbers(10) ORDER BY number;", limit=4)
     assert found["number"].tolist() == [0, 1, 2, 3]
-    assert found.attrs[console.TRUNCATED] is True
-    whole = console.run(store, "  WITH 3 AS n SELECT number FROM numbers(n)  ", limit=3)
-    assert whole["number"].tolist() == [0, 1, 2] and whole.attrs[console.TRUNCATED] is False
+    assert found.attrs[sql_console.TRUNCATED] is True
+    whole = sql_console.run(store, "  WITH 3 AS n SELECT number FROM numbers(n)  ", limit=3)
+    assert whole["number"].tolist() == [0, 1, 2] and whole.attrs[sql_console.TRUNCATED] is False
 
 
 @pytest.mark.e2e
@@ -43,8 +43,8 @@ def test_select_runs_under_the_limit_and_says_when_it_cut(store):
 def test_writes_are_refused_by_the_engine(store, statement):
     seed_calls(store)
     with pytest.raises(BadInput) as refused:
-        console.run(store, statement)
-    assert str(refused.value) == console.READ_ONLY_REFUSAL
+        sql_console.run(store, statement)
+    assert str(refused.value) == sql_console.READ_ONLY_REFUSAL
     assert int(store.query("SELECT count() AS n FROM grpc_calls FINAL")["n"][0]) == 4
 
 
@@ -61,7 +61,7 @@ def test_writes_are_refused_by_the_engine(store, statement):
 )
 def test_failures_are_one_line_that_says_what_to_do(store, statement, expected):
     with pytest.raises(BadInput) as failed:
-        console.run(store, statement)
+        sql_console.run(store, statement)
     message = str(failed.value)
     assert expected in message and "\n" not in message.strip()
     assert "formatQuery" not in message  # the console's own wrapping never shows
@@ -69,16 +69,16 @@ def test_failures_are_one_line_that_says_what_to_do(store, statement, expected):
 
 @pytest.mark.e2e
 def test_other_statements_run_as_typed(store):
-    tables = console.run(store, "SHOW TABLES")
+    tables = sql_console.run(store, "SHOW TABLES")
     assert {"otel_traces", "grpc_calls"} <= set(tables["name"])
-    described = console.run(store, "DESCRIBE TABLE grpc_calls", limit=2)
-    assert len(described) == 2 and described.attrs[console.TRUNCATED]
+    described = sql_console.run(store, "DESCRIBE TABLE grpc_calls", limit=2)
+    assert len(described) == 2 and described.attrs[sql_console.TRUNCATED]
 
 
 @pytest.mark.e2e
 def test_every_example_runs_and_answers_from_the_data(store):
     seed_calls(store)
-    answers = {title: console.run(store, sql) for title, sql in console.examples().items()}
+    answers = {title: sql_console.run(store, sql) for title, sql in sql_console.examples().items()}
     per_method = answers[EXAMPLES[1][0]]  # p50 / p99 per method, from grpc_call_phases
     assert per_method["calls"].tolist() == [4]
     assert per_method["total_p50_us"].tolist() == [Truth().expected_phases_us()["total"]]
@@ -89,12 +89,12 @@ def test_every_example_runs_and_answers_from_the_data(store):
 @pytest.mark.unit
 def test_limits_are_checked():
     with pytest.raises(BadInput, match="row limit"):
-        console.run(None, "SELECT 1", limit=0)  # type: ignore[arg-type]
+        sql_console.run(None, "SELECT 1", limit=0)  # type: ignore[arg-type]
 
 
 @pytest.mark.unit
 def test_nested_values_become_text():
     frame = pd.DataFrame({"n": [1, 2], "m": [{"a": "1"}, {}], "s": ["x", "y"]})
-    shown = console.displayable(frame)
+    shown = sql_console.displayable(frame)
     assert shown["m"].tolist() == ["{'a': '1'}", "{}"]
     assert shown["n"].tolist() == [1, 2] and shown["s"].tolist() == ["x", "y"]

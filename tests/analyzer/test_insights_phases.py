@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from grpc_overhead.analyzer.errors import BadInput
-from grpc_overhead.analyzer.insights import distributions
+from grpc_overhead.analyzer.insights import phases
 from grpc_overhead.analyzer.options import CallFilters
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, US, Truth, module_store_fixture, store_fixture  # noqa: F401
@@ -32,11 +32,11 @@ def seed_tail(store, calls: int = 200, slow: int = 2) -> None:
 
 def test_quantiles_and_table(store):
     seed_tail(store)
-    quantiles = distributions.phase_quantiles(store)
-    assert list(quantiles.columns) == list(distributions.QUANTILE_COLUMNS)
-    assert len(quantiles) == len(distributions.SHOWN_PHASES) * len(distributions.LEVELS)
-    table = distributions.statistics(quantiles).set_index("phase")
-    assert list(table.index) == list(distributions.SHOWN_PHASES)
+    quantiles = phases.phase_quantiles(store)
+    assert list(quantiles.columns) == list(phases.QUANTILE_COLUMNS)
+    assert len(quantiles) == len(phases.SHOWN_PHASES) * len(phases.LEVELS)
+    table = phases.statistics(quantiles).set_index("phase")
+    assert list(table.index) == list(phases.SHOWN_PHASES)
     assert table.loc["request_network"].tolist() == [200, 300.0, 300.0, 300.0, 300.0]
     assert table.loc["server_queue", "p50_us"] == 60.0
     assert table.loc["server_queue", "mean_us"] == pytest.approx((2 * 20_000 + 198 * 60) / 200)
@@ -49,7 +49,7 @@ def test_quantiles_and_table(store):
 
 def test_a_phase_no_call_records_is_nan_not_zero(store):
     seed.insert_spans(store, seed.synthetic_call(official=True))
-    table = distributions.statistics(distributions.phase_quantiles(store)).set_index("phase")
+    table = phases.statistics(phases.phase_quantiles(store)).set_index("phase")
     assert table.loc["total", "calls"] == 1 and table.loc["total", "p50_us"] == 2689.0
     assert table.loc["processing", "calls"] == 0
     assert math.isnan(table.loc["processing", "p50_us"])
@@ -58,29 +58,29 @@ def test_a_phase_no_call_records_is_nan_not_zero(store):
 
 def test_histogram_counts_every_call_in_log_bins(store):
     seed_tail(store)
-    bins = distributions.phase_histogram(store, None, "server_queue", 10.0, 100_000.0, 4)
+    bins = phases.phase_histogram(store, None, "server_queue", 10.0, 100_000.0, 4)
     assert bins["lower_us"].tolist() == pytest.approx([10, 100, 1000, 10_000])
     assert bins["upper_us"].tolist() == pytest.approx([100, 1000, 10_000, 100_000])
     assert bins["calls"].tolist() == [198, 0, 0, 2]
     assert bins["share"].tolist() == [0.99, 0, 0, 0.01]
     # Out of range values land in the edge bins.
-    edges = distributions.phase_histogram(store, None, "server_queue", 100.0, 1000.0, 2)
+    edges = phases.phase_histogram(store, None, "server_queue", 100.0, 1000.0, 2)
     assert edges["calls"].tolist() == [198, 2]
 
 
 def test_histogram_rejects_bad_input(store):
     with pytest.raises(BadInput, match="unknown phase"):
-        distributions.phase_histogram(store, None, "latency")
+        phases.phase_histogram(store, None, "latency")
     with pytest.raises(BadInput, match="0 < low < high"):
-        distributions.phase_histogram(store, None, "total", 10.0, 1.0)
+        phases.phase_histogram(store, None, "total", 10.0, 1.0)
     with pytest.raises(BadInput, match="bins must be between"):
-        distributions.phase_histogram(store, None, "total", 1.0, 10.0, 0)
+        phases.phase_histogram(store, None, "total", 1.0, 10.0, 0)
 
 
 def test_tail_against_the_median(store):
     seed_tail(store)
-    tail = distributions.tail(store).set_index("phase")
-    assert list(tail.columns) == list(distributions.TAIL_COLUMNS)[1:]
+    tail = phases.tail(store).set_index("phase")
+    assert list(tail.columns) == list(phases.TAIL_COLUMNS)[1:]
     # p99 of 200 totals is the element of rank 198: the first of the two slow calls.
     assert tail.loc["total", "slowest_calls"] == 2
     assert tail.loc["total", "slowest_from_us"] == 22_629.0  # 2,689 - 60 + 20,000
@@ -99,6 +99,6 @@ def test_tail_against_the_median(store):
 
 def test_tail_filters_and_bad_input(store):
     seed_tail(store)
-    assert distributions.tail(store, CallFilters(method="Other")).empty
+    assert phases.tail(store, CallFilters(method="Other")).empty
     with pytest.raises(BadInput, match="slowest share"):
-        distributions.tail(store, slowest=0.7)
+        phases.tail(store, slowest=0.7)
