@@ -154,7 +154,8 @@ def _int_attribute(name: str) -> str:
     return f"toInt64OrDefault(SpanAttributes['{name}'], toInt64(-1))"
 
 
-LC = "LowCardinality(String)"
+#: The type of a string column with few distinct values (methods, hosts, instances).
+LOW_CARDINALITY = "LowCardinality(String)"
 _WEIGHT_VALUE = "toFloat64OrZero(SpanAttributes['grpc_overhead.sampling.weight'])"
 #: The largest weight taken (a base rate of one call in a billion): a span claiming more,
 #: or less than 1, NaN or infinity, is hostile or broken and stands for itself, so that
@@ -192,30 +193,36 @@ MESSAGE_COLUMNS: tuple[Column, ...] = (
 #: that describe the call (same value, so ``max`` keeps it).
 COLUMNS: tuple[Column, ...] = (
     Column("ServerSpanId", "String", server="SpanId", absent="''"),
-    Column("service", LC, _SERVICE, _SERVICE, "''"),
-    Column("method", LC, _METHOD, _METHOD, "''"),
+    Column("service", LOW_CARDINALITY, _SERVICE, _SERVICE, "''"),
+    Column("method", LOW_CARDINALITY, _METHOD, _METHOD, "''"),
     Column(
         "call_type",
-        LC,
+        LOW_CARDINALITY,
         "SpanAttributes['grpc_overhead.call_type']",
         "SpanAttributes['grpc_overhead.call_type']",
         "''",
     ),
     Column(
         "run_id",
-        LC,
+        LOW_CARDINALITY,
         "SpanAttributes['grpc_overhead.run_id']",
         "SpanAttributes['grpc_overhead.run_id']",
         "''",
     ),
-    Column("client_service", LC, client="ServiceName", absent="''"),
-    Column("client_host", LC, client=_HOST, absent="''"),
-    Column("client_instance", LC, client=_INSTANCE, absent="''"),
-    Column("server_service", LC, server="ServiceName", absent="''"),
-    Column("server_host", LC, server=_HOST, absent="''"),
+    Column("client_service", LOW_CARDINALITY, client="ServiceName", absent="''"),
+    Column("client_host", LOW_CARDINALITY, client=_HOST, absent="''"),
+    Column("client_instance", LOW_CARDINALITY, client=_INSTANCE, absent="''"),
+    Column("server_service", LOW_CARDINALITY, server="ServiceName", absent="''"),
+    Column("server_host", LOW_CARDINALITY, server=_HOST, absent="''"),
     # A client half kept alone under tail-aware sampling names the server instance that
     # dropped its half (its trailer): counted on that instance, not on a dialled address.
-    Column("server_instance", LC, client=_SERVER_INSTANCE_SAID, server=_INSTANCE, absent="''"),
+    Column(
+        "server_instance",
+        LOW_CARDINALITY,
+        client=_SERVER_INSTANCE_SAID,
+        server=_INSTANCE,
+        absent="''",
+    ),
     # What the client dialled, and where the server saw the call come from.
     Column(
         "server_address",
@@ -235,10 +242,10 @@ COLUMNS: tuple[Column, ...] = (
         ),
         absent="''",
     ),
-    Column("compression", LC, _COMPRESSION, _COMPRESSION, "''"),
+    Column("compression", LOW_CARDINALITY, _COMPRESSION, _COMPRESSION, "''"),
     Column(
         "payload_codec",
-        LC,
+        LOW_CARDINALITY,
         "SpanAttributes['grpc_overhead.payload.codec']",
         "SpanAttributes['grpc_overhead.payload.codec']",
         "''",
@@ -402,15 +409,15 @@ COLUMNS: tuple[Column, ...] = (
     # halves' (``result_columns.CALL_WEIGHT``).
     Column("client_sampling_weight", "Float64", client=_WEIGHT),
     Column("server_sampling_weight", "Float64", server=_WEIGHT),
-    Column("client_sampling_reason", LC, client=_REASON, absent="''"),
-    Column("server_sampling_reason", LC, server=_REASON, absent="''"),
+    Column("client_sampling_reason", LOW_CARDINALITY, client=_REASON, absent="''"),
+    Column("server_sampling_reason", LOW_CARDINALITY, server=_REASON, absent="''"),
     # Who wrote each half (span_sources): source, SDK language, instrumentation scope.
-    Column("client_source", LC, client="span_source", absent="''"),
-    Column("server_source", LC, server="span_source", absent="''"),
-    Column("client_language", LC, client=_LANGUAGE, absent="''"),
-    Column("server_language", LC, server=_LANGUAGE, absent="''"),
-    Column("client_scope", LC, client="ScopeName", absent="''"),
-    Column("server_scope", LC, server="ScopeName", absent="''"),
+    Column("client_source", LOW_CARDINALITY, client="span_source", absent="''"),
+    Column("server_source", LOW_CARDINALITY, server="span_source", absent="''"),
+    Column("client_language", LOW_CARDINALITY, client=_LANGUAGE, absent="''"),
+    Column("server_language", LOW_CARDINALITY, server=_LANGUAGE, absent="''"),
+    Column("client_scope", LOW_CARDINALITY, client="ScopeName", absent="''"),
+    Column("server_scope", LOW_CARDINALITY, server="ScopeName", absent="''"),
     # A72: the call span a row belongs to (attempts.py folds them into one call), the
     # attempt's start and number (1 = first try), and whether it ended OK.
     Column("CallSpanId", "String", client=src.CALL_SPAN_ID, absent="''"),
