@@ -17,12 +17,12 @@ import pytest
 
 from grpc_overhead.analyzer import call_rollup, rollup
 from grpc_overhead.analyzer.insights import (
-    clock,
-    distributions,
+    clock_offsets,
     explorer,
     instances,
     overview,
     payload,
+    phases,
     rows,
     sources,
 )
@@ -90,14 +90,16 @@ def answers(store, filters: CallFilters, only: tuple[str, ...] = ()) -> dict[str
         "overview mean": lambda: overview.overview(store, filters, "mean"),
         "overview p50": lambda: overview.overview(store, filters, "p50"),
         "sides": lambda: rows.sides(store, filters),
-        "tail": lambda: distributions.tail(store, filters, slowest=0.1),
+        "tail": lambda: phases.tail(store, filters, slowest=0.1),
         "by algorithm": lambda: payload.by_algorithm(store, filters),
         "payload sample": lambda: payload.payload_sample(store, filters, 30),
         "instances": lambda: instances.instance_load(store, filters),
         "slowest": lambda: explorer.find_calls(store, filters, limit=20),
-        "window calls": lambda: clock.window_calls(store, filters),
+        "window calls": lambda: clock_offsets.window_calls(store, filters),
         "sources": lambda: sources.source_mix(store, filters),
-        "corrected": lambda: clock.corrected_calls(store, filters, window_start=at(START + MINUTE)),
+        "corrected": lambda: clock_offsets.corrected_calls(
+            store, filters, window_start=at(START + MINUTE)
+        ),
         # The first two calls (minute 0): one clock, then two clocks 37 ms apart.
         **{
             f"call {index}": lambda index=index: explorer.call_summary(
