@@ -1,7 +1,9 @@
 """``python -m harness.read_calls STORE``: every call of a stopped store, one JSON object per
 call (``phases.calls``: identity, sources, sizes and every ``<phase>_us``, null where the
-phase is undefined). A subprocess, because a chDB directory belongs to one process and the
-caller may already own another.
+phase is undefined), with the raw event times the network phases are differences of
+(``EVENT_COLUMNS``, Unix ns, 0 where absent: a test tells a phase its events put out of
+order from one that is missing). A subprocess, because a chDB directory belongs to one
+process and the caller may already own another.
 """
 
 from __future__ import annotations
@@ -14,6 +16,17 @@ from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.store import open_store
 
+#: Events of both halves (``phase_bounds``: the network phases' terms).
+EVENT_COLUMNS = (
+    "client_outbound_message_sent_ns",
+    "client_received_response_ns",
+    "client_inbound_message_read_ns",
+    "server_call_started_ns",
+    "server_inbound_message_ns",
+    "server_inbound_message_read_ns",
+    "server_outbound_message_sent_ns",
+)
+
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
@@ -24,6 +37,11 @@ def main(argv: list[str]) -> int:
         # A stopped store: no half is in flight, so nothing is held back (a client-only
         # call to no server is a call at once, not after the live grace period).
         frame = calls(store, CallFilters().at_rest())
+        events = store.query(
+            f"SELECT TraceId, ClientSpanId, {', '.join(f'max({c}) AS {c}' for c in EVENT_COLUMNS)}"
+            " FROM grpc_calls GROUP BY TraceId, ClientSpanId"
+        )
+    frame = frame.merge(events, on=["TraceId", "ClientSpanId"], how="left", validate="1:1")
     frame = frame.drop(columns=["start"]).astype(object).where(frame.notna(), None)
     print(json.dumps(frame.to_dict(orient="records"), default=str))
     return 0
