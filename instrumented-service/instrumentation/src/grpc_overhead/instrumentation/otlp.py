@@ -36,6 +36,7 @@ from grpc_overhead.instrumentation.spans import (
     deadline_budget,
     message_attributes,
     sampling_attributes,
+    span_end,
 )
 from grpc_overhead.instrumentation.vocabulary import (
     CALL_TYPE,
@@ -272,8 +273,7 @@ def _encode_fast(record: CallRecord) -> bytes:
         parts.append(b"\x22\x08" + parent.to_bytes(8, "big"))
     parts.append(_head(record))
     events = record.events[:]  # one list: a handler's thread may still add one
-    end = max(record.end, start, max((event[1] for event in events), default=0))
-    parts.append(_times(0x39, start + offset, 0x41, end + offset))  # = SpanDescription.end
+    parts.append(_times(0x39, start + offset, 0x41, span_end(record, events) + offset))
     if record.residence_ns >= 0:
         parts.append(_int_attribute(_RESIDENCE_KEY, record.residence_ns))
     budget = deadline_budget(record)

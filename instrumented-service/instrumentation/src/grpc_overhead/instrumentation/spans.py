@@ -9,6 +9,7 @@ compressibility of the few messages kept for it (compressibility.py).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -174,9 +175,7 @@ class SpanDescription:
                 )
             )
         self.events = events
-        # Not before its last event: a handler's thread may record one just after another
-        # thread ended the call (grpc.aio with sync handlers: 55 us after, once).
-        self.end = max(record.end, record.start, max((e[1] for e in recorded), default=0))
+        self.end = span_end(record, recorded)
 
     @property
     def name(self) -> str:
@@ -189,6 +188,14 @@ class SpanDescription:
     @property
     def end_time(self) -> int:
         return self.end + clock.wall_offset_ns()
+
+
+def span_end(record: CallRecord, events: Sequence[tuple]) -> int:
+    """When the span ends (monotonic ns), never before its start nor its last event: a
+    handler's thread may record an event just after another thread ended the call
+    (grpc.aio with sync handlers: 55 us after, once). ``events``: one copy of
+    ``record.events``, the one the span's events come from. Both encoders use it."""
+    return max(record.end, record.start, max((event[1] for event in events), default=0))
 
 
 def sampling_attributes(record: CallRecord) -> dict[str, Any] | None:
