@@ -13,21 +13,14 @@ from collections.abc import Iterator
 import pandas as pd
 import pytest
 
-from grpc_overhead.analyzer.http_interface import Answerer, Credentials, HttpInterface
+from grpc_overhead.analyzer.http_interface import HttpInterface
 from grpc_overhead.analyzer.store.base import Store
 from tests.analyzer import seed
+from tests.analyzer.conftest import HTTP_PASSWORD, HTTP_USER
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
 
 clickhouse_connect = pytest.importorskip("clickhouse_connect")  # the dev extras install it
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def interface(module_store: Store) -> Iterator[HttpInterface]:
-    answerer = Answerer(module_store, credentials=Credentials("reader", "s3cret"))
-    running = HttpInterface(answerer, port=0).start()
-    yield running
-    running.stop()
 
 
 @pytest.fixture
@@ -35,7 +28,7 @@ def client(interface: HttpInterface, store: Store) -> Iterator[object]:
     spans = [span for index in range(6) for span in seed.synthetic_call(request_bytes=100 + index)]
     seed.insert_spans(store, spans)
     connected = clickhouse_connect.get_client(
-        host="127.0.0.1", port=interface.port, username="reader", password="s3cret"
+        host="127.0.0.1", port=interface.port, username=HTTP_USER, password=HTTP_PASSWORD
     )
     yield connected
     connected.close()
@@ -80,6 +73,6 @@ def test_writes_are_refused_with_clickhouses_error(client, store):
 def test_wrong_credentials_fail_the_connection(interface):
     with pytest.raises(clickhouse_connect.driver.exceptions.DatabaseError) as refused:
         clickhouse_connect.get_client(
-            host="127.0.0.1", port=interface.port, username="reader", password="nope"
+            host="127.0.0.1", port=interface.port, username=HTTP_USER, password="nope"
         )
     assert "516" in str(refused.value) or "Authentication failed" in str(refused.value)

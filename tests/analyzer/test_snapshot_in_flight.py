@@ -12,17 +12,15 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 
 from grpc_overhead.analyzer import snapshot
-from grpc_overhead.analyzer.http_interface import Answerer, Credentials, HttpInterface
 from grpc_overhead.analyzer.options import CallFilters
 from grpc_overhead.analyzer.report import build_report, to_json
 from grpc_overhead.analyzer.rollup import store_clock_ns
-from grpc_overhead.analyzer.store import ClickHouseHttpStore
 from grpc_overhead.analyzer.store.base import SNAPSHOT_PATH, Store
+from tests.analyzer.conftest import HTTP_PASSWORD, HTTP_USER
 from tests.analyzer.seed import (  # noqa: F401
     MS,
     Truth,
@@ -33,15 +31,6 @@ from tests.analyzer.seed import (  # noqa: F401
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def reader(store: Store) -> Iterator[Store]:
-    running = HttpInterface(Answerer(store, credentials=Credentials("u", "p")), port=0).start()
-    try:
-        yield ClickHouseHttpStore(running.url, user="u", password="p", read_only=True)
-    finally:
-        running.stop()
 
 
 def _calls(store: Store, as_of_ns: int) -> tuple[int, int, int]:
@@ -110,7 +99,7 @@ def test_the_snapshot_handle_asks_for_the_interface_credentials(store, reader):
         urllib.request.urlopen(urllib.request.Request(url, data=b""), timeout=30)
     assert refused.value.code in (401, 403)
     assert b"REQUIRED_PASSWORD" in refused.value.read()
-    token = base64.b64encode(b"u:p").decode()
+    token = base64.b64encode(f"{HTTP_USER}:{HTTP_PASSWORD}".encode()).decode()
     asked = urllib.request.Request(url, data=b"", headers={"Authorization": f"Basic {token}"})
     with urllib.request.urlopen(asked, timeout=30) as answer:
         assert answer.headers["Content-Type"].startswith("application/json")

@@ -7,33 +7,19 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
 
 from grpc_overhead.analyzer.errors import QueryError, StoreUnavailable
-from grpc_overhead.analyzer.http_interface import Answerer, Credentials, HttpInterface
 from grpc_overhead.analyzer.phases import phase_breakdown
 from grpc_overhead.analyzer.store import ClickHouseHttpStore, open_store
-from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.store.user_statements import QueryLimits
 from tests.analyzer import seed
+from tests.analyzer.conftest import HTTP_USER
 from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F401
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def interface(module_store: Store) -> Iterator[HttpInterface]:
-    running = HttpInterface(Answerer(module_store, credentials=Credentials("u", "p")), port=0)
-    yield running.start()
-    running.stop()
-
-
-@pytest.fixture
-def reader(interface: HttpInterface, store: Store) -> Store:
-    return ClickHouseHttpStore(interface.url, user="u", password="p", read_only=True)
 
 
 def test_parameters_of_every_kind_bind_as_on_chdb(reader, store):
@@ -95,7 +81,7 @@ def test_an_abandoned_user_query_is_cancelled(reader, store):
 
 def test_credentials_and_reachability_are_store_unavailable(interface):
     with pytest.raises(StoreUnavailable, match="refused the credentials"):
-        ClickHouseHttpStore(interface.url, user="u", password="wrong")
+        ClickHouseHttpStore(interface.url, user=HTTP_USER, password="wrong")
     with pytest.raises(StoreUnavailable, match="cannot reach"):
         open_store(None, "http://127.0.0.1:9")
 
