@@ -394,3 +394,21 @@ def test_the_grafana_panel_finds_what_the_command_finds(seeded: Store, run: str)
     assert set(panel) == set(ours), (run, set(panel), set(ours))
     for kind, finding in ours.items():
         assert panel[kind].saving_p50_us == pytest.approx(finding.saving_p50_us, rel=0.05)
+
+
+def test_a_kinds_query_runs_over_only_the_phases_it_reads(seeded: Store) -> None:
+    """The engine analyzes every phase expression of a query: a kind's query runs over
+    the calls with only the phases it names (and what they are computed from), with the
+    same values as over every phase."""
+    from grpc_overhead.analyzer.findings.source import Source, per_method, phases_named
+
+    build = per_method(["quantileExact(0.5)(request_network_us) AS request_network_p50"])
+    assert phases_named(build("calls")) == {"request_network", "total"}
+    source = Source.run(seeded, CallFilters(), None, CallsOptions())
+    narrow = source.narrowed(phases_named(build("calls")))
+    assert narrow.narrowed is None  # narrowed once
+    assert "request_network_us" in narrow.sql and "client_serialize_us" not in narrow.sql
+    every = seeded.query(build(source.sql), source.parameters)
+    only = seeded.query(build(narrow.sql), narrow.parameters)
+    assert int(every["stored_calls"].sum()) > 0 and every["request_network_p50"].notna().all()
+    assert only.equals(every)
