@@ -23,10 +23,6 @@ EVENT_PHASES = (
     "server_tail", "response_receive", "network_round_trip", "server_residence",
     "server_duration", "client_server_gap",
 )  # fmt: skip
-#: Network phases between two sides' events: NULL, never negative, for a call whose events
-#: came out of order (phase_bounds: A72 and semconv stamp a message "sent" after the write
-#: returned, so on a busy machine the server may have read it first).
-ORDER_BOUND = ("request_receive", "network_round_trip")
 #: Defined only where the client serialized before sending the headers (ours; grpc-go
 #: sends them first, so server start - client sent is no wire time: phase_bounds).
 REQUEST_GAP = ("request_network", "request_network_raw")
@@ -105,8 +101,11 @@ def _defined(call: dict, phases: tuple[str, ...]) -> list[str]:
 
 
 def _out_of_order(call: dict) -> set[str]:
-    """The ``ORDER_BOUND`` phases this call's own events put below zero (one host: no
-    clock offset; no connection wait, as none of these clients is ours)."""
+    """The network phases between two sides' events (request_receive, network_round_trip)
+    that this call's own events put below zero: NULL, never negative (phase_bounds: A72 and
+    semconv stamp a message "sent" after the write returned, so on a busy machine the
+    server may have read it first). One host: no clock offset; no connection wait, as none
+    of these clients is ours."""
     sent = call["client_outbound_message_sent_ns"]
     read = call["server_inbound_message_read_ns"] or call["server_inbound_message_ns"]
     received = call["client_received_response_ns"] or call["client_inbound_message_read_ns"]
