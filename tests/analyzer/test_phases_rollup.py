@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from grpc_overhead.analyzer import rollup
-from grpc_overhead.analyzer.clock_offsets import ClockOptions, pair_offsets
+from grpc_overhead.analyzer.clock_offsets import ClockOptions, pair_offsets, query_parameters
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
-from grpc_overhead.analyzer.phases import phase_breakdown
+from grpc_overhead.analyzer.phases import breakdown_sql, phase_breakdown
 from tests.analyzer import seed
 from tests.analyzer.seed import MS, Truth, module_store_fixture, store_fixture  # noqa: F401
 
@@ -184,3 +184,24 @@ def test_time_parameters_widen_the_row_filter_by_the_margin():
     )
     narrow = time_parameters(0, INT64_MAX, (MINUTE, 2 * MINUTE))  # shorter than two margins
     assert narrow["skip_from_ns"] == narrow["skip_until_ns"] == 0
+
+
+@pytest.mark.e2e
+def test_a_breakdown_with_nothing_settled_is_the_merged_states_to_the_bit(store):
+    """Without rollups the figures are aggregated in one level (``finished_aggregates``);
+    they must be exactly what merging the raw states gives, sampled calls weighted."""
+    spans = []
+    for index in range(60):
+        truth = replace(Truth(), start=START + index * 3 * MS, processing=(1 + index % 7) * MS)
+        pair = seed.synthetic_call(truth, method="Predict" if index % 3 else "Health")
+        for span in pair:  # a third of the calls stand for several (tail-aware sampling)
+            span.attributes["grpc_overhead.sampling.weight"] = str(1 + index % 3 * 4)
+            span.attributes["grpc_overhead.sampling.reason"] = "base"
+        spans += pair
+    seed.insert_spans(store, spans)
+    assert rollup.settle(store, now_ns=START, delay=timedelta(0)) == 0  # the tables, empty
+    parameters = query_parameters(None, None, (0, 0))  # an empty settled range: all raw
+    one_level = store.query(breakdown_sql(), parameters, readonly=True)
+    merged = store.query(breakdown_sql(rollup=True), parameters, readonly=True)
+    assert len(one_level) == 2 and one_level["calls"].sum() == 20 * 1 + 20 * 5 + 20 * 9
+    pd.testing.assert_frame_equal(one_level, merged, check_exact=True)

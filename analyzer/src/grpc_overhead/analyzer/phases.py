@@ -51,6 +51,12 @@ from grpc_overhead.analyzer.clock_offsets import (
 )
 from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
 from grpc_overhead.analyzer.options import CALL_FILTER, ROLLUP_FILTER, CallFilters, CallsOptions
+from grpc_overhead.analyzer.phase_aggregates import (
+    finished_aggregates,
+    merged_aggregates,
+    state_aggregates,
+    state_columns,
+)
 from grpc_overhead.analyzer.phase_terms import Phase, inline_own_value, needed, references
 from grpc_overhead.analyzer.phase_terms import between as _between
 from grpc_overhead.analyzer.phase_terms import derived as _derived
@@ -60,9 +66,6 @@ from grpc_overhead.analyzer.result_columns import (
     CALL_WEIGHT,
     CONSECUTIVE_PHASES,
     OPTIONAL_PHASES,
-    QUANTILE_LEVELS,
-    QUANTILE_STATE_FUNCTION,
-    QUANTILE_WEIGHT,
 )
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, IS_STREAM, UNARY_ONLY, stream_phases
@@ -336,33 +339,6 @@ def calls(
     return frame.iloc[::-1].reset_index(drop=True)
 
 
-def state_aggregates(*, empty: bool = False) -> list[str]:
-    """Per phase: the quantile state, the sum and the count of defined values (ns), each
-    call weighted by the calls it stands for (``weight``: 1 unless sampled).
-
-    States rather than finished quantiles so that a breakdown can merge
-    rollups of settled minutes (``rollup``) with calls computed raw.
-    ``empty``: the same columns over no value (a rollup's watermark row).
-    """
-    aggregates = []
-    for name in ALL_PHASES:
-        value, defined = f"toFloat64({name}_value)", f"toUInt8({name}_defined)"
-        weight, whole = "weight", QUANTILE_WEIGHT
-        if empty:
-            value, defined, weight, whole = "toFloat64(0)", "toUInt8(0)", "1.0", "toUInt64(1)"
-        aggregates += [
-            f"{QUANTILE_STATE_FUNCTION}IfState({QUANTILE_LEVELS})({value}, {whole}, {defined})"
-            f" AS {name}_q",
-            f"sumIf({value} * {weight}, {defined}) AS {name}_sum",
-            f"sumIf({weight}, {defined}) AS {name}_calls",
-        ]
-    return aggregates
-
-
-def _state_columns() -> list[str]:
-    return [f"{name}_{part}" for name in ALL_PHASES for part in ("q", "sum", "calls")]
-
-
 def breakdown_sql(
     options: CallsOptions | None = None,
     *,
@@ -377,29 +353,32 @@ def breakdown_sql(
     leaves that range out); ``raw=False`` when no other call can match.
     """
     options = options or CallsOptions()
-    raw_states = (
-        "SELECT service, method, sum(weight) AS calls, count() AS stored_calls,\n    "
-        + ",\n    ".join(state_aggregates())
-        + f"\nFROM ({per_call_sql(options)})\nGROUP BY service, method"
-    )
-    sources = [raw_states] if raw else []
-    if rollup:
-        sources.insert(
-            0,
-            f"SELECT service, method, calls, stored_calls, {', '.join(_state_columns())}\n"
-            f"FROM {options.qualified(options.rollup_table)}\n"
-            "WHERE window_start_ns >= {settled_from_ns:Int64}"
-            " AND window_start_ns < {settled_until_ns:Int64}"
-            f" AND calls > 0 AND {ROLLUP_FILTER}",
+    per_call = per_call_sql(options)
+    if not rollup:  # one level (why: ``finished_aggregates``)
+        figures, named = finished_aggregates()
+        return (
+            "SELECT service, method, calls, stored_calls,\n    "
+            + ",\n    ".join(named)
+            + "\nFROM (\nSELECT service, method, toUInt64(round(sum(weight))) AS calls,"
+            " count() AS stored_calls,\n    "
+            + ",\n    ".join(figures)
+            + f"\nFROM ({per_call})\nGROUP BY service, method\n)\nORDER BY service, method"
+        )
+    sources = [
+        f"SELECT service, method, calls, stored_calls, {', '.join(state_columns())}\n"
+        f"FROM {options.qualified(options.rollup_table)}\n"
+        "WHERE window_start_ns >= {settled_from_ns:Int64}"
+        " AND window_start_ns < {settled_until_ns:Int64}"
+        f" AND calls > 0 AND {ROLLUP_FILTER}"
+    ]
+    if raw:
+        sources.append(
+            "SELECT service, method, sum(weight) AS calls, count() AS stored_calls,\n    "
+            + ",\n    ".join(state_aggregates())
+            + f"\nFROM ({per_call})\nGROUP BY service, method"
         )
     source = "\nUNION ALL\n".join(sources)
-    merged = []
-    for name in ALL_PHASES:
-        merged += [
-            f"{QUANTILE_STATE_FUNCTION}IfMerge({QUANTILE_LEVELS})({name}_q) AS {name}_quantiles",
-            f"sum({name}_sum) / sum({name}_calls) AS {name}_mean",
-            f"toUInt64(round(sum({name}_calls))) AS {name}_defined",
-        ]
+    merged = merged_aggregates()
     return (
         "SELECT service, method, toUInt64(round(sum(calls))) AS calls,"
         " sum(stored_calls) AS stored_calls,\n    "

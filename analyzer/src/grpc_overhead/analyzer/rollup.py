@@ -75,7 +75,8 @@ from grpc_overhead.analyzer.options import (
     CallsOptions,
     time_parameters,
 )
-from grpc_overhead.analyzer.phases import per_call_sql, phase_breakdown, state_aggregates
+from grpc_overhead.analyzer.phase_aggregates import state_aggregates
+from grpc_overhead.analyzer.phases import per_call_sql, phase_breakdown
 from grpc_overhead.analyzer.result_columns import ALL_PHASES, QUANTILE_STATE_TYPE
 from grpc_overhead.analyzer.store.base import Store, table_exists
 

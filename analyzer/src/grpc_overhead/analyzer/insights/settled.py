@@ -25,7 +25,8 @@ from grpc_overhead.analyzer.calls import rows_to_scan
 from grpc_overhead.analyzer.clock_offsets import query_parameters
 from grpc_overhead.analyzer.insights.rows import needs_clock
 from grpc_overhead.analyzer.options import ROLLUP_FILTER, CallFilters, CallsOptions
-from grpc_overhead.analyzer.phases import per_call_sql, state_aggregates
+from grpc_overhead.analyzer.phase_aggregates import state_aggregates
+from grpc_overhead.analyzer.phases import per_call_sql
 from grpc_overhead.analyzer.rollup import settled_range
 from grpc_overhead.analyzer.store.base import Store
 
