@@ -55,3 +55,30 @@ def test_histogram_from_the_sketch_counts_every_call(store):
         np.flatnonzero(exact["calls"].rolling(3, center=True, min_periods=1).sum())
     )
     assert np.abs(sketched["calls"] - exact["calls"]).sum() <= 10
+
+
+def test_quantiles_with_nothing_settled_are_the_merged_states_to_the_bit(store):
+    """With nothing settled the page reads finished quantiles in one aggregation; they
+    must be exactly what merging the raw states at the page's levels gives."""
+    four_minutes(store)
+    states, bound, rolled = phase_states_sql(store, CallFilters())
+    assert not rolled
+    levels = ", ".join(repr(level) for level in phases.LEVELS)
+    merged = store.query(
+        "SELECT "
+        + ", ".join(
+            f"quantilesTDigestWeightedIfMerge({levels})({name}_q) AS {name}_q,"
+            f" sum({name}_calls) AS {name}_calls, sum({name}_sum) AS {name}_sum"
+            for name in phases.SHOWN_PHASES
+        )
+        + f" FROM ({states})",
+        bound,
+    ).iloc[0]
+    shown = phases.phase_quantiles(store, CallFilters())
+    assert shown["calls"].sum() > 0
+    for name, rows in shown.groupby("phase", sort=False):
+        calls = int(merged[f"{name}_calls"])
+        assert (rows["calls"] == calls).all()
+        if calls:
+            assert rows["value_us"].tolist() == [v / 1000 for v in merged[f"{name}_q"]]
+            assert (rows["mean_us"] == merged[f"{name}_sum"] / calls / 1000).all()

@@ -13,6 +13,8 @@ Every call is weighted by the calls it stands for (``weight``: 1 unless sampled)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from grpc_overhead.analyzer.result_columns import (
     ALL_PHASES,
     QUANTILE_LEVELS,
@@ -26,21 +28,25 @@ def _operands(name: str) -> tuple[str, str]:
     return f"toFloat64({name}_value)", f"toUInt8({name}_defined)"
 
 
-def state_aggregates(*, empty: bool = False) -> list[str]:
+def state_aggregates(
+    *, empty: bool = False, finished_at: str | None = None, phases: Sequence[str] = ALL_PHASES
+) -> list[str]:
     """Per phase: the quantile state (``{name}_q``), the sum (``{name}_sum``, ns) and the
     count of defined values (``{name}_calls``), weighted.
 
     ``empty``: the same columns over no value (a rollup's watermark row).
+    ``finished_at``: the quantiles at these levels instead of the state, for a reader
+    with nothing to merge (why: the module's docstring).
     """
+    function = f"If({finished_at})" if finished_at else f"IfState({QUANTILE_LEVELS})"
     aggregates = []
-    for name in ALL_PHASES:
+    for name in phases:
         value, defined = _operands(name)
         weight, whole = "weight", QUANTILE_WEIGHT
         if empty:
             value, defined, weight, whole = "toFloat64(0)", "toUInt8(0)", "1.0", "toUInt64(1)"
         aggregates += [
-            f"{QUANTILE_STATE_FUNCTION}IfState({QUANTILE_LEVELS})({value}, {whole}, {defined})"
-            f" AS {name}_q",
+            f"{QUANTILE_STATE_FUNCTION}{function}({value}, {whole}, {defined}) AS {name}_q",
             f"sumIf({value} * {weight}, {defined}) AS {name}_sum",
             f"sumIf({weight}, {defined}) AS {name}_calls",
         ]

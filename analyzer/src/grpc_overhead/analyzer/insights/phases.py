@@ -68,15 +68,16 @@ def phase_quantiles(
     Settled minutes come from the rollups' t-digest states (``settled``), so only
     the unsettled calls are merged and computed, as ``report`` does."""
     levels = ", ".join(repr(level) for level in LEVELS)
-    source, bound, _ = phase_states_sql(store, filters, options)
-    columns = []
-    for name in SHOWN_PHASES:
-        columns += [
-            f"{QUANTILE_STATE_FUNCTION}IfMerge({levels})({name}_q) AS {name}_q",
-            f"sum({name}_calls) AS {name}_calls",
-            f"sum({name}_sum) AS {name}_sum",
-        ]
-    sql = "SELECT\n    " + ",\n    ".join(columns) + f"\nFROM (\n{source}\n)"
+    sql, bound, rolled = phase_states_sql(store, filters, options, finished_at=levels)
+    if rolled:
+        columns = []
+        for name in SHOWN_PHASES:
+            columns += [
+                f"{QUANTILE_STATE_FUNCTION}IfMerge({levels})({name}_q) AS {name}_q",
+                f"sum({name}_calls) AS {name}_calls",
+                f"sum({name}_sum) AS {name}_sum",
+            ]
+        sql = "SELECT\n    " + ",\n    ".join(columns) + f"\nFROM (\n{sql}\n)"
     row = store.query(sql, bound, readonly=True).iloc[0]
     records = []
     for name in SHOWN_PHASES:

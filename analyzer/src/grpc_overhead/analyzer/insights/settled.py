@@ -32,21 +32,31 @@ from grpc_overhead.analyzer.store.base import Store
 
 
 def phase_states_sql(
-    store: Store, filters: CallFilters | None, options: CallsOptions | None = None
+    store: Store,
+    filters: CallFilters | None,
+    options: CallsOptions | None = None,
+    *,
+    finished_at: str | None = None,
 ) -> tuple[str, dict[str, Any], bool]:
     """(SQL, parameters, from rollups): rows of ``{phase}_q`` (t-digest state, ns),
     ``{phase}_sum`` (ns) and ``{phase}_calls`` for every phase of ``ALL_PHASES``,
-    covering the calls ``filters`` keep; merge them with ``-Merge``/``sum``."""
+    covering the calls ``filters`` keep; merge them with ``-Merge``/``sum``.
+
+    ``finished_at``: where no minute is settled (from rollups False), one row with the
+    quantiles at these levels instead of the states, nothing left to merge
+    (``phase_aggregates``: the same figures, in less time)."""
     options = options or CallsOptions()
     settled = settled_range(store, filters, None, options)
     parameters = query_parameters(filters, None, settled)
-    states = ",\n    ".join(state_aggregates())
     # One host needs no clock estimate (rows.needs_clock); the rollups have the
     # estimate applied, which across hosts is what the raw part then computes too.
     clock = needs_clock(store, filters, options)
-    raw = f"SELECT\n    {states}\nFROM ({per_call_sql(options, clock=clock)})"
+    per_call = per_call_sql(options, clock=clock)
     if not settled:
-        return raw, parameters, False
+        finished = ",\n    ".join(state_aggregates(finished_at=finished_at))
+        return f"SELECT\n    {finished}\nFROM ({per_call})", parameters, False
+    states = ",\n    ".join(state_aggregates())
+    raw = f"SELECT\n    {states}\nFROM ({per_call})"
     names = [column.split(" AS ")[-1] for column in state_aggregates()]
     rolled = (
         f"SELECT {', '.join(names)} FROM {options.qualified(options.rollup_table)}\n"
