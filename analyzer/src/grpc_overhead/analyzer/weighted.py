@@ -54,12 +54,17 @@ def sums_by_subset(x: str, y: str, defined: str, subsets: int) -> str:
 
 def slope(summed: str) -> str:
     """SQL: the line's slope from ``sums``' column ``summed`` (NaN or infinite where x has
-    no spread): what a query shown to a user reads beside the moments."""
-    m = {name: f"{summed}[{index}]" for index, name in enumerate(MOMENTS, start=1)}
-    return (
+    no spread): what a query shown to a user reads beside the moments.
+
+    ``summed`` is named once, through a lambda: where it is the alias of the aggregate
+    in the same query, the engine writes the whole aggregate out at every reference,
+    and ten references to six fits took a findings query from 1.2 s to 2.3 s."""
+    m = {name: f"m[{index}]" for index, name in enumerate(MOMENTS, start=1)}
+    fit = (
         f"({m['w']} * {m['wxy']} - {m['wx']} * {m['wy']})"
         f" / ({m['w']} * {m['wxx']} - {m['wx']} * {m['wx']})"
     )
+    return f"arrayMap(m -> {fit}, [{summed}])[1]"
 
 
 def line(summed: Sequence[float] | None) -> tuple[float, float, float, float]:
