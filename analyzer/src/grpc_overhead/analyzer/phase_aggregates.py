@@ -2,18 +2,16 @@
 
 * **States** (``state_aggregates``, then ``merged_aggregates`` a level up): what the
   rollups store, so that a breakdown can merge settled minutes with calls computed raw.
-* **Finished** (``finished_aggregates``): the same figures in one aggregation, for a
-  breakdown with nothing to merge (no settled minutes). Merging a group's one state does
-  not change it, so the quantiles and means are the same to the last bit; it takes about
-  two thirds of the time (100 calls: 0.57 s against 0.88 s), because the engine analyzes
-  and passes up 108 states before it merges them.
+* **Finished** (``state_aggregates(finished_at=levels)``): the quantiles themselves, for
+  a reader with nothing to merge (no settled minute in its range). Merging a group's one
+  state does not change it, so the figures are the same to the last bit, in about 0.8x
+  the time: the engine analyzes and passes up 108 states before it merges them
+  (``docs/notes/issue-28.md``, fourth session).
 
 Every call is weighted by the calls it stands for (``weight``: 1 unless sampled).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from grpc_overhead.analyzer.result_columns import (
     ALL_PHASES,
@@ -28,19 +26,17 @@ def _operands(name: str) -> tuple[str, str]:
     return f"toFloat64({name}_value)", f"toUInt8({name}_defined)"
 
 
-def state_aggregates(
-    *, empty: bool = False, finished_at: str | None = None, phases: Sequence[str] = ALL_PHASES
-) -> list[str]:
+def state_aggregates(*, empty: bool = False, finished_at: str | None = None) -> list[str]:
     """Per phase: the quantile state (``{name}_q``), the sum (``{name}_sum``, ns) and the
     count of defined values (``{name}_calls``), weighted.
 
     ``empty``: the same columns over no value (a rollup's watermark row).
-    ``finished_at``: the quantiles at these levels instead of the state, for a reader
-    with nothing to merge (why: the module's docstring).
+    ``finished_at``: the quantiles at these levels instead of the state (``{name}_q`` an
+    array), for a reader with nothing to merge.
     """
     function = f"If({finished_at})" if finished_at else f"IfState({QUANTILE_LEVELS})"
     aggregates = []
-    for name in phases:
+    for name in ALL_PHASES:
         value, defined = _operands(name)
         weight, whole = "weight", QUANTILE_WEIGHT
         if empty:
@@ -58,32 +54,21 @@ def state_columns() -> list[str]:
     return [f"{name}_{part}" for name in ALL_PHASES for part in ("q", "sum", "calls")]
 
 
-def merged_aggregates() -> list[str]:
+def breakdown_figures(*, finished: bool = False) -> list[str]:
     """Per phase, over rows of ``state_aggregates``: ``{name}_quantiles`` (ns, at
-    ``QUANTILE_LEVELS``), ``{name}_mean`` (ns) and ``{name}_defined`` (calls, weighted)."""
-    merged = []
+    ``QUANTILE_LEVELS``), ``{name}_mean`` (ns) and ``{name}_defined`` (calls, weighted).
+    ``finished``: over the one row per group of ``state_aggregates(finished_at=...)``, so
+    the columns only take their names (not aggregates: the query has no GROUP BY)."""
+    figures = []
     for name in ALL_PHASES:
-        merged += [
-            f"{QUANTILE_STATE_FUNCTION}IfMerge({QUANTILE_LEVELS})({name}_q) AS {name}_quantiles",
-            f"sum({name}_sum) / sum({name}_calls) AS {name}_mean",
-            f"toUInt64(round(sum({name}_calls))) AS {name}_defined",
+        if finished:
+            quantiles, total, calls = f"{name}_q", f"{name}_sum", f"{name}_calls"
+        else:
+            quantiles = f"{QUANTILE_STATE_FUNCTION}IfMerge({QUANTILE_LEVELS})({name}_q)"
+            total, calls = f"sum({name}_sum)", f"sum({name}_calls)"
+        figures += [
+            f"{quantiles} AS {name}_quantiles",
+            f"{total} / {calls} AS {name}_mean",
+            f"toUInt64(round({calls})) AS {name}_defined",
         ]
-    return merged
-
-
-def finished_aggregates() -> tuple[list[str], list[str]]:
-    """(aggregates, columns): ``merged_aggregates``' columns computed from ``per_call_sql``
-    rows in one aggregation, and the columns that select them in its order a level up.
-    The count is named ``{name}_phase_calls`` in the aggregation, apart from the
-    ``{name}_defined`` it counts (an alias would shadow the column it is computed from)."""
-    aggregates, columns = [], []
-    for name in ALL_PHASES:
-        value, defined = _operands(name)
-        aggregates += [
-            f"{QUANTILE_STATE_FUNCTION}If({QUANTILE_LEVELS})({value}, {QUANTILE_WEIGHT},"
-            f" {defined}) AS {name}_quantiles",
-            f"sumIf({value} * weight, {defined}) / sumIf(weight, {defined}) AS {name}_mean",
-            f"toUInt64(round(sumIf(weight, {defined}))) AS {name}_phase_calls",
-        ]
-        columns += [f"{name}_quantiles", f"{name}_mean", f"{name}_phase_calls AS {name}_defined"]
-    return aggregates, columns
+    return figures

@@ -52,8 +52,7 @@ from grpc_overhead.analyzer.clock_offsets import (
 from grpc_overhead.analyzer.dispatch import dispatch_estimate_sql
 from grpc_overhead.analyzer.options import CALL_FILTER, ROLLUP_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.phase_aggregates import (
-    finished_aggregates,
-    merged_aggregates,
+    breakdown_figures,
     state_aggregates,
     state_columns,
 )
@@ -66,6 +65,7 @@ from grpc_overhead.analyzer.result_columns import (
     CALL_WEIGHT,
     CONSECUTIVE_PHASES,
     OPTIONAL_PHASES,
+    QUANTILE_LEVELS,
 )
 from grpc_overhead.analyzer.store.base import Store
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, IS_STREAM, UNARY_ONLY, stream_phases
@@ -354,14 +354,14 @@ def breakdown_sql(
     """
     options = options or CallsOptions()
     per_call = per_call_sql(options)
-    if not rollup:  # one level (why: ``finished_aggregates``)
-        figures, named = finished_aggregates()
+    if not rollup:  # nothing to merge: finished quantiles (why: ``phase_aggregates``)
+        finished = state_aggregates(finished_at=QUANTILE_LEVELS)
         return (
-            "SELECT service, method, calls, stored_calls,\n    "
-            + ",\n    ".join(named)
-            + "\nFROM (\nSELECT service, method, toUInt64(round(sum(weight))) AS calls,"
+            "SELECT service, method, toUInt64(round(weighted_calls)) AS calls, stored_calls,\n    "
+            + ",\n    ".join(breakdown_figures(finished=True))
+            + "\nFROM (\nSELECT service, method, sum(weight) AS weighted_calls,"
             " count() AS stored_calls,\n    "
-            + ",\n    ".join(figures)
+            + ",\n    ".join(finished)
             + f"\nFROM ({per_call})\nGROUP BY service, method\n)\nORDER BY service, method"
         )
     sources = [
@@ -378,7 +378,7 @@ def breakdown_sql(
             + f"\nFROM ({per_call})\nGROUP BY service, method"
         )
     source = "\nUNION ALL\n".join(sources)
-    merged = merged_aggregates()
+    merged = breakdown_figures()
     return (
         "SELECT service, method, toUInt64(round(sum(calls))) AS calls,"
         " sum(stored_calls) AS stored_calls,\n    "
