@@ -188,7 +188,7 @@ def test_time_parameters_widen_the_row_filter_by_the_margin():
 
 @pytest.mark.e2e
 def test_a_breakdown_with_nothing_settled_is_the_merged_states_to_the_bit(store):
-    """Without rollups the figures are aggregated in one level (``finished_aggregates``);
+    """Without rollups the quantiles are finished in the first aggregation (``phase_aggregates``);
     they must be exactly what merging the raw states gives, sampled calls weighted."""
     spans = []
     for index in range(60):

@@ -1,6 +1,6 @@
 """A breakdown's per-phase aggregates over ``per_call_sql`` rows, in the two forms it takes.
 
-* **States** (``state_aggregates``, then ``merged_aggregates`` a level up): what the
+* **States** (``state_aggregates``, then ``breakdown_figures`` a level up): what the
   rollups store, so that a breakdown can merge settled minutes with calls computed raw.
 * **Finished** (``state_aggregates(finished_at=levels)``): the quantiles themselves, for
   a reader with nothing to merge (no settled minute in its range). Merging a group's one
