@@ -30,27 +30,27 @@ def tightest_anchor(readings: list[tuple[int, int, int]]) -> tuple[int, int]:
     return wall, (before + after) // 2
 
 
-def _anchor() -> tuple[int, int]:
+def _anchored_offset() -> int:
+    """wall - monotonic (ns) from the tightest of ``ANCHOR_TRIES`` bracketed readings."""
     readings = []
     for _ in range(ANCHOR_TRIES):
         before = time.perf_counter_ns()
         wall = time.time_ns()
         readings.append((before, wall, time.perf_counter_ns()))
-    return tightest_anchor(readings)
+    wall, monotonic = tightest_anchor(readings)
+    return wall - monotonic
 
 
 _anchor_lock = threading.Lock()
-_wall_anchor_ns, _monotonic_anchor_ns = _anchor()
-#: One value, so a reader never mixes two anchors' halves.
-_offset_ns = _wall_anchor_ns - _monotonic_anchor_ns
+#: The anchor as one value, so a reader never mixes two anchors' halves.
+_offset_ns = _anchored_offset()
 
 
 def reanchor() -> None:
     """Take a fresh (wall, monotonic) pair; called off the hot path by the export worker."""
-    global _wall_anchor_ns, _monotonic_anchor_ns, _offset_ns
+    global _offset_ns
     with _anchor_lock:
-        _wall_anchor_ns, _monotonic_anchor_ns = _anchor()
-        _offset_ns = _wall_anchor_ns - _monotonic_anchor_ns
+        _offset_ns = _anchored_offset()
 
 
 def wall_offset_ns() -> int:
