@@ -44,12 +44,19 @@ def markdown(results: list[ScenarioResult], info: dict[str, Any]) -> str:
         "|---|---|---|---|---:|---:|---:|---:|---|",
     ]
     lines += [_row(c) for r in results for c in r.checks]
-    runs = [f"{r.name} {r.run['date'][:16].replace('T', ' ')} UTC, load "
-            f"{r.run['load_average_1m_at_start']:.1f}" for r in results if r.run]  # fmt: skip
+    runs = [
+        f"{r.name} {r.run['date'][:16].replace('T', ' ')} UTC, load "
+        f"{r.run['load_average_1m_at_start']:.1f}"
+        for r in results
+        if r.run
+    ]
     earlier = [r.name for r in results if not r.run]
     if runs and earlier:  # a merged partial run: say when each scenario ran
-        lines += ["", f"When each ran: {'; '.join(runs)}; {', '.join(earlier)}: an earlier run "
-                      "(its date and load were not kept per scenario)."]  # fmt: skip
+        lines += [
+            "",
+            f"When each ran: {'; '.join(runs)}; {', '.join(earlier)}: an earlier run "
+            "(its date and load were not kept per scenario).",
+        ]
     limits = [c for r in results for c in r.limits]
     if limits:
         lines += ["", "Not recoverable (the harness's explanation):", ""]
@@ -57,9 +64,11 @@ def markdown(results: list[ScenarioResult], info: dict[str, Any]) -> str:
     compression = next((r for r in results if r.name == "compression"), None)
     if compression is not None:
         lines += ["", "Compression on the 5 MB/s request path (p50 µs, limited run):", ""]
-        lines += ["| variant | wire KB | client_serialize | request_network | server_queue | "
-                  "processing | total | + client zstd outside call | end to end |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            "| variant | wire KB | client_serialize | request_network | server_queue | "
+            "processing | total | + client zstd outside call | end to end |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for variant in ("none", "grpc_gzip", "zstd"):
             o = compression.observations[variant]
             ph = o["per_phase_p50_us"]
@@ -87,14 +96,25 @@ def _merged(scenarios: list[dict[str, Any]], profile: str) -> list[dict[str, Any
 
 def _from_json(data: dict[str, Any]) -> ScenarioResult:
     """A result rebuilt from its JSON (for the table of a merged partial run)."""
-    fields = ("scenario", "case", "quantity", "phase", "injected_us", "measured_us",
-              "tolerance_us", "limit")  # fmt: skip
+    fields = (
+        "scenario",
+        "case",
+        "quantity",
+        "phase",
+        "injected_us",
+        "measured_us",
+        "tolerance_us",
+        "limit",
+    )
     return ScenarioResult(
-        data["name"], data["profile"],
+        data["name"],
+        data["profile"],
         checks=[Check(**{k: c[k] for k in fields}) for c in data["checks"]],
-        observations=data["observations"], notes=data["notes"], seconds=data["seconds"],
+        observations=data["observations"],
+        notes=data["notes"],
+        seconds=data["seconds"],
         run=data.get("run", {}),
-    )  # fmt: skip
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -112,8 +112,12 @@ def pandas_breakdown(rows: pd.DataFrame, window_ns: int = 60_000_000_000) -> pd.
     ours = rows["client_events"].to_numpy() == 1
     for name in REQUEST_GAP:
         p[name] = p[name].where(ours)
-    for name in ("request_network", "request_network_raw", "response_network",
-                 "response_network_raw"):  # fmt: skip
+    for name in (
+        "request_network",
+        "request_network_raw",
+        "response_network",
+        "response_network_raw",
+    ):
         p[name] = p[name].where(~(same & (p[name] < 0)))
     p["request_network_corrected"] = p["request_network"]
     p["response_network_corrected"] = p["response_network"]

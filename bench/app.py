@@ -187,9 +187,14 @@ def page_loads(
 
 
 def _load_pages(
-    url: str, suffix: dict[str, str], repeats: int, kinds: dict[str, dict[str, list[float]]],
-    name: str, where: dict[str, str], pages: tuple[tuple[str, str], ...],
-) -> None:  # fmt: skip
+    url: str,
+    suffix: dict[str, str],
+    repeats: int,
+    kinds: dict[str, dict[str, list[float]]],
+    name: str,
+    where: dict[str, str],
+    pages: tuple[tuple[str, str], ...],
+) -> None:
     with chromium() as browser:
         page = browser.new_page()
         for path, _ in pages:
@@ -211,10 +216,13 @@ def _load_pages(
                 switched = switch_to(page, where.get(after, after), after_title)
                 kinds["switch"][after].append(switched)
             LOAD_SAMPLES.append(round(os.getloadavg()[0], 1))
-            log(f"  {name} " + ", ".join(
-                f"{TITLES[p]} {kinds['load'][p][-1]:.2f}/{kinds['switch'][p][-1]:.2f}"
-                for p, _ in pages
-            ))  # fmt: skip
+            log(
+                f"  {name} "
+                + ", ".join(
+                    f"{TITLES[p]} {kinds['load'][p][-1]:.2f}/{kinds['switch'][p][-1]:.2f}"
+                    for p, _ in pages
+                )
+            )
 
 
 def _served(python: str) -> tuple[tuple[str, str], ...]:

@@ -111,13 +111,30 @@ def freshness(
                 url = f"{serve.url}/overview?run={run}"
                 open_page(page, url)
                 load = subprocess.Popen(
-                    [python, "-m", "grpc_overhead", "load", "--quiet", "--target",
-                     service.target, "--calls", "1", "--concurrency", "1", "--run-id", run],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                    env=offline_env(exporter_timeout_s=None,
-                                    OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-                                    OTEL_SERVICE_NAME="loadgen"),
-                )  # fmt: skip
+                    [
+                        python,
+                        "-m",
+                        "grpc_overhead",
+                        "load",
+                        "--quiet",
+                        "--target",
+                        service.target,
+                        "--calls",
+                        "1",
+                        "--concurrency",
+                        "1",
+                        "--run-id",
+                        run,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    env=offline_env(
+                        exporter_timeout_s=None,
+                        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+                        OTEL_SERVICE_NAME="loadgen",
+                    ),
+                )
                 deadline = time.monotonic() + timeout_s
                 while time.monotonic() < deadline:
                     if mode == "reload":
@@ -176,12 +193,24 @@ def _client_ends(store: Path) -> tuple[dict[str, int], dict[str, int]]:
     """run id -> the client span end (unix ns) of its call, and run id -> when its last
     half was stored (the calls view's arrival stamp), read after serve stopped."""
     done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store), "--format", "json",
-         "SELECT run_id, max(client_end_ns) AS end_ns,"
-         " greatest(max(client_arrived_ns), max(server_arrived_ns)) AS stored_ns"
-         " FROM grpc_calls WHERE run_id LIKE 'fresh-%' GROUP BY run_id"],
-        capture_output=True, text=True, timeout=120, env=offline_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "sql",
+            "--store",
+            str(store),
+            "--format",
+            "json",
+            "SELECT run_id, max(client_end_ns) AS end_ns,"
+            " greatest(max(client_arrived_ns), max(server_arrived_ns)) AS stored_ns"
+            " FROM grpc_calls WHERE run_id LIKE 'fresh-%' GROUP BY run_id",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
+    )
     if done.returncode != 0:
         raise RuntimeError(f"reading the freshness store failed: {done.stderr}")
     rows = json.loads(done.stdout)
@@ -215,8 +244,11 @@ def _page_query_seconds(store: Path, runs: list[str], python: str) -> float | No
         return None
     done = subprocess.run(
         [python, "-c", _PAGE_QUERY, str(store), *runs],
-        capture_output=True, text=True, timeout=300, env=offline_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=offline_env(),
+    )
     if done.returncode != 0:
         raise RuntimeError(f"timing the Overview's query failed: {done.stderr}")
     return float(done.stdout.strip().splitlines()[-1])
@@ -301,41 +333,66 @@ def main(argv: list[str] | None = None) -> int:
                 and values["median_s"] < MEDIAN_TARGET_S
                 and values["p90_s"] < P90_TARGET_S
             )
-            rows.append([path if found["through_collector"] or "collector" not in path
-                         else f"{path} (collector not built: direct)", mode,
-                         values["median_s"], values["p90_s"], values["max_s"],
-                         *_delay_cells(values.get("delays_s")),
-                         len(values["samples_s"]), found["not_shown_within_s"]["count"],
-                         found["idle_page_cpu_share"], "met" if met else "not met"])  # fmt: skip
-    markdown = "\n".join([
-        f"### App freshness ({machine['date'][:10]}; {machine['cpu_count']} CPUs; load average "
-        f"{results['load_average_1m_at_start']} at the start, "
-        f"{results['load_average_1m_at_end']} at the end)",
-        "",
-        "Call end (the client span's end) to the call shown on the Overview filtered to its "
-        f"run, in Chromium; {probes} probes per path, alternately reloading the page and "
-        "leaving it open on auto-refresh (opened before the call). Targets: median < "
-        f"{MEDIAN_TARGET_S:g} s, p90 < {P90_TARGET_S:g} s. The median's parts: delivery "
-        "(call end to both halves stored: the SDK's export interval, 0.25 s (1 s before "
-        "2026-11-29), the collector's "
-        "200 ms flush, the intake and the calls view), the Overview's query (timed on the "
-        "same store afterwards), and the rest (the wait for a rerun: as soon as the intake has "
-        "stored a batch and the page has been still for 0.5 s; the page's other queries, "
-        f"rendering). Idle CPU: serve's CPU, as a share of one core, over {IDLE_S:g} s with the "
-        "Overview of a run with one call left open on auto-refresh and nothing arriving."
-        + (
-            f" `before`: serve, the service and the load generator run by `{args.before}`."
-            if args.before
-            else ""
-        ),
-        "",
-        markdown_table(
-            ["path", "watching", "median s", "p90 s", "max s", "delivery s", "Overview query s",
-             "refresh + render s", "calls", "not shown", "idle CPU", "target"],
-            rows,
-        ),
-        "",
-    ])  # fmt: skip
+            rows.append(
+                [
+                    path
+                    if found["through_collector"] or "collector" not in path
+                    else f"{path} (collector not built: direct)",
+                    mode,
+                    values["median_s"],
+                    values["p90_s"],
+                    values["max_s"],
+                    *_delay_cells(values.get("delays_s")),
+                    len(values["samples_s"]),
+                    found["not_shown_within_s"]["count"],
+                    found["idle_page_cpu_share"],
+                    "met" if met else "not met",
+                ]
+            )
+    markdown = "\n".join(
+        [
+            f"### App freshness ({machine['date'][:10]}; {machine['cpu_count']} CPUs; load average "
+            f"{results['load_average_1m_at_start']} at the start, "
+            f"{results['load_average_1m_at_end']} at the end)",
+            "",
+            "Call end (the client span's end) to the call shown on the Overview filtered to its "
+            f"run, in Chromium; {probes} probes per path, alternately reloading the page and "
+            "leaving it open on auto-refresh (opened before the call). Targets: median < "
+            f"{MEDIAN_TARGET_S:g} s, p90 < {P90_TARGET_S:g} s. The median's parts: delivery "
+            "(call end to both halves stored: the SDK's export interval, 0.25 s (1 s before "
+            "2026-11-29), the collector's "
+            "200 ms flush, the intake and the calls view), the Overview's query (timed on the "
+            "same store afterwards), and the rest (the wait for a rerun: as soon as the intake has "
+            "stored a batch and the page has been still for 0.5 s; the page's other queries, "
+            f"rendering). Idle CPU: serve's CPU, as a share of one core, over {IDLE_S:g} s "
+            "with the Overview of a run with one call left open on auto-refresh and nothing "
+            "arriving."
+            + (
+                f" `before`: serve, the service and the load generator run by `{args.before}`."
+                if args.before
+                else ""
+            ),
+            "",
+            markdown_table(
+                [
+                    "path",
+                    "watching",
+                    "median s",
+                    "p90 s",
+                    "max s",
+                    "delivery s",
+                    "Overview query s",
+                    "refresh + render s",
+                    "calls",
+                    "not shown",
+                    "idle CPU",
+                    "target",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    )
     return publish("app_freshness", results, markdown, quick=args.quick)
 
 

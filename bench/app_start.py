@@ -70,10 +70,17 @@ def measure(calls: int, rounds: int, pythons: dict[str, str]) -> dict[str, list[
     try:
         log(f"generating {calls:,} calls")
         subprocess.run(
-            [sys.executable, "-c", "import sys; from harness.generated_calls import main; "
-             "sys.exit(main(sys.argv[1:]))", str(directory / "seed"), str(calls)],
-            check=True, cwd=Path(__file__).parent.parent,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "import sys; from harness.generated_calls import main; "
+                "sys.exit(main(sys.argv[1:]))",
+                str(directory / "seed"),
+                str(calls),
+            ],
+            check=True,
+            cwd=Path(__file__).parent.parent,
+        )
         for round_number in range(rounds):
             for name, python in pythons.items():
                 copy = directory / f"{name}-{round_number}"

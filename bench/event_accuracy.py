@@ -92,9 +92,9 @@ def _server(stack: ExitStack, source: str, case: str, response: Path, endpoint: 
             peers.JavaServer(response, env=env, extra=["--marshal-delay-us", delay_us])
         )
     delay = f"{MARSHAL_MS}ms" if case == "marshal" else "0s"
-    return stack.enter_context(peers.GoServer(
-        response, tracing=SOURCES[source], extra=["-marshal-delay", delay], env=env
-    ))  # fmt: skip
+    return stack.enter_context(
+        peers.GoServer(response, tracing=SOURCES[source], extra=["-marshal-delay", delay], env=env)
+    )
 
 
 def _client(
@@ -102,19 +102,44 @@ def _client(
 ):
     env = offline_env(OTEL_SERVICE_NAME=run, **endpoint)
     if source == "ours":
-        done = run_load("--target", target, "--calls", str(calls), "--concurrency", "1",
-                        "--entities", "20", "--features", "8", "--json", env=env)  # fmt: skip
+        done = run_load(
+            "--target",
+            target,
+            "--calls",
+            str(calls),
+            "--concurrency",
+            "1",
+            "--entities",
+            "20",
+            "--features",
+            "8",
+            "--json",
+            env=env,
+        )
         if done.returncode != 0:
             raise RuntimeError(done.stderr)
         return
     if source == "A72 Java":
         delay_us = str(MARSHAL_MS * 1000 if case == "marshal" else 0)
-        peers.run_java_client(target, request, calls=calls, env=env, timeout_s=600,
-                              extra=["--marshal-delay-us", delay_us])  # fmt: skip
+        peers.run_java_client(
+            target,
+            request,
+            calls=calls,
+            env=env,
+            timeout_s=600,
+            extra=["--marshal-delay-us", delay_us],
+        )
         return
     delay = f"{MARSHAL_MS}ms" if case == "marshal" else "0s"
-    peers.run_client(target, request, calls=calls, tracing=SOURCES[source], env=env,
-                     timeout_s=300, extra=["-marshal-delay", delay])  # fmt: skip
+    peers.run_client(
+        target,
+        request,
+        calls=calls,
+        tracing=SOURCES[source],
+        env=env,
+        timeout_s=300,
+        extra=["-marshal-delay", delay],
+    )
 
 
 def _run_all(work: Path, store: Path, calls: int, rounds: int) -> dict[str, list]:
@@ -123,8 +148,10 @@ def _run_all(work: Path, store: Path, calls: int, rounds: int) -> dict[str, list
     intake_port = free_port()
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{intake_port}"}
     probes: dict[str, list] = {"baseline": [], "delay": []}
-    toxics = {"latency:upstream": {"latency": UP_MS, "jitter": 0},
-              "latency:downstream": {"latency": DOWN_MS, "jitter": 0}}  # fmt: skip
+    toxics = {
+        "latency:upstream": {"latency": UP_MS, "jitter": 0},
+        "latency:downstream": {"latency": DOWN_MS, "jitter": 0},
+    }
     serve = ServeProcess(store, intake_port)
     try:
         with ExitStack() as stack:
@@ -137,8 +164,15 @@ def _run_all(work: Path, store: Path, calls: int, rounds: int) -> dict[str, list
                     server = _server(stack, source, kind, response, endpoint)
                     proxies[source, kind] = toxiproxy.proxy(server.target)
                     # Warm the server (JIT, connection pools) before any measured call.
-                    _client(source, f"{source}-warmup-{kind}", kind, proxies[source, kind].listen,
-                            request, WARMUP_CALLS[source], endpoint)  # fmt: skip
+                    _client(
+                        source,
+                        f"{source}-warmup-{kind}",
+                        kind,
+                        proxies[source, kind].listen,
+                        request,
+                        WARMUP_CALLS[source],
+                        endpoint,
+                    )
                 proxies[source, "delay"] = proxies[source, "baseline"]
             for round_number in range(rounds):
                 shift = round_number % len(CASES)  # rotate the cases' order every round
@@ -152,8 +186,15 @@ def _run_all(work: Path, store: Path, calls: int, rounds: int) -> dict[str, list
                         proxy = proxies[source, case]
                         toxiproxy.set_toxics(proxy, toxics if case == "delay" else {})
                         run = f"{source}-{case}-r{round_number}"
-                        _client(source, run, case, proxy.listen, request,
-                                WARMUP_CALLS[source] + calls, endpoint)  # fmt: skip
+                        _client(
+                            source,
+                            run,
+                            case,
+                            proxy.listen,
+                            request,
+                            WARMUP_CALLS[source] + calls,
+                            endpoint,
+                        )
                         toxiproxy.clear_toxics(proxy)
     finally:
         serve.stop()
@@ -215,13 +256,24 @@ def measure(calls: int, rounds: int) -> dict:
             getattr(p, direction) for p in probes["baseline"]
         )
 
-    truth = {"up": shift("upstream_us"), "down": shift("downstream_us"),
-             "marshal": MARSHAL_MS * 1000.0}  # fmt: skip
-    results: dict = {"machine": machine, "truth_us": truth, "calls_per_run": calls,
-                     "rounds": rounds, "warmup_calls": WARMUP_CALLS,
-                     "load_average_1m_at_start": machine["load_average_1m_at_start"],
-                     "load_average_1m_at_end": os.getloadavg()[0], "sources": {},
-                     "negative_phases": {}, "out_of_order": {}, "calls": {}}  # fmt: skip
+    truth = {
+        "up": shift("upstream_us"),
+        "down": shift("downstream_us"),
+        "marshal": MARSHAL_MS * 1000.0,
+    }
+    results: dict = {
+        "machine": machine,
+        "truth_us": truth,
+        "calls_per_run": calls,
+        "rounds": rounds,
+        "warmup_calls": WARMUP_CALLS,
+        "load_average_1m_at_start": machine["load_average_1m_at_start"],
+        "load_average_1m_at_end": os.getloadavg()[0],
+        "sources": {},
+        "negative_phases": {},
+        "out_of_order": {},
+        "calls": {},
+    }
     for source in SOURCES:
         rows = []
         base = found.get(f"{source}-baseline", [])
@@ -235,14 +287,18 @@ def measure(calls: int, rounds: int) -> dict:
             expected = sum(truth[part] for part in parts)
             measured = None if before is None or after is None else after - before
             undefined = injected != [] and after is None
-            rows.append({
-                "case": case, "phase": phase, "baseline_p50_us": before,
-                "expected_delta_us": round(expected, 1),
-                "measured_delta_us": None if measured is None else round(measured, 1),
-                "error_us": None if measured is None else round(measured - expected, 1),
-                "undefined": undefined,
-                "reason": _reason(injected, phase) if undefined else "",
-            })  # fmt: skip
+            rows.append(
+                {
+                    "case": case,
+                    "phase": phase,
+                    "baseline_p50_us": before,
+                    "expected_delta_us": round(expected, 1),
+                    "measured_delta_us": None if measured is None else round(measured, 1),
+                    "error_us": None if measured is None else round(measured - expected, 1),
+                    "undefined": undefined,
+                    "reason": _reason(injected, phase) if undefined else "",
+                }
+            )
         results["sources"][source] = rows
     return results
 
@@ -288,13 +344,19 @@ def write(results: dict) -> str:
         cells = [_cell(row, reasons) for row in rows]
         lines.append(f"| {case} | {phase} | {expected:,.0f} | " + " | ".join(cells) + " |")
     lines += ["", *(f"{n}. {reason}" for n, reason in enumerate(reasons, 1))]
-    lines += ["", "Phases shown negative on any call (same host: a shared clock), and network"
-              " phases left NULL on a call whose events came out of order:", ""]  # fmt: skip
+    lines += [
+        "",
+        "Phases shown negative on any call (same host: a shared clock), and network"
+        " phases left NULL on a call whose events came out of order:",
+        "",
+    ]
     for source, negative in results["negative_phases"].items():
         shown = ", ".join(f"{phase} ({value:,.0f} us)" for phase, value in negative.items())
         nulls = ", ".join(f"{phase} on {n}" for phase, n in results["out_of_order"][source].items())
-        lines.append(f"- {source} ({results['calls'][source]} calls): negative: {shown or 'none'};"
-                     f" NULL, out of order: {nulls or 'none'}")  # fmt: skip
+        lines.append(
+            f"- {source} ({results['calls'][source]} calls): negative: {shown or 'none'};"
+            f" NULL, out of order: {nulls or 'none'}"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -55,8 +55,15 @@ from bench.instrumentation_processes import (
 from bench.instrumentation_propagation import injecting
 
 NAME = "instrumentation_ablation"
-VARIANTS = ("full", "no wrapping", "no trailer", "no context", "no peer, deadline",
-            "export at batch end", "no export")  # fmt: skip
+VARIANTS = (
+    "full",
+    "no wrapping",
+    "no trailer",
+    "no context",
+    "no peer, deadline",
+    "export at batch end",
+    "no export",
+)
 
 
 def _variants(pipeline: Any) -> dict[str, Any]:
@@ -219,22 +226,31 @@ def summarize(raw: dict[str, Any]) -> list[dict[str, Any]]:
     for config in cpu:
         added = [value - base for value, base in zip(cpu[config], bare, strict=True)]
         quartiles = statistics.quantiles(added, n=4) if len(added) > 1 else [added[0]] * 3
-        ratio = [t / b for t, b in zip(raw["throughput"][config], raw["throughput"]["bare"],
-                                       strict=True)]  # fmt: skip
-        rows.append({
-            "config": config,
-            "server_cpu_us": round(statistics.median(cpu[config]), 1),
-            "added_us": round(statistics.median(added), 1),
-            "added_q1_us": round(quartiles[0], 1),
-            "added_q3_us": round(quartiles[2], 1),
-            "gc_us": round(statistics.median(raw["gc_us"][config]), 2),
-            "throughput_vs_bare": round(statistics.median(ratio), 3),
-        })  # fmt: skip
+        ratio = [
+            t / b for t, b in zip(raw["throughput"][config], raw["throughput"]["bare"], strict=True)
+        ]
+        rows.append(
+            {
+                "config": config,
+                "server_cpu_us": round(statistics.median(cpu[config]), 1),
+                "added_us": round(statistics.median(added), 1),
+                "added_q1_us": round(quartiles[0], 1),
+                "added_q3_us": round(quartiles[2], 1),
+                "gc_us": round(statistics.median(raw["gc_us"][config]), 2),
+                "throughput_vs_bare": round(statistics.median(ratio), 3),
+            }
+        )
     return rows
 
 
-HEADERS = ("configuration", "server CPU µs/call", "added µs", "quartiles", "GC µs/call",
-           "throughput vs bare")  # fmt: skip
+HEADERS = (
+    "configuration",
+    "server CPU µs/call",
+    "added µs",
+    "quartiles",
+    "GC µs/call",
+    "throughput vs bare",
+)
 
 
 def render(rows: list[dict[str, Any]], info: dict[str, Any], rounds: int, calls: int) -> str:
@@ -276,8 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     raw = run(rounds, calls)
     info["load_average_1m_at_end"] = os.getloadavg()[0]
     rows = summarize(raw)
-    data = {"benchmark": NAME, "machine": info, "rounds": rounds, "calls": calls, "rows": rows,
-            "raw": raw}  # fmt: skip
+    data = {
+        "benchmark": NAME,
+        "machine": info,
+        "rounds": rounds,
+        "calls": calls,
+        "rows": rows,
+        "raw": raw,
+    }
     return publish(NAME, data, render(rows, info, rounds, calls), quick=options.quick)
 
 

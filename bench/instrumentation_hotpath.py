@@ -184,8 +184,13 @@ def in_call_us(target: str, calls: int = 3_000, size: int = 1024) -> dict[str, f
 
     # Blocking unary calls take the per-thread slot path (bind_slot_serializers once,
     # finish_client_call); other call styles bind_serializers and finish_from_call.
-    names = ("start_client_call", "finish_client_call", "finish_from_call", "bind_serializers",
-             "bind_slot_serializers")  # fmt: skip
+    names = (
+        "start_client_call",
+        "finish_client_call",
+        "finish_from_call",
+        "bind_serializers",
+        "bind_slot_serializers",
+    )
     originals = {name: getattr(client_module, name) for name in names}
     pipeline = SpanPipeline(exporter=_DroppingExporter(), export_interval_ms=50)
     channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=pipeline)

@@ -88,8 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {"machine": machine_info(), **run(QUICK if args.quick else FULL)}
     result["peak_rss_mib"] = max(numbers["peak_mib"] for numbers in result["rss"].values())
     result["bound_mib"] = result["bound"]["total_mib"]
-    print(json.dumps({key: value for key, value in result.items() if key != "rss_samples"},
-                     indent=2))  # fmt: skip
+    print(
+        json.dumps({key: value for key, value in result.items() if key != "rss_samples"}, indent=2)
+    )
     return publish("memory", result, markdown(result), quick=args.quick)
 
 

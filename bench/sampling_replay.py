@@ -54,8 +54,9 @@ def _weights(calls: list[dict[str, Any]], rate: float) -> list[float]:
             trace_id, status = int(call["trace_id"], 16), int(call["status_code"] or 0)
             halves = []
             for client in (False, True):
-                record = CallRecord(recorder, client, call["rpc_method"], "unary_unary",
-                                    trace_id, 1, 0, 0)  # fmt: skip
+                record = CallRecord(
+                    recorder, client, call["rpc_method"], "unary_unary", trace_id, 1, 0, 0
+                )
                 record.status_code = status
                 if client and halves and halves[0][0]:
                     record.peer_weight = halves[0][1]  # the server's kept trailer

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from bench.common import machine_info, write_results
+from bench.seeds_report import PHASES, render
 from grpc_overhead.processes import offline_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,8 +76,7 @@ SOURCES: dict[str, dict[str, str]] = {
 
 
 def _find(cells: list[Document], **config: Any) -> Document | None:
-    return next((c for c in cells if all(c["config"].get(k) == v for k, v in config.items())),
-                None)  # fmt: skip
+    return next((c for c in cells if all(c["config"].get(k) == v for k, v in config.items())), None)
 
 
 def _against(document: Document, cell: Document | None) -> Document | None:
@@ -91,11 +91,19 @@ def _verdict(comparison: Document | None, phase: str = "total") -> Document | No
         return None
     item = next((p for p in comparison["phases"] if p["phase"] == phase), None)
     cause = comparison.get("explained_by") or {}
-    return None if item is None else {
-        "verdict": item["verdict"], "diff_us": item["diff_us"], "ci_us": item["ci_us"],
-        "baseline_p50_us": item["baseline_p50_us"], "p50_us": item["p50_us"],
-        "explained_by": cause.get("phase"), "explained_us": cause.get("diff_us"),
-    }  # fmt: skip
+    return (
+        None
+        if item is None
+        else {
+            "verdict": item["verdict"],
+            "diff_us": item["diff_us"],
+            "ci_us": item["ci_us"],
+            "baseline_p50_us": item["baseline_p50_us"],
+            "p50_us": item["p50_us"],
+            "explained_by": cause.get("phase"),
+            "explained_us": cause.get("diff_us"),
+        }
+    )
 
 
 def _p50(cell: Document | None, phase: str = "total") -> float | None:
@@ -124,12 +132,16 @@ def compression(document: Document) -> Document:
 def connection_age(document: Document) -> Document:
     return {
         str(c["config"]["max_connection_age_s"]): {
-            "instances": c["instances"], "imbalance": c["imbalance"],
-            "calls_per_s": c["calls_per_s"], "p50_us": c["p50_us"], "p99_us": c["p99_us"],
-            "errors": c["errors"], "against_no_age": _verdict(_against(document, c)),
+            "instances": c["instances"],
+            "imbalance": c["imbalance"],
+            "calls_per_s": c["calls_per_s"],
+            "p50_us": c["p50_us"],
+            "p99_us": c["p99_us"],
+            "errors": c["errors"],
+            "against_no_age": _verdict(_against(document, c)),
         }
         for c in document["cells"]
-    }  # fmt: skip
+    }
 
 
 def tls(document: Document) -> Document:
@@ -139,10 +151,11 @@ def tls(document: Document) -> Document:
         secure = _find(cells, latency_ms=latency, tls=True)
         if plain and secure:
             out[path] = {
-                "plaintext_p50_us": _p50(plain), "tls_p50_us": _p50(secure),
+                "plaintext_p50_us": _p50(plain),
+                "tls_p50_us": _p50(secure),
                 "tls_vs_plaintext": _verdict(_against(document, secure)),
                 "handshake_ms": {"plaintext": plain["connect_ms"], "tls": secure["connect_ms"]},
-            }  # fmt: skip
+            }
     return out
 
 
@@ -156,12 +169,21 @@ def channels_streaming(document: Document) -> Document:
                 if (c["config"]["mode"], c["config"]["channels"]) == (mode, channels)
             ]
             curve = sorted(mine, key=lambda c: c["config"]["concurrency"])
-            points = [{"outstanding": c["config"]["concurrency"],
-                       "predictions_per_s": c["predictions_per_s"], "p99_us": c["p99_us"]}
-                      for c in curve]  # fmt: skip
+            points = [
+                {
+                    "outstanding": c["config"]["concurrency"],
+                    "predictions_per_s": c["predictions_per_s"],
+                    "p99_us": c["p99_us"],
+                }
+                for c in curve
+            ]
             out[f"{mode}, {channels} channel(s)"] = {"curve": points, "knee": knee(points)}
-    best = {mode: max((c["predictions_per_s"] for c in cells if c["config"]["mode"] == mode),
-                      default=None) for mode in ("unary", "stream", "batch")}  # fmt: skip
+    best = {
+        mode: max(
+            (c["predictions_per_s"] for c in cells if c["config"]["mode"] == mode), default=None
+        )
+        for mode in ("unary", "stream", "batch")
+    }
     out["best_predictions_per_s"] = best
     if best["unary"]:
         out["stream_over_unary"] = round((best["stream"] or 0) / best["unary"], 3)
@@ -215,8 +237,16 @@ SEEDS: dict[str, Callable[[Document], Document]] = {
 }
 
 
-CELL_KEYS = ("label", "calls", "errors", "calls_per_s", "predictions_per_s", "p50_us", "p99_us",
-             "under_load")  # fmt: skip
+CELL_KEYS = (
+    "label",
+    "calls",
+    "errors",
+    "calls_per_s",
+    "predictions_per_s",
+    "p50_us",
+    "p99_us",
+    "under_load",
+)
 COMPARISON_KEYS = ("label", "baseline_label", "verdict", "diff_us", "ci_us", "explained_by")
 
 
@@ -235,19 +265,15 @@ def settle(limit_s: float = SETTLE_S) -> float:
     return os.getloadavg()[0]
 
 
-#: The phases a seed's per-phase table shows: the design's consecutive ones and the total.
-PHASES = ("client_serialize", "request_network", "server_queue", "request_deserialize",
-          "processing", "response_serialize", "response_network", "client_deserialize",
-          "total")  # fmt: skip
-
-
 def _phases(cell: Document) -> Document:
     """p50 and its interval per phase (µs), as the experiment took them."""
     return {
-        phase: {"p50_us": (cell["phases"].get(phase) or {}).get("p50_us"),
-                "ci_us": (cell["phases"].get(phase) or {}).get("ci_us")}
+        phase: {
+            "p50_us": (cell["phases"].get(phase) or {}).get("p50_us"),
+            "ci_us": (cell["phases"].get(phase) or {}).get("ci_us"),
+        }
         for phase in PHASES
-    }  # fmt: skip
+    }
 
 
 def run_seed(name: str, full: bool, workdir: Path) -> Document:
@@ -260,14 +286,29 @@ def run_seed(name: str, full: bool, workdir: Path) -> Document:
         document["matrix"] = matrix
     spec = workdir / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(document, sort_keys=False))
-    command = [sys.executable, "-m", "grpc_overhead", "experiment", str(spec), "--store",
-               str(workdir / f"{name}-store"), "--format", "json"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "grpc_overhead",
+        "experiment",
+        str(spec),
+        "--store",
+        str(workdir / f"{name}-store"),
+        "--format",
+        "json",
+    ]
     if full:
         command.append("--require-quiet")
         settle()
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, env=offline_env(),
-                          stdin=subprocess.DEVNULL, timeout=5400)  # fmt: skip
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+        stdin=subprocess.DEVNULL,
+        timeout=5400,
+    )
     if done.returncode == 3:
         raise RuntimeError(f"{path.name}: refused, the machine is busy: {done.stderr.strip()}")
     if done.returncode not in (0, 1):
@@ -280,12 +321,15 @@ def run_seed(name: str, full: bool, workdir: Path) -> Document:
         "machine": result["machine"],
         "source": SOURCES[name],
         "ours": SEEDS[name](result),
-        "cells": [{**{key: cell[key] for key in CELL_KEYS}, "phases": _phases(cell)}
-                  for cell in result["cells"]],
-        "comparisons": [{key: item[key] for key in COMPARISON_KEYS}
-                        for item in result["comparisons"]],
+        "cells": [
+            {**{key: cell[key] for key in CELL_KEYS}, "phases": _phases(cell)}
+            for cell in result["cells"]
+        ],
+        "comparisons": [
+            {key: item[key] for key in COMPARISON_KEYS} for item in result["comparisons"]
+        ],
         "failed": result["failed"],
-    }  # fmt: skip
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,74 +357,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             results["seeds"][name] = outcome
             load = outcome["machine"]["before"].get("load_average")
-            print(f"  {len(outcome['cells'])} cells x {outcome['rounds']} rounds in "
-                  f"{outcome['seconds']} s (load before {load}, under load: "
-                  f"{outcome['machine']['under_load']}): {json.dumps(outcome['ours'])}",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {len(outcome['cells'])} cells x {outcome['rounds']} rounds in "
+                f"{outcome['seconds']} s (load before {load}, under load: "
+                f"{outcome['machine']['under_load']}): {json.dumps(outcome['ours'])}",
+                flush=True,
+            )
     for path in write_results(output, results, render(results)):
         print(f"wrote {path}")
     return code
-
-
-def _interval(verdict: Document | None) -> str:
-    if not verdict:
-        return "-"
-    low, high = verdict["ci_us"] or (None, None)
-    span = "" if low is None else f" ({low:+,.0f}..{high:+,.0f})"
-    return f"{verdict['verdict']}, {verdict['diff_us']:+,.0f} µs{span}"
-
-
-def _phase_cell(value: Document) -> str:
-    if value["p50_us"] is None:
-        return "-"
-    low, high = value["ci_us"] or (None, None)
-    span = "" if low is None else f" ({low:,.0f}-{high:,.0f})"
-    return f"{value['p50_us']:,.0f}{span}"
-
-
-def render(results: Document) -> str:
-    lines = [f"# The seeds reproduced ({'full' if results['full'] else 'reduced'} run)", "",
-             f"Machine: {json.dumps(results['machine'])}", ""]  # fmt: skip
-    for name, outcome in results["seeds"].items():
-        machine = outcome["machine"]
-        before = machine["before"]
-        lines += [
-            f"## {name} (`{outcome['file']}`, {len(outcome['cells'])} cells x "
-            f"{outcome['rounds']} rounds, {outcome['seconds']} s)", "",
-            f"Source: {outcome['source']['source']}: {outcome['source']['figure']}.", "",
-            f"Machine check: load average {before.get('load_average')} before; other processes "
-            f"{machine['during'].get('others_cpus_mean')} CPUs on average during; under load: "
-            f"{machine['under_load']}" + (f" ({'; '.join(machine['warnings'])})"
-                                          if machine["warnings"] else ""), "",
-            "| cell | calls/s | predictions/s | p50 µs | p99 µs | errors | busy |",
-            "|---|---|---|---|---|---|---|",
-        ]  # fmt: skip
-        for cell in outcome["cells"]:
-            lines.append(
-                f"| {cell['label']} | {cell['calls_per_s']:,.0f} "
-                f"| {cell['predictions_per_s']:,.0f} | {cell['p50_us'] or 0:,.0f} "
-                f"| {cell['p99_us'] or 0:,.0f} | {cell['errors']} "
-                f"| {'yes' if cell['under_load'] else ''} |"
-            )
-        if outcome["comparisons"]:
-            lines += ["", "| cell | against | verdict (p50 from the spans) | phase that moved |",
-                      "|---|---|---|---|"]  # fmt: skip
-            for item in outcome["comparisons"]:
-                cause = item["explained_by"] or {}
-                moved = f"{cause['phase']} {cause['diff_us']:+,.0f} µs" if cause else "-"
-                lines.append(
-                    f"| {item['label']} | {item['baseline_label']} | {_interval(item)} | {moved} |"
-                )
-        if all("phases" in cell for cell in outcome["cells"]):
-            lines += ["", "Per phase, p50 µs (interval):", "",
-                      "| cell | " + " | ".join(PHASES) + " |",
-                      "|---|" + "---|" * len(PHASES)]  # fmt: skip
-            for cell in outcome["cells"]:
-                shown = " | ".join(_phase_cell(cell["phases"][phase]) for phase in PHASES)
-                lines.append(f"| {cell['label']} | {shown} |")
-        lines += ["", "Ours, in the seed's terms:", "", "```",
-                  json.dumps(outcome["ours"], indent=2), "```", ""]  # fmt: skip
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -182,9 +182,12 @@ def start_command(
 
     process = subprocess.Popen(
         [python, "-m", "grpc_overhead", *args],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=env,
-    )  # fmt: skip
+    )
     lines: queue.Queue[str | None] = queue.Queue()
     output: list[str] = []
 
@@ -225,10 +228,20 @@ def start_serve(
     (intake + app + HTTP interface, on free ports: 8123 stays free on a shared machine);
     ``python``: as ``start_command``'s."""
     return start_command(
-        ["serve", "--store", str(store), "--otlp-port", str(otlp_port), "--app-port", "0",
-         "--http-port", "0"],
-        env, python=python,
-    )  # fmt: skip
+        [
+            "serve",
+            "--store",
+            str(store),
+            "--otlp-port",
+            str(otlp_port),
+            "--app-port",
+            "0",
+            "--http-port",
+            "0",
+        ],
+        env,
+        python=python,
+    )
 
 
 def start_serve_http(store: Path, env: dict[str, str], *extra: str) -> RunningApp:

@@ -200,9 +200,16 @@ def _send_http(plan: SenderPlan, ledger: Ledger, stop: threading.Event) -> None:
         poison = bool(plan.poison_every) and number % plan.poison_every == 0
         data, good, bad = build_request(plan.sender, number, plan.spans, poison)
         outcome = fault_load_http.deliver(
-            plan.target, data, json_body, plan.attempts, plan.deadline_s, ledger.attempt, stop, rng,
+            plan.target,
+            data,
+            json_body,
+            plan.attempts,
+            plan.deadline_s,
+            ledger.attempt,
+            stop,
+            rng,
             plan.authorization,
-        )  # fmt: skip
+        )
         ledger.record(outcome, good, bad)
         if plan.pause_s:
             stop.wait(plan.pause_s)
@@ -216,3 +223,50 @@ def _send_garbage(export: grpc.UnaryUnaryMultiCallable, ledger: Ledger) -> None:
         ledger.attempt(f"garbage-{error.code().name}")
     with ledger.lock:
         ledger.requests["garbage"] += 1
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much load a run of the suite sends, and how its crash phase kills."""
+
+    senders: int
+    requests: int
+    spans: int
+    crash_seconds: float
+    kills: int
+
+
+def run_senders(plans: list[tuple[SenderPlan, Ledger]], stop: threading.Event) -> list:
+    threads = [
+        threading.Thread(target=send, args=(plan, ledger, stop), daemon=True)
+        for plan, ledger in plans
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def stored_counts(directory: str) -> dict[str, int]:
+    from grpc_overhead.analyzer.store import open_store
+
+    with open_store(directory) as store:
+        frame = store.query("SELECT SpanId, count() AS n FROM otel_traces GROUP BY SpanId")
+    return dict(zip(frame["SpanId"], (int(n) for n in frame["n"]), strict=True))
+
+
+def invariants(ledger: Ledger, stored: dict[str, int]) -> dict[str, int]:
+    """The three invariants' numbers for one path (all zero when they hold)."""
+    return {
+        "spans_acknowledged": len(ledger.acknowledged),
+        "spans_refused": len(ledger.refused),
+        "spans_unknown": len(ledger.unknown),
+        "poison_spans": len(ledger.poison),
+        "lost": len(ledger.acknowledged - stored.keys()),
+        "refused_but_stored": len(ledger.refused & stored.keys()),
+        "poison_stored": len(ledger.poison & stored.keys()),
+        "duplicates": sum(
+            count - 1
+            for span in ledger.acknowledged | ledger.refused | ledger.unknown
+            if (count := stored.get(span, 0)) > 1
+        ),
+    }

@@ -15,10 +15,10 @@ Three phases, each on its own store:
 * **crash** (real processes): ``serve`` and ``collector run`` under load from
   senders to both; ``serve`` and the collector are each killed with SIGKILL
   and restarted.
-* **unauthenticated** (in this process): an intake asking for tokens, flooded over
-  gRPC and HTTP by senders with no token, a wrong one or a bad basic-auth pair, while
-  senders with the token send beside them: nothing of the flood stored, the
-  authenticated senders' every request acknowledged and stored once.
+* **unauthenticated** (in this process, ``fault_unauthenticated``): an intake asking for
+  tokens, flooded over gRPC and HTTP by senders with no token, a wrong one or a bad
+  basic-auth pair, while senders with the token send beside them: nothing of the flood
+  stored, the authenticated senders' every request acknowledged and stored once.
 
 Then, per phase and path: acknowledged ⊆ stored, refused ∩ stored = ∅, poison
 ∩ stored = ∅, no span stored twice, and ``report``/``sql`` read the store.
@@ -38,24 +38,23 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from grpc_overhead.collector.runner import ENV_STORAGE
 from grpc_overhead.processes import free_port
-from harness.fault_load import Ledger, SenderPlan, send
+from harness.fault_load import (
+    Ledger,
+    Scale,
+    SenderPlan,
+    invariants,
+    run_senders,
+    stored_counts,
+)
+from harness.fault_unauthenticated import unauthenticated
 
 GRPC_OVERHEAD = str(Path(sys.executable).parent / "grpc-overhead")
-
-
-@dataclass(frozen=True)
-class Scale:
-    senders: int
-    requests: int
-    spans: int
-    crash_seconds: float
-    kills: int
 
 
 #: How long the crash phase waits for the collector's backlog to reach the store.
@@ -65,50 +64,30 @@ QUICK = Scale(senders=6, requests=30, spans=40, crash_seconds=12.0, kills=1)
 FULL = Scale(senders=12, requests=300, spans=200, crash_seconds=90.0, kills=3)
 
 
-def _run_senders(plans: list[tuple[SenderPlan, Ledger]], stop: threading.Event) -> list:
-    threads = [
-        threading.Thread(target=send, args=(plan, ledger, stop), daemon=True)
-        for plan, ledger in plans
-    ]
-    for thread in threads:
-        thread.start()
-    return threads
-
-
-def stored_counts(directory: str) -> dict[str, int]:
-    from grpc_overhead.analyzer.store import open_store
-
-    with open_store(directory) as store:
-        frame = store.query("SELECT SpanId, count() AS n FROM otel_traces GROUP BY SpanId")
-    return dict(zip(frame["SpanId"], (int(n) for n in frame["n"]), strict=True))
-
-
-def invariants(ledger: Ledger, stored: dict[str, int]) -> dict[str, int]:
-    """The three invariants' numbers for one path (all zero when they hold)."""
-    return {
-        "spans_acknowledged": len(ledger.acknowledged),
-        "spans_refused": len(ledger.refused),
-        "spans_unknown": len(ledger.unknown),
-        "poison_spans": len(ledger.poison),
-        "lost": len(ledger.acknowledged - stored.keys()),
-        "refused_but_stored": len(ledger.refused & stored.keys()),
-        "poison_stored": len(ledger.poison & stored.keys()),
-        "duplicates": sum(count - 1 for span in ledger.acknowledged | ledger.refused
-                          | ledger.unknown if (count := stored.get(span, 0)) > 1),
-    }  # fmt: skip
-
-
 def reports_readable(directory: str) -> bool:
     """``report --format json`` and ``sql`` both answer on the store (exit 0, valid JSON)."""
     report = subprocess.run(
         [GRPC_OVERHEAD, "report", "--store", directory, "--format", "json"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     sql = subprocess.run(
-        [GRPC_OVERHEAD, "sql", "--store", directory, "--format", "json",
-         "SELECT * FROM otel_traces LIMIT 100"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            GRPC_OVERHEAD,
+            "sql",
+            "--store",
+            directory,
+            "--format",
+            "json",
+            "SELECT * FROM otel_traces LIMIT 100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if report.returncode or sql.returncode:
         return False
     json.loads(report.stdout)
@@ -146,26 +125,42 @@ def flood(scale: Scale, directory: str) -> dict[str, Any]:
                 kill_attempts["refused"] += 1
 
     plans = [
-        (SenderPlan(sender, target, scale.requests, scale.spans,
-                    deadline_s=(0.08, 0.2)[sender % 2] if sender % 3 == 1 else 10.0,
-                    attempts=3 if sender % 3 == 1 else 6,
-                    poison_every=4 if sender % 3 == 2 else 0,
-                    garbage_every=7 if sender % 3 == 2 else 0), ledger)
+        (
+            SenderPlan(
+                sender,
+                target,
+                scale.requests,
+                scale.spans,
+                deadline_s=(0.08, 0.2)[sender % 2] if sender % 3 == 1 else 10.0,
+                attempts=3 if sender % 3 == 1 else 6,
+                poison_every=4 if sender % 3 == 2 else 0,
+                garbage_every=7 if sender % 3 == 2 else 0,
+            ),
+            ledger,
+        )
         for sender in range(1, scale.senders + 1)
-    ]  # fmt: skip
+    ]
     # The same plans over OTLP/HTTP (gzip'd protobuf and JSON), at the same time.
     plans += [
-        (replace(plan, sender=plan.sender + 50, target=intake.http_url,
-                 transport=("http", "http-json")[plan.sender % 2]), over_http)
+        (
+            replace(
+                plan,
+                sender=plan.sender + 50,
+                target=intake.http_url,
+                transport=("http", "http-json")[plan.sender % 2],
+            ),
+            over_http,
+        )
         for plan, _ in plans
-    ]  # fmt: skip
+    ]
     # Requests beyond the whole buffer: always 429 (BufferFull), retried, then refused.
-    plans.append((SenderPlan(99, intake.http_url, 3, 1000, attempts=2, transport="http"),
-                  over_http))  # fmt: skip
+    plans.append(
+        (SenderPlan(99, intake.http_url, 3, 1000, attempts=2, transport="http"), over_http)
+    )
     started = time.monotonic()
     killer = threading.Thread(target=attempt_kills, daemon=True)
     killer.start()
-    for thread in _run_senders(plans, stop):
+    for thread in run_senders(plans, stop):
         thread.join()
     elapsed = time.monotonic() - started
     stop.set()
@@ -205,9 +200,14 @@ class _Process:
 
     def start(self, timeout_s: float = 60.0) -> None:
         self.process = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=self.env,
-        )  # fmt: skip
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env=self.env,
+        )
         lines: queue.Queue[str] = queue.Queue()
         stream = self.process.stdout
         threading.Thread(target=lambda: [*map(lines.put, stream)], daemon=True).start()
@@ -238,35 +238,71 @@ def crash(scale: Scale, directory: str) -> dict[str, Any]:
     intake_port, otlp_port, health_port = free_port(), free_port(), free_port()
     intake_http, collector_http = free_port(), free_port()
     serve = _Process(
-        [GRPC_OVERHEAD, "serve", "--store", directory, "--otlp-port", str(intake_port),
-         "--otlp-http-port", str(intake_http), "--no-app"], r"intake listening on",
-    )  # fmt: skip
+        [
+            GRPC_OVERHEAD,
+            "serve",
+            "--store",
+            directory,
+            "--otlp-port",
+            str(intake_port),
+            "--otlp-http-port",
+            str(intake_http),
+            "--no-app",
+        ],
+        r"intake listening on",
+    )
     collector = _Process(
-        [GRPC_OVERHEAD, "collector", "run", "--otlp-port", str(otlp_port),
-         "--otlp-http-port", str(collector_http), "--intake", f"127.0.0.1:{intake_port}",
-         "--health-port", str(health_port)],
+        [
+            GRPC_OVERHEAD,
+            "collector",
+            "run",
+            "--otlp-port",
+            str(otlp_port),
+            "--otlp-http-port",
+            str(collector_http),
+            "--intake",
+            f"127.0.0.1:{intake_port}",
+            "--health-port",
+            str(health_port),
+        ],
         r"collector ready \(config .*, pid (\d+)\)",
         {ENV_STORAGE: str(Path(directory).with_name("collector-queue"))},
-    )  # fmt: skip
+    )
     serve.start()
     collector.start()
     direct, through, stop = Ledger(), Ledger(), threading.Event()
     direct_http, through_http = Ledger(), Ledger()
     endless = 1 << 30  # bounded by ``stop``
     plans = [
-        (SenderPlan(sender, f"127.0.0.1:{intake_port}" if sender % 2 else
-                    f"127.0.0.1:{otlp_port}", endless, scale.spans // 4 or 1,
-                    poison_every=5, pause_s=0.02), direct if sender % 2 else through)
+        (
+            SenderPlan(
+                sender,
+                f"127.0.0.1:{intake_port}" if sender % 2 else f"127.0.0.1:{otlp_port}",
+                endless,
+                scale.spans // 4 or 1,
+                poison_every=5,
+                pause_s=0.02,
+            ),
+            direct if sender % 2 else through,
+        )
         for sender in range(100, 100 + scale.senders)
-    ]  # fmt: skip
+    ]
     plans += [
-        (SenderPlan(sender, f"http://127.0.0.1:{intake_http if sender % 2 else collector_http}"
-                    "/v1/traces", endless, scale.spans // 4 or 1, poison_every=5, pause_s=0.02,
-                    transport=("http", "http-json")[(sender // 2) % 2]),
-         direct_http if sender % 2 else through_http)
+        (
+            SenderPlan(
+                sender,
+                f"http://127.0.0.1:{intake_http if sender % 2 else collector_http}/v1/traces",
+                endless,
+                scale.spans // 4 or 1,
+                poison_every=5,
+                pause_s=0.02,
+                transport=("http", "http-json")[(sender // 2) % 2],
+            ),
+            direct_http if sender % 2 else through_http,
+        )
         for sender in range(200, 200 + scale.senders)
-    ]  # fmt: skip
-    threads = _run_senders(plans, stop)
+    ]
+    threads = run_senders(plans, stop)
     faults = {"serve_killed": 0, "collector_killed": 0}
     step = scale.crash_seconds / (2 * scale.kills + 1)
     for _ in range(scale.kills):
@@ -318,8 +354,11 @@ def _wait_for_drain(through: Ledger, directory: str) -> float | None:
     while time.monotonic() - started < DRAIN_LIMIT_S:
         found = subprocess.run(
             [GRPC_OVERHEAD, "sql", "--store", directory, "--format", "json", THROUGH_COUNT],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         count = _count(found.stdout) if found.returncode == 0 else -1
         # Spans the senders never heard about may arrive too: done once every
         # acknowledged one could be there and nothing more is coming.
@@ -340,55 +379,6 @@ THROUGH_COUNT = (
 def _count(output: str) -> int:
     rows = json.loads(output)  # sql --format json: a list of row objects
     return int(rows[0]["n"]) if rows else 0
-
-
-def unauthenticated(scale: Scale, directory: str) -> dict[str, Any]:
-    from grpc_overhead.analyzer.intake import Credentials, Intake, IntakeConfig
-    from grpc_overhead.analyzer.store import open_store
-
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    tokens = Path(directory) / "tokens"
-    tokens.write_text("fault-suite-token\n")
-    good, flooded, stop = Ledger(), Ledger(), threading.Event()
-    store = open_store(str(Path(directory) / "store"))
-    config = IntakeConfig(port=0, http_port=0, credentials=Credentials(tokens))
-    intake = Intake(store, config)
-    intake.start()
-    grpc_target, http_target = f"127.0.0.1:{intake.port}", intake.http_url
-    plans = [
-        (SenderPlan(sender, (grpc_target, http_target)[sender % 2], scale.requests, scale.spans,
-                    transport=("grpc", "http")[sender % 2],
-                    authorization="Bearer fault-suite-token"), good)
-        for sender in range(1, scale.senders // 2 + 1)
-    ]  # fmt: skip
-    wrong = ("", "Bearer not-the-token", "Basic Zm9vOmJhcg==", "Bearer ")
-    plans += [
-        (SenderPlan(200 + sender, (grpc_target, http_target)[sender % 2], scale.requests * 2,
-                    scale.spans, transport=("grpc", "http")[sender % 2],
-                    authorization=wrong[sender % len(wrong)], attempts=1), flooded)
-        for sender in range(scale.senders * 2)
-    ]  # fmt: skip
-    started = time.monotonic()
-    for thread in _run_senders(plans, stop):
-        thread.join()
-    elapsed = time.monotonic() - started
-    intake.stop()
-    stats = intake.stats()
-    store.close()
-    stored = stored_counts(str(Path(directory) / "store"))
-    flood_ids = flooded.acknowledged | flooded.refused | flooded.unknown
-    return {
-        "seconds": round(elapsed, 1),
-        "authenticated": {"requests": dict(good.requests), **invariants(good, stored)},
-        "unauthenticated": {
-            "requests": dict(flooded.requests),
-            "attempts": dict(flooded.attempts),
-            "spans_sent": len(flood_ids),
-            "stored": len(flood_ids & stored.keys()),
-        },
-        "intake_unauthenticated_counter": stats.requests_unauthenticated,
-        "stored_rows": sum(stored.values()),
-    }
 
 
 def run_suite(scale: Scale, workdir: str) -> dict[str, Any]:

@@ -146,8 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=int, default=0)
     args = parser.parse_args(argv)
     if args.send_to:
-        report = send_phase(args.send_to, args.process, args.processes, args.rate, args.seconds,
-                            args.threads, args.base)  # fmt: skip
+        report = send_phase(
+            args.send_to,
+            args.process,
+            args.processes,
+            args.rate,
+            args.seconds,
+            args.threads,
+            args.base,
+        )
     elif args.resend_to:
         indexes = [] if args.indexes == "-" else [int(i) for i in args.indexes.split(",")]
         report = resend(args.resend_to, indexes)

@@ -61,8 +61,9 @@ class Scale:
     resend: int  # refused requests resent after the flood
 
 
-FULL = Scale(seconds=60.0, idle_seconds=10.0, drain_seconds=30.0, processes=2, threads=32,
-             resend=20)  # fmt: skip
+FULL = Scale(
+    seconds=60.0, idle_seconds=10.0, drain_seconds=30.0, processes=2, threads=32, resend=20
+)
 QUICK = Scale(seconds=8.0, idle_seconds=3.0, drain_seconds=10.0, processes=2, threads=24, resend=4)
 LOAD_PHASES = (("1x", 1), ("2x", 2))
 
@@ -136,14 +137,27 @@ def start_serve(directory: str) -> tuple[subprocess.Popen[str], int]:
 
     port = free_port()
     command = [
-        str(Path(sys.executable).parent / "grpc-overhead"), "serve", "--store", directory,
-        "--otlp-port", str(port), "--standard-otlp-port", "off", "--otlp-http-port", "off",
-        "--no-app", "--no-http",
-    ]  # fmt: skip
+        str(Path(sys.executable).parent / "grpc-overhead"),
+        "serve",
+        "--store",
+        directory,
+        "--otlp-port",
+        str(port),
+        "--standard-otlp-port",
+        "off",
+        "--otlp-http-port",
+        "off",
+        "--no-app",
+        "--no-http",
+    ]
     process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
-    )  # fmt: skip
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     assert process.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + 120
@@ -262,11 +276,21 @@ def run(scale: Scale) -> dict[str, Any]:
 
 def resend_from_process(port: int, indexes: list[int]) -> dict[str, Any]:
     result = subprocess.run(
-        [sys.executable, "-m", "harness.flood_senders", "--resend-to", str(port),
-         "--indexes", ",".join(map(str, indexes)) or "-"],
-        capture_output=True, text=True, timeout=60 + 12 * len(indexes),
-        cwd=Path(__file__).parent.parent, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.flood_senders",
+            "--resend-to",
+            str(port),
+            "--indexes",
+            ",".join(map(str, indexes)) or "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60 + 12 * len(indexes),
+        cwd=Path(__file__).parent.parent,
+        check=True,
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -328,8 +352,10 @@ def documented_bound(idle_mib: float, request_mib: float) -> dict[str, float]:
         * config.batch_bytes
         / 2**20,
     }
-    return {**{key: round(value, 1) for key, value in terms.items()},
-            "total_mib": round(sum(terms.values()), 1)}  # fmt: skip
+    return {
+        **{key: round(value, 1) for key, value in terms.items()},
+        "total_mib": round(sum(terms.values()), 1),
+    }
 
 
 def log(message: str) -> None:

@@ -63,17 +63,31 @@ class OidcProvider(ServiceProcess):
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "client-secret").write_text(client_secret + "\n")
         table = {
-            f"u{n}": {"ID": f"u{n}", "Username": user.username, "Password": user.password,
-                      "FirstName": user.username, "LastName": "Tester", "Email": user.email,
-                      "EmailVerified": user.email_verified}
+            f"u{n}": {
+                "ID": f"u{n}",
+                "Username": user.username,
+                "Password": user.password,
+                "FirstName": user.username,
+                "LastName": "Tester",
+                "Email": user.email,
+                "EmailVerified": user.email_verified,
+            }
             for n, user in enumerate(users)
-        }  # fmt: skip
+        }
         (directory / "users.json").write_text(json.dumps(table))
         self.client_secret = client_secret
-        self.peer_args = ["-listen", "127.0.0.1:0", "-client-id", CLIENT_ID,
-                          "-client-secret-file", str(directory / "client-secret"),
-                          "-redirect-uri", redirect_uri,
-                          "-users-file", str(directory / "users.json")]  # fmt: skip
+        self.peer_args = [
+            "-listen",
+            "127.0.0.1:0",
+            "-client-id",
+            CLIENT_ID,
+            "-client-secret-file",
+            str(directory / "client-secret"),
+            "-redirect-uri",
+            redirect_uri,
+            "-users-file",
+            str(directory / "users.json"),
+        ]
         self.address: ProviderAddress | None = None
 
     @property
@@ -102,7 +116,8 @@ def oidc_file(
 ) -> Path:
     """The app's ``--oidc-file``: Streamlit's ``[auth]`` settings for ``provider``."""
     domains = json.dumps(list(allowed_domains))
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         [auth]
         redirect_uri = "{redirect_uri}"
         cookie_secret = "{cookie_secret}"
@@ -112,5 +127,6 @@ def oidc_file(
 
         [grpc_overhead]
         allowed_domains = {domains}
-        """))  # fmt: skip
+        """)
+    )
     return path

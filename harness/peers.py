@@ -34,9 +34,15 @@ BINARY = ROOT / "tools" / "bin" / "grpc-go-peer"
 JAVA_PEER = ROOT / "tools" / "grpc-java-peer"
 NODE_PEER = ROOT / "tools" / "node-peer"
 PREDICTION_PROTO = (
-    ROOT / "instrumented-service" / "prediction" / "src" / "grpc_overhead" / "prediction"
-    / "protos" / "prediction.proto"
-)  # fmt: skip
+    ROOT
+    / "instrumented-service"
+    / "prediction"
+    / "src"
+    / "grpc_overhead"
+    / "prediction"
+    / "protos"
+    / "prediction.proto"
+)
 PREDICT = "/grpc_overhead.prediction.v1.Predictor/Predict"
 #: The instrumentation scopes the two tracing modes report (what the analyzer keys on).
 A72_SCOPE = "grpc-go"
@@ -79,8 +85,11 @@ def agent_env(service_name: str, endpoint: str | None = None) -> dict[str, str]:
     GRPC_*) variable but OTEL_SERVICE_NAME and, where given, OTEL_EXPORTER_OTLP_ENDPOINT
     (a test on a free port; the protocol stays the default, http/protobuf). The agent's
     metrics and logs exporters stay on too, as in a service started with no settings."""
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("OTEL_", "GRPC_", "JAVA_TOOL_OPTIONS"))}  # fmt: skip
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("OTEL_", "GRPC_", "JAVA_TOOL_OPTIONS"))
+    }
     env["OTEL_SERVICE_NAME"] = service_name
     if endpoint is not None:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
@@ -115,8 +124,11 @@ def java_env(env: Mapping[str, str]) -> dict[str, str]:
         resource = ",".join(
             part for part in (resource, f"host.name={socket.gethostname()}") if part
         )
-    java = {**peer_env(env), "GRPC_EXPERIMENTAL_ENABLE_OTEL_TRACING": "true",
-            "OTEL_RESOURCE_ATTRIBUTES": resource}  # fmt: skip
+    java = {
+        **peer_env(env),
+        "GRPC_EXPERIMENTAL_ENABLE_OTEL_TRACING": "true",
+        "OTEL_RESOURCE_ATTRIBUTES": resource,
+    }
     return java
 
 
@@ -168,8 +180,17 @@ class GoServer(ServiceProcess):
         extra: Sequence[str] = (),
     ) -> None:
         super().__init__(env=peer_env(env))
-        self.peer_args = ["-mode", "server", "-tracing", tracing, "-listen", "127.0.0.1:0",
-                          "-response-file", str(response_file), *extra]  # fmt: skip
+        self.peer_args = [
+            "-mode",
+            "server",
+            "-tracing",
+            tracing,
+            "-listen",
+            "127.0.0.1:0",
+            "-response-file",
+            str(response_file),
+            *extra,
+        ]
 
     @property
     def command(self) -> list[str]:
@@ -190,14 +211,26 @@ class JavaServer(ServiceProcess):
     ``target`` once started."""
 
     def __init__(
-        self, response_file: Path, *, env: Mapping[str, str], extra: Sequence[str] = (),
+        self,
+        response_file: Path,
+        *,
+        env: Mapping[str, str],
+        extra: Sequence[str] = (),
         agent: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         tracing, java = _java_args(agent, env)
         super().__init__(env=java, startup_timeout_s=90 if agent else 60)
         self.agent = agent
-        self.peer_args = ["--mode", "server", "--method", PREDICT,
-                          "--response-file", str(response_file), *tracing, *extra]  # fmt: skip
+        self.peer_args = [
+            "--mode",
+            "server",
+            "--method",
+            PREDICT,
+            "--response-file",
+            str(response_file),
+            *tracing,
+            *extra,
+        ]
 
     @property
     def command(self) -> list[str]:
@@ -221,34 +254,63 @@ class NodeServer(ServiceProcess):
 
 
 def run_node_client(
-    target: str, *, calls: int, env: Mapping[str, str], extra: Sequence[str] = (),
+    target: str,
+    *,
+    calls: int,
+    env: Mapping[str, str],
+    extra: Sequence[str] = (),
     timeout_s: float = 60,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The Node peer as a client, to completion (its spans flushed by ``sdk.shutdown()``);
     its JSON summary (calls, errors, codes)."""
     done = subprocess.run(
         [*node_command(), "--mode", "client", "--target", target, "--calls", str(calls), *extra],
-        capture_output=True, text=True, timeout=timeout_s, env=peer_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=peer_env(env),
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     if done.returncode != 0:
         raise RuntimeError(f"node-peer client failed ({done.returncode}): {done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_java_client(
-    target: str, request_file: Path, *, calls: int, env: Mapping[str, str],
-    extra: Sequence[str] = (), timeout_s: float = 90, agent: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    target: str,
+    request_file: Path,
+    *,
+    calls: int,
+    env: Mapping[str, str],
+    extra: Sequence[str] = (),
+    timeout_s: float = 90,
+    agent: str | None = None,
+) -> dict[str, Any]:
     """The grpc-java peer as a client (A72, or the Java agent ``agent`` alone), to
     completion; its JSON summary (calls, errors)."""
     tracing, java = _java_args(agent, env)
     done = subprocess.run(
-        [*java_command(agent), "--mode", "client", "--target", target, "--method", PREDICT,
-         "--request-file", str(request_file), "--calls", str(calls), *tracing, *extra],
-        capture_output=True, text=True, timeout=timeout_s, env=java,
+        [
+            *java_command(agent),
+            "--mode",
+            "client",
+            "--target",
+            target,
+            "--method",
+            PREDICT,
+            "--request-file",
+            str(request_file),
+            "--calls",
+            str(calls),
+            *tracing,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=java,
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     if done.returncode != 0:
         raise RuntimeError(f"grpc-java-peer client failed ({done.returncode}): {done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -266,11 +328,28 @@ def run_client(
 ) -> dict[str, Any]:
     """``grpc-go-peer -mode client`` to completion; its JSON summary (calls, errors)."""
     done = subprocess.run(
-        [str(binary()), "-mode", "client", "-tracing", tracing, "-target", target,
-         "-method", PREDICT, "-request-file", str(request_file), "-calls", str(calls), *extra],
-        capture_output=True, text=True, timeout=timeout_s, env=peer_env(env),
+        [
+            str(binary()),
+            "-mode",
+            "client",
+            "-tracing",
+            tracing,
+            "-target",
+            target,
+            "-method",
+            PREDICT,
+            "-request-file",
+            str(request_file),
+            "-calls",
+            str(calls),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=peer_env(env),
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     if done.returncode != 0:
         raise RuntimeError(f"grpc-go-peer client failed ({done.returncode}): {done.stderr}")
     return json.loads(done.stdout)
@@ -280,9 +359,13 @@ def read_calls(store: Path) -> list[dict[str, Any]]:
     """Every call of a stopped store (``harness.read_calls``), read in a subprocess."""
     done = subprocess.run(
         [sys.executable, "-m", "harness.read_calls", str(store)],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-        env=offline_env(), cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=offline_env(),
+        cwd=ROOT,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"reading calls failed: {done.stderr.strip()}")
     return json.loads(done.stdout)

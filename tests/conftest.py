@@ -16,12 +16,14 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 #: experiments, clock offsets); some deliberately burn CPU (a busy client, a saturated
 #: server). They carry the ``timing`` mark: ``make test`` runs them alone, after the rest
 #: has run on its workers, so none is measured beside another test's load.
-TIMING_FILES = frozenset({
-    "tests/ground_truth/test_findings_ground_truth_e2e.py",
-    "tests/ground_truth/test_injected_causes_e2e.py",
-    "tests/cli/test_experiment_command.py",
-    "tests/pipeline/test_clock_skew_e2e.py",
-})  # fmt: skip
+TIMING_FILES = frozenset(
+    {
+        "tests/ground_truth/test_findings_ground_truth_e2e.py",
+        "tests/ground_truth/test_injected_causes_e2e.py",
+        "tests/cli/test_experiment_command.py",
+        "tests/pipeline/test_clock_skew_e2e.py",
+    }
+)
 
 
 @pytest.hookimpl(tryfirst=True)

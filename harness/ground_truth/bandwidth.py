@@ -50,14 +50,22 @@ def _request_path(body: dict[str, Any]) -> float:
 
 
 def _packed_response_bytes(entities: int) -> int:
-    response = pb.PredictResponse(request_id="v0", model_version="m" * 20,
-                                  server_instance_id="0" * 36)  # fmt: skip
+    response = pb.PredictResponse(
+        request_id="v0", model_version="m" * 20, server_instance_id="0" * 36
+    )
     codecs.encode_scores(response, np.zeros(entities, dtype=np.float32), "packed")
     return response.ByteSize()
 
 
-def _transfer_us(probe_address: str, toxiproxy: Toxiproxy, probe_proxy, toxics, nbytes: int,
-                 stream: str, probes: int) -> float:  # fmt: skip
+def _transfer_us(
+    probe_address: str,
+    toxiproxy: Toxiproxy,
+    probe_proxy,
+    toxics,
+    nbytes: int,
+    stream: str,
+    probes: int,
+) -> float:
     """Calibrated time the toxic adds to moving ``nbytes`` one way (µs)."""
     request, reply = (nbytes, 16) if stream == UPSTREAM else (16, nbytes)
     toxiproxy.clear_toxics(probe_proxy)
@@ -107,19 +115,36 @@ def bandwidth(workdir: Path, profile: Profile) -> ScenarioResult:
                         runs[(stream, entities, limited)] = run_id
                         toxiproxy.set_toxics(grpc_proxy, toxics[stream] if limited else {})
                         summary = pipeline.load(
-                            grpc_proxy.listen, run_id, "--calls", str(calls), "--concurrency",
-                            "1", "--entities", str(entities), "--features",
-                            str(features[stream]), "--encoding", "packed",
-                        )  # fmt: skip
+                            grpc_proxy.listen,
+                            run_id,
+                            "--calls",
+                            str(calls),
+                            "--concurrency",
+                            "1",
+                            "--entities",
+                            str(entities),
+                            "--features",
+                            str(features[stream]),
+                            "--encoding",
+                            "packed",
+                        )
                         sizes[(stream, entities)] = (
-                            summary["payload"]["request_bytes"] if stream == UPSTREAM
+                            summary["payload"]["request_bytes"]
+                            if stream == UPSTREAM
                             else _packed_response_bytes(entities)
-                        )  # fmt: skip
+                        )
                     nbytes = sizes[(stream, entities)]
-                    truth.setdefault((stream, entities), []).append(_transfer_us(
-                        probe_proxy.listen, toxiproxy, probe_proxy, toxics[stream], nbytes,
-                        stream, max(3, profile.probes // 10),
-                    ))  # fmt: skip
+                    truth.setdefault((stream, entities), []).append(
+                        _transfer_us(
+                            probe_proxy.listen,
+                            toxiproxy,
+                            probe_proxy,
+                            toxics[stream],
+                            nbytes,
+                            stream,
+                            max(3, profile.probes // 10),
+                        )
+                    )
                     toxiproxy.clear_toxics(grpc_proxy)
     bodies = pipeline.reports(sorted(set(runs.values())))
     for (stream, entities), measured_truth in truth.items():
@@ -131,26 +156,39 @@ def bandwidth(workdir: Path, profile: Profile) -> ScenarioResult:
         result.phases[f"{label}_free"] = p50s(free)
         result.phases[f"{label}_limited"] = p50s(limited)
         result.observations[label] = {
-            "message_bytes": nbytes, "rate_kb_s": RATE_KB_S,
-            "nominal_us": round(nbytes / RATE_KB_S * 1e3, 1), "calibrated_us": round(injected, 1),
-        }  # fmt: skip
+            "message_bytes": nbytes,
+            "rate_kb_s": RATE_KB_S,
+            "nominal_us": round(nbytes / RATE_KB_S * 1e3, 1),
+            "calibrated_us": round(injected, 1),
+        }
         quantity = f"{nbytes / 1e3:,.0f} KB at {RATE_KB_S / 1e3:g} MB/s"
         if stream == DOWNSTREAM:
             measured = p50(limited, "response_network") - p50(free, "response_network")
-            result.checks.append(check(result.name, label, quantity, "response_network",
-                                       injected, measured))  # fmt: skip
+            result.checks.append(
+                check(result.name, label, quantity, "response_network", injected, measured)
+            )
             continue
         network = p50(limited, "request_network") - p50(free, "request_network")
         path = _request_path(limited) - _request_path(free)
-        result.checks.append(check(result.name, label, quantity,
-                                   "request_network + server_queue", injected, path))  # fmt: skip
-        result.checks.append(check(
-            result.name, label, quantity, "request_network", injected, network,
-            limit=("grpcio starts a server call when the request headers arrive and exposes "
-                   "the body's arrival only as the deserializer starting: request_network "
-                   f"holds the first chunk's share (~{min(nbytes, FIRST_CHUNK) / RATE_KB_S * 1e3:,.0f} us "  # noqa: E501
-                   "here), server_queue the rest"),
-        ))  # fmt: skip
+        result.checks.append(
+            check(result.name, label, quantity, "request_network + server_queue", injected, path)
+        )
+        result.checks.append(
+            check(
+                result.name,
+                label,
+                quantity,
+                "request_network",
+                injected,
+                network,
+                limit=(
+                    "grpcio starts a server call when the request headers arrive and exposes "
+                    "the body's arrival only as the deserializer starting: request_network "
+                    f"holds the first chunk's share (~{min(nbytes, FIRST_CHUNK) / RATE_KB_S * 1e3:,.0f} us "  # noqa: E501
+                    "here), server_queue the rest"
+                ),
+            )
+        )
     result.seconds = time.monotonic() - started
     return result
 
@@ -161,8 +199,16 @@ VARIANTS = {
     "grpc_gzip": ("--encoding", "repeated", "--compression", "gzip"),
     "zstd": ("--encoding", "packed", "--compression", "zstd"),
 }
-PER_PHASE = ("client_serialize", "request_network", "server_queue", "request_deserialize",
-             "processing", "response_network", "client_deserialize", "total")  # fmt: skip
+PER_PHASE = (
+    "client_serialize",
+    "request_network",
+    "server_queue",
+    "request_deserialize",
+    "processing",
+    "response_network",
+    "client_deserialize",
+    "total",
+)
 
 
 def _wire_bytes(variant: str, entities: int, features: int) -> tuple[int, float]:
@@ -202,13 +248,30 @@ def compression(workdir: Path, profile: Profile) -> ScenarioResult:
             for variant, flags in VARIANTS.items():
                 for limited in (False, True):
                     toxiproxy.set_toxics(grpc_proxy, toxics if limited else {})
-                    pipeline.load(grpc_proxy.listen, f"cmp-{variant}-{int(limited)}", "--calls",
-                                  str(calls), "--concurrency", "1", "--entities", str(entities),
-                                  "--features", str(features), *flags)  # fmt: skip
-                truth[variant].append(_transfer_us(
-                    probe_proxy.listen, toxiproxy, probe_proxy, toxics, wire[variant][0],
-                    UPSTREAM, 3,
-                ))  # fmt: skip
+                    pipeline.load(
+                        grpc_proxy.listen,
+                        f"cmp-{variant}-{int(limited)}",
+                        "--calls",
+                        str(calls),
+                        "--concurrency",
+                        "1",
+                        "--entities",
+                        str(entities),
+                        "--features",
+                        str(features),
+                        *flags,
+                    )
+                truth[variant].append(
+                    _transfer_us(
+                        probe_proxy.listen,
+                        toxiproxy,
+                        probe_proxy,
+                        toxics,
+                        wire[variant][0],
+                        UPSTREAM,
+                        3,
+                    )
+                )
                 toxiproxy.clear_toxics(grpc_proxy)
     bodies = pipeline.reports([f"cmp-{v}-{i}" for v in VARIANTS for i in (0, 1)])
     end_to_end = {}
@@ -234,13 +297,16 @@ def compression(workdir: Path, profile: Profile) -> ScenarioResult:
             # shared machine) sits inside request_network/server_queue with or without the
             # toxic, so the difference of two such runs is no measurement of the link.
             result.observations[variant] |= {
-                "request_path_delta_us": round(path, 1), "calibrated_transfer_us": injected,
+                "request_path_delta_us": round(path, 1),
+                "calibrated_transfer_us": injected,
                 "gzip_in_network_phases_free_us": round(
-                    _request_path(free) - _request_path(bodies["cmp-none-0"]), 1),
-            }  # fmt: skip
+                    _request_path(free) - _request_path(bodies["cmp-none-0"]), 1
+                ),
+            }
             continue
-        result.checks.append(check(result.name, variant, quantity,
-                                   "request_network + server_queue", injected, path))  # fmt: skip
+        result.checks.append(
+            check(result.name, variant, quantity, "request_network + server_queue", injected, path)
+        )
     winner = min(end_to_end, key=end_to_end.get)
     result.observations["winner_end_to_end"] = winner
     result.observations["request_raw_feature_bytes"] = entities * features * 4

@@ -59,10 +59,13 @@ def run_connect_client(pipeline: Pipeline, spec: dict) -> dict:
     timings (each call on the client's own clock)."""
     done = subprocess.run(
         [sys.executable, "-m", "harness.ground_truth.connect_client", json.dumps(spec)],
-        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
         env=offline_env(OTEL_SERVICE_NAME="connect-client", **pipeline.endpoint),
         cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+    )
     if done.returncode != 0:
         raise RuntimeError(f"connect_client failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -91,39 +94,68 @@ def connection_setup(workdir: Path, profile: Profile) -> ScenarioResult:
     # Each cold call against the warm call made just before it: paired, so a change of the
     # machine's load during the run moves both.
     cases = [
-        (f"cold_{mode}", f"connect-cold-{mode}", f"connect-warm-{mode}",
-         statistics.median(c - w for c, w in zip(timings["cold"][mode], timings["warm"][mode],
-                                                 strict=True)))
+        (
+            f"cold_{mode}",
+            f"connect-cold-{mode}",
+            f"connect-warm-{mode}",
+            statistics.median(
+                c - w for c, w in zip(timings["cold"][mode], timings["warm"][mode], strict=True)
+            ),
+        )
         for mode in ("plain", "tls")
-    ]  # fmt: skip
+    ]
     late_latency = statistics.median(call["latency_us"] for call in timings["late"])
     # The late call's other phases compare with a new server's first call (its control:
     # the same server started, then called): a fresh server's first dispatch is slower.
-    cases.append(("late_server", "connect-late", "connect-fresh-server",
-                  late_latency - warm_latency["plain"]))  # fmt: skip
+    cases.append(
+        (
+            "late_server",
+            "connect-late",
+            "connect-fresh-server",
+            late_latency - warm_latency["plain"],
+        )
+    )
     for case, run, baseline, truth_us in cases:
         body, warm = bodies[run], bodies[baseline]
         result.phases[case] = p50s(body)
-        result.checks.append(check(
-            result.name, case, "extra latency of the call over warm calls (p50, client clock)",
-            "client_connect", truth_us, p50(body, "client_connect"),
-        ))  # fmt: skip
+        result.checks.append(
+            check(
+                result.name,
+                case,
+                "extra latency of the call over warm calls (p50, client clock)",
+                "client_connect",
+                truth_us,
+                p50(body, "client_connect"),
+            )
+        )
         if case == "late_server":
             # One to three calls: server_dispatch alone is within +-1.5 ms per call (gRPC
             # core keeps deadlines in whole ms, analyzer/dispatch.py), so the request side
             # is checked as one sum, which has no such rounding.
-            result.checks.append(check(
-                result.name, case, "request side of a new server's first call (p50s)",
-                " + ".join(OTHERS), sum(p50(warm, p) for p in OTHERS),
-                sum(p50(body, p) for p in OTHERS), limit=LATE_SERVER_SIDE,
-            ))  # fmt: skip
+            result.checks.append(
+                check(
+                    result.name,
+                    case,
+                    "request side of a new server's first call (p50s)",
+                    " + ".join(OTHERS),
+                    sum(p50(warm, p) for p in OTHERS),
+                    sum(p50(body, p) for p in OTHERS),
+                    limit=LATE_SERVER_SIDE,
+                )
+            )
             continue
         for phase in OTHERS:
-            result.checks.append(check(
-                result.name, case, f"{phase} of the warm calls, same path (p50)", phase,
-                p50(warm, phase), p50(body, phase),
-                limit=WATCH_LATENESS if phase == "request_network" else "",
-            ))  # fmt: skip
+            result.checks.append(
+                check(
+                    result.name,
+                    case,
+                    f"{phase} of the warm calls, same path (p50)",
+                    phase,
+                    p50(warm, phase),
+                    p50(body, phase),
+                    limit=WATCH_LATENESS if phase == "request_network" else "",
+                )
+            )
     result.phases["warm_plain"] = p50s(bodies["connect-warm-plain"])
     result.observations = {
         "warm_latency_p50_us": {k: round(v, 1) for k, v in warm_latency.items()},

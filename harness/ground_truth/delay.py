@@ -78,8 +78,15 @@ def delay_runs(
                 for proxy in (grpc_proxy, probe_proxy):
                     toxiproxy.set_toxics(proxy, case.toxics)
                 probes[case_name].append(probe(probe_proxy.listen, profile.probes))
-                pipeline.load(grpc_proxy.listen, runs[case_name], "--calls", str(profile.calls),
-                              "--concurrency", "1", *SMALL_PAYLOAD)  # fmt: skip
+                pipeline.load(
+                    grpc_proxy.listen,
+                    runs[case_name],
+                    "--calls",
+                    str(profile.calls),
+                    "--concurrency",
+                    "1",
+                    *SMALL_PAYLOAD,
+                )
                 toxiproxy.clear_toxics(grpc_proxy)
     bodies = pipeline.reports(list(runs.values()))
     calibrated = {
@@ -120,18 +127,29 @@ def one_way_delay(workdir: Path, profile: Profile) -> ScenarioResult:
     }
     bodies, calibrated = delay_runs("one_way_delay", workdir, profile, cases)
     result = _result("one_way_delay", profile, bodies, calibrated)
-    for case, own, other in (("request_path", "request_network", "response_network"),
-                             ("response_path", "response_network", "request_network")):  # fmt: skip
+    for case, own, other in (
+        ("request_path", "request_network", "response_network"),
+        ("response_path", "response_network", "request_network"),
+    ):
         up, down = _injected(calibrated, case)
         injected, leaked = (up, down) if own == "request_network" else (down, up)
-        result.checks.append(check(result.name, case, "one-way delay", own, injected,
-                                   _delta(bodies, case, own)))  # fmt: skip
+        result.checks.append(
+            check(result.name, case, "one-way delay", own, injected, _delta(bodies, case, own))
+        )
         # The other direction got no toxic (the proxy itself then forwards ~0.1-0.2 ms slower,
         # which the probe measures too): it must not absorb a share of the delay, as an even
         # split would; tolerance: 10 % of the delay, at least 200 us.
-        result.checks.append(check(result.name, case, "no toxic (other direction)", other,
-                                   leaked, _delta(bodies, case, other),
-                                   tolerance_us(injected)))  # fmt: skip
+        result.checks.append(
+            check(
+                result.name,
+                case,
+                "no toxic (other direction)",
+                other,
+                leaked,
+                _delta(bodies, case, other),
+                tolerance_us(injected),
+            )
+        )
     result.seconds = time.monotonic() - started
     return result
 
@@ -143,8 +161,16 @@ def asymmetric_delay(workdir: Path, profile: Profile) -> ScenarioResult:
     result = _result("asymmetric_delay", profile, bodies, calibrated)
     up, down = _injected(calibrated, "asymmetric")
     for phase, injected in (("request_network", up), ("response_network", down)):
-        result.checks.append(check(result.name, "asymmetric", "one-way delay (one host)", phase,
-                                   injected, _delta(bodies, "asymmetric", phase)))  # fmt: skip
+        result.checks.append(
+            check(
+                result.name,
+                "asymmetric",
+                "one-way delay (one host)",
+                phase,
+                injected,
+                _delta(bodies, "asymmetric", phase),
+            )
+        )
     result.seconds = time.monotonic() - started
     return result
 
@@ -177,15 +203,31 @@ def skew_with_asymmetric_delay(workdir: Path, profile: Profile) -> ScenarioResul
     result.observations["offset"] = offset
     # The estimate's guarantee: the true offset lies within +- uncertainty (about half the
     # round trip, here more than the (up - down) / 2 the asymmetry biases the estimate by).
-    result.checks.append(check(name, "asymmetric", f"clock skew {truth_us:+,.0f} us",
-                               "clock offset (within reported uncertainty)", truth_us,
-                               offset["offset_us"], offset["uncertainty_us"]))  # fmt: skip
+    result.checks.append(
+        check(
+            name,
+            "asymmetric",
+            f"clock skew {truth_us:+,.0f} us",
+            "clock offset (within reported uncertainty)",
+            truth_us,
+            offset["offset_us"],
+            offset["uncertainty_us"],
+        )
+    )
     # Raw one-way phases carry +skew and -skew; their sum is exact whatever the clocks do.
     total = _delta(bodies, "asymmetric", "request_network") + _delta(
         bodies, "asymmetric", "response_network"
     )
-    result.checks.append(check(name, "asymmetric", "delay up + down",
-                               "request_network + response_network", up + down, total))  # fmt: skip
+    result.checks.append(
+        check(
+            name,
+            "asymmetric",
+            "delay up + down",
+            "request_network + response_network",
+            up + down,
+            total,
+        )
+    )
     split = (
         "path asymmetry and clock offset are indistinguishable without a shared clock: "
         f"the offset absorbs (up - down) / 2 = {(up - down) / 2:,.0f} us, so each corrected "
@@ -193,8 +235,16 @@ def skew_with_asymmetric_delay(workdir: Path, profile: Profile) -> ScenarioResul
     )
     for phase, injected in (("request_network", up), ("response_network", down)):
         corrected = _delta(bodies, "asymmetric", f"{phase}_corrected")
-        result.checks.append(check(name, "asymmetric", "one-way delay (skewed host)",
-                                   f"{phase}_corrected", injected, corrected,
-                                   limit=split))  # fmt: skip
+        result.checks.append(
+            check(
+                name,
+                "asymmetric",
+                "one-way delay (skewed host)",
+                f"{phase}_corrected",
+                injected,
+                corrected,
+                limit=split,
+            )
+        )
     result.seconds = time.monotonic() - started
     return result

@@ -42,26 +42,40 @@ def server_queue(workdir: Path, profile: Profile) -> ScenarioResult:
     result = ScenarioResult("server_queue", profile.name)
     pipeline = Pipeline(workdir / "store")
     summaries: dict[int, list[dict]] = {c: [] for c in (1, *clients)}
-    with pipeline, pipeline.service("--workers", str(workers),
-                                    "--model-cost-ms", str(cost_ms)) as service:  # fmt: skip
+    with (
+        pipeline,
+        pipeline.service("--workers", str(workers), "--model-cost-ms", str(cost_ms)) as service,
+    ):
         for _ in range(profile.rounds):
             for concurrency in summaries:
-                summaries[concurrency].append(pipeline.load(
-                    service.target, f"queue-c{concurrency}", "--calls", str(calls),
-                    "--concurrency", str(concurrency), "--entities", "20", "--features", "8",
-                ))  # fmt: skip
+                summaries[concurrency].append(
+                    pipeline.load(
+                        service.target,
+                        f"queue-c{concurrency}",
+                        "--calls",
+                        str(calls),
+                        "--concurrency",
+                        str(concurrency),
+                        "--entities",
+                        "20",
+                        "--features",
+                        "8",
+                    )
+                )
     bodies = pipeline.reports([f"queue-c{c}" for c in summaries])
     per_call_s = {c: statistics.mean(1 / s["rps"] for s in found) for c, found in summaries.items()}
     alone = bodies["queue-c1"]
     result.phases = {f"c{c}": p50s(bodies[f"queue-c{c}"]) for c in summaries}
     result.observations = {
-        "workers": workers, "model_cost_ms": cost_ms, "calls_per_run": calls,
+        "workers": workers,
+        "model_cost_ms": cost_ms,
+        "calls_per_run": calls,
         "client_cycle_ms_by_clients": {c: round(c * v * 1e3, 3) for c, v in per_call_s.items()},
         # Saturated: X_C = W / S, so S = W / X_C.
         "service_time_ms_from_throughput": {
             c: round(per_call_s[c] * workers * 1e3, 3) for c in clients
         },
-    }  # fmt: skip
+    }
     latency_ms = {
         c: {stat: statistics.mean(s["latency_ms"][stat] for s in found) for stat in ("p50", "mean")}
         for c, found in summaries.items()
@@ -81,20 +95,30 @@ def server_queue(workdir: Path, profile: Profile) -> ScenarioResult:
         # the whole: p50s are reported, the check is on means.
         extra_us = (latency_ms[concurrency]["mean"] - latency_ms[1]["mean"]) * 1e3
         measured = mean(body, "server_queue") - mean(alone, "server_queue")
-        result.checks.append(check(result.name, case, quantity, "server_queue (mean)",
-                                   extra_us, measured))  # fmt: skip
+        result.checks.append(
+            check(result.name, case, quantity, "server_queue (mean)", extra_us, measured)
+        )
         result.observations[f"p50_us_c{concurrency}"] = {
             "client_latency_increase": round(
-                (latency_ms[concurrency]["p50"] - latency_ms[1]["p50"]) * 1e3, 1),
+                (latency_ms[concurrency]["p50"] - latency_ms[1]["p50"]) * 1e3, 1
+            ),
             "server_queue_increase": round(
-                p50(body, "server_queue") - p50(alone, "server_queue"), 1),
-        }  # fmt: skip
+                p50(body, "server_queue") - p50(alone, "server_queue"), 1
+            ),
+        }
         # Processing must not absorb the wait (tolerance: 10 % of it). It does grow a little
         # with C+1 busy processes on 2 cores: the model burns CPU time, so wall time stretches.
-        result.checks.append(check(result.name, case, "no extra work (queueing only)",
-                                   "processing", 0.0,
-                                   p50(body, "processing") - p50(alone, "processing"),
-                                   tolerance_us(extra_us)))  # fmt: skip
+        result.checks.append(
+            check(
+                result.name,
+                case,
+                "no extra work (queueing only)",
+                "processing",
+                0.0,
+                p50(body, "processing") - p50(alone, "processing"),
+                tolerance_us(extra_us),
+            )
+        )
     result.notes.append(
         "truth: the client-observed mean latency increase over a lone client (load "
         "generator's clock); theory_mean_wait_us = C/X_C - 1/X_1 from its throughput (the "
@@ -123,11 +147,22 @@ PINNED_MALLOC = {
 def client_probe(target: str, entities: int, features: int, calls: int) -> dict:
     """``serialize_probe`` (a plain grpcio client timing protobuf) against ``target``."""
     done = subprocess.run(
-        [sys.executable, "-m", "harness.ground_truth.serialize_probe", target, str(entities),
-         str(features), str(calls)],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-        env=offline_env(**PINNED_MALLOC), cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.ground_truth.serialize_probe",
+            target,
+            str(entities),
+            str(features),
+            str(calls),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env=offline_env(**PINNED_MALLOC),
+        cwd=Path(__file__).resolve().parents[2],
+    )
     if done.returncode != 0:
         raise RuntimeError(f"serialize_probe failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout)
@@ -163,9 +198,21 @@ def serialization(workdir: Path, profile: Profile) -> ScenarioResult:
                 if round_index >= profile.rounds and size not in big:
                     continue
                 count = MB_CALLS if size in big else calls
-                pipeline.load(service.target, run_id, "--calls", str(count), "--concurrency", "1",
-                              "--entities", str(entities), "--features", str(features),
-                              "--max-message-mb", "64", env=PINNED_MALLOC)  # fmt: skip
+                pipeline.load(
+                    service.target,
+                    run_id,
+                    "--calls",
+                    str(count),
+                    "--concurrency",
+                    "1",
+                    "--entities",
+                    str(entities),
+                    "--features",
+                    str(features),
+                    "--max-message-mb",
+                    "64",
+                    env=PINNED_MALLOC,
+                )
                 # The truth right after, same payloads, same machine load (see serialize_probe).
                 probes[size].append(client_probe(service.target, entities, features, count))
     bodies = pipeline.reports(list(run.values()))
@@ -178,8 +225,9 @@ def serialization(workdir: Path, profile: Profile) -> ScenarioResult:
         result.phases[label] = p50s(bodies[run_id])
         for phase in SERIALIZE_PHASES:
             injected, measured = truth[phase]["p50_us"], p50(bodies[run_id], phase)
-            result.checks.append(check(result.name, label, "protobuf (de)serialization", phase,
-                                       injected, measured))  # fmt: skip
+            result.checks.append(
+                check(result.name, label, "protobuf (de)serialization", phase, injected, measured)
+            )
         result.observations[label] = {
             "request_bytes": request_bytes,
             "response_bytes": found[0]["response_bytes"],

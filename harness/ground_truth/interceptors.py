@@ -89,8 +89,15 @@ class InterceptorServer(ServiceProcess):
     @property
     def command(self) -> list[str]:
         extra = ["--aio"] if self.case.aio else []
-        return [self.python, "-m", "harness.ground_truth.interceptor_server", self.case.kind,
-                str(self.case.sleep_ms), str(self.stats), *extra]  # fmt: skip
+        return [
+            self.python,
+            "-m",
+            "harness.ground_truth.interceptor_server",
+            self.case.kind,
+            str(self.case.sleep_ms),
+            str(self.stats),
+            *extra,
+        ]
 
     def slept_us(self) -> list[float]:
         found = json.loads(self.stats.read_text())
@@ -131,8 +138,15 @@ def server_interceptors(workdir: Path, profile: Profile) -> ScenarioResult:
                 servers |= running
                 for _ in range(profile.rounds):  # interleaved: noise hits every case alike
                     for case in group:
-                        pipeline.load(running[case].target, case.name, "--calls", calls,
-                                      "--concurrency", "1", *SMALL)  # fmt: skip
+                        pipeline.load(
+                            running[case].target,
+                            case.name,
+                            "--calls",
+                            calls,
+                            "--concurrency",
+                            "1",
+                            *SMALL,
+                        )
     # The servers wrote their sleeps when they stopped (leaving the block).
     slept = {case: server.slept_us() for case, server in servers.items()}
     truth_us = {case: statistics.median(found) for case, found in slept.items() if found}
@@ -150,10 +164,17 @@ def server_interceptors(workdir: Path, profile: Profile) -> ScenarioResult:
             check(result.name, case.name, QUANTITY[case.kind], phase, injected, measured)
         )
         # The servicer's own work is what it was without the extra cost.
-        result.checks.append(check(result.name, case.name, "no extra handler work",
-                                   "processing", 0.0,
-                                   p50(body, "processing") - p50(alone, "processing"),
-                                   tolerance_us(injected)))  # fmt: skip
+        result.checks.append(
+            check(
+                result.name,
+                case.name,
+                "no extra handler work",
+                "processing",
+                0.0,
+                p50(body, "processing") - p50(alone, "processing"),
+                tolerance_us(injected),
+            )
+        )
         result.observations[case.name] = {
             "slept_p50_us": round(injected, 1),
             f"{phase}_increase_p50_us": round(measured, 1),

@@ -36,14 +36,29 @@ class ServeProcess:
     """``grpc-overhead serve`` on a store directory, until SIGTERM (which flushes)."""
 
     def __init__(
-        self, store: Path, otlp_port: int, otlp_http_port: int | None = None, *,
-        clickhouse_http_port: int | None = None, extra_args: Sequence[str] = (),
-    ) -> None:  # fmt: skip
+        self,
+        store: Path,
+        otlp_port: int,
+        otlp_http_port: int | None = None,
+        *,
+        clickhouse_http_port: int | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         """``otlp_http_port``: also take OTLP/HTTP there (0: a free one; ``http_url`` says
         where); None: gRPC only. ``clickhouse_http_port``: serve's ClickHouse HTTP
         interface there (``clickhouse_url``), to read the store while serve owns it."""
-        command = [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(store),
-                   "--otlp-port", str(otlp_port), "--no-app", *extra_args]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "serve",
+            "--store",
+            str(store),
+            "--otlp-port",
+            str(otlp_port),
+            "--no-app",
+            *extra_args,
+        ]
         if otlp_http_port is not None:
             command += ["--otlp-http-port", str(otlp_http_port)]
         self.clickhouse_url = ""
@@ -53,9 +68,13 @@ class ServeProcess:
         #: Where OTLP/HTTP senders post (``.../v1/traces``), '' without one.
         self.http_url = ""
         self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=offline_env(),
-        )  # fmt: skip
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=offline_env(),
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             line = self.process.stdout.readline()
@@ -98,10 +117,23 @@ def through_collector(store: Path) -> Iterator[int]:
 def report(store: Path, *extra: str) -> dict:
     """``grpc-overhead report --format json`` on a stopped store (asserts it succeeded)."""
     done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "report", "--store", str(store),
-         "--format", "json", *extra],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=offline_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "report",
+            "--store",
+            str(store),
+            "--format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=offline_env(),
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -114,9 +146,13 @@ def reports(
     flag = ["--findings"] if findings else []
     done = subprocess.run(
         [sys.executable, "-m", "harness.ground_truth.read_reports", *flag, str(store), *run_ids],
-        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env=offline_env(), cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        env=offline_env(),
+        cwd=Path(__file__).resolve().parents[2],
+    )
     if done.returncode != 0:
         raise RuntimeError(f"reading reports failed: {done.stderr.strip()}")
     return json.loads(done.stdout)
@@ -160,33 +196,51 @@ class Pipeline:
         env = offline_env(OTEL_SERVICE_NAME="predictor", **self.endpoint)
         if skew_s is None:
             return env
-        env |= {"LD_PRELOAD": libfaketime(), "FAKETIME": f"{skew_s:+.6f}",
-                "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
+        env |= {
+            "LD_PRELOAD": libfaketime(),
+            "FAKETIME": f"{skew_s:+.6f}",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
         if skew_s:
             env["OTEL_RESOURCE_ATTRIBUTES"] = f"host.name={host}"
         return env
 
     @contextmanager
     def service(
-        self, *args: str, skew_s: float | None = None, host: str = SKEWED_HOST,
+        self,
+        *args: str,
+        skew_s: float | None = None,
+        host: str = SKEWED_HOST,
         env: dict[str, str] | None = None,
-    ) -> Iterator[ServiceProcess]:  # fmt: skip
+    ) -> Iterator[ServiceProcess]:
         environment = self.service_env(skew_s, host) | (env or {})
         with ServiceProcess(list(args), env=environment) as service:
             yield service
 
     def load(
-        self, target: str, run_id: str, *args: str, timeout_s: float = 180,
+        self,
+        target: str,
+        run_id: str,
+        *args: str,
+        timeout_s: float = 180,
         env: dict[str, str] | None = None,
-    ) -> dict:  # fmt: skip
+    ) -> dict:
         """One bounded ``grpc-overhead load`` run (``--calls`` must be among ``args``);
         its ``--json`` summary. ``env`` adds to the load generator's environment."""
         assert "--calls" in args, "loads are bounded: pass --calls"
         environment = offline_env(OTEL_SERVICE_NAME="loadgen", **self.endpoint) | (env or {})
         result = run_load(
-            "--target", target, "--run-id", run_id, "--json", "--duration", "120", *args,
-            env=environment, timeout_s=timeout_s,
-        )  # fmt: skip
+            "--target",
+            target,
+            "--run-id",
+            run_id,
+            "--json",
+            "--duration",
+            "120",
+            *args,
+            env=environment,
+            timeout_s=timeout_s,
+        )
         summary = result.summary
         if summary["errors"]:
             raise RuntimeError(

@@ -24,8 +24,10 @@ def main(argv: list[str]) -> int:
     read_findings = argv[:1] == ["--findings"]
     argv = argv[1:] if read_findings else argv
     if len(argv) < 2:
-        print("usage: python -m harness.ground_truth.read_reports [--findings] STORE RUN...",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "usage: python -m harness.ground_truth.read_reports [--findings] STORE RUN...",
+            file=sys.stderr,
+        )
         return 2
     store_dir, run_ids = argv[0], argv[1:]
     options = CallsOptions()

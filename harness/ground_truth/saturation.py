@@ -112,10 +112,17 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
                 for _ in range(profile.rounds):
                     for label, callers in (("idle", 1), ("saturated", case.callers)):
                         run_id = f"{case.name}-{label}"
-                        summaries.setdefault(run_id, []).append(pipeline.load(
-                            service.target, run_id, "--calls", str(calls),
-                            "--concurrency", str(callers), *payload,
-                        ))  # fmt: skip
+                        summaries.setdefault(run_id, []).append(
+                            pipeline.load(
+                                service.target,
+                                run_id,
+                                "--calls",
+                                str(calls),
+                                "--concurrency",
+                                str(callers),
+                                *payload,
+                            )
+                        )
     bodies = pipeline.reports(list(summaries))
     for case in cases(profile):
         idle, busy = bodies[f"{case.name}-idle"], bodies[f"{case.name}-saturated"]
@@ -123,10 +130,16 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
         result.phases[f"{case.name}-saturated"] = p50s(busy)
         for phase in NETWORK:
             baseline = p50(idle, phase)
-            result.checks.append(check(
-                result.name, case.name, f"{phase} of the idle run, same path (p50)", phase,
-                baseline, p50(busy, phase),
-            ))  # fmt: skip
+            result.checks.append(
+                check(
+                    result.name,
+                    case.name,
+                    f"{phase} of the idle run, same path (p50)",
+                    phase,
+                    baseline,
+                    p50(busy, phase),
+                )
+            )
         latency = {
             label: statistics.mean(
                 s["latency_ms"]["mean"] for s in summaries[f"{case.name}-{label}"]
@@ -134,13 +147,20 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
             for label in ("idle", "saturated")
         }
         grew_us = (latency["saturated"] - latency["idle"]) * 1e3
-        result.checks.append(check(
-            result.name, case.name, "latency the callers saw grow (mean, their clock)",
-            "server side: " + " + ".join(SERVER_SIDE) + " (mean)",
-            grew_us, _server_side_mean(busy) - _server_side_mean(idle),
-        ))  # fmt: skip
-        dispatch = {label: p50(body, "server_dispatch") for label, body in
-                    (("idle", idle), ("saturated", busy))}  # fmt: skip
+        result.checks.append(
+            check(
+                result.name,
+                case.name,
+                "latency the callers saw grow (mean, their clock)",
+                "server side: " + " + ".join(SERVER_SIDE) + " (mean)",
+                grew_us,
+                _server_side_mean(busy) - _server_side_mean(idle),
+            )
+        )
+        dispatch = {
+            label: p50(body, "server_dispatch")
+            for label, body in (("idle", idle), ("saturated", busy))
+        }
         result.observations[case.name] = {
             "client_latency_mean_ms": {k: round(v, 3) for k, v in latency.items()},
             "server_dispatch_p50_us": {k: round(v, 1) for k, v in dispatch.items()},
@@ -162,8 +182,12 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
 
 #: The client-side phases: where a busy client's extra wait must land.
 CLIENT_SIDE = (
-    "client_serialize", "client_connect", "client_dispatch", "client_deserialize", "unattributed"
-)  # fmt: skip
+    "client_serialize",
+    "client_connect",
+    "client_dispatch",
+    "client_deserialize",
+    "unattributed",
+)
 CLIENT_DISPATCH_LIMIT = (
     "grpcio gives Python no GIL-free timestamp of a response's arrival at the client: "
     "client_dispatch is the client's lag probe's estimate of the typical wait, not each "
@@ -227,11 +251,21 @@ def client_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
             for _ in range(CLIENT_CHUNKS):
                 for threads in (0, *busy_threads):
                     with on_cpus(client_cpus):
-                        summaries.setdefault(threads, []).append(pipeline.load(
-                            service.target, f"client-busy{threads}", "--calls", str(chunk),
-                            "--concurrency", "1", "--rps", CLIENT_RPS,
-                            "--busy-threads", str(threads), *SMALL,
-                        ))  # fmt: skip
+                        summaries.setdefault(threads, []).append(
+                            pipeline.load(
+                                service.target,
+                                f"client-busy{threads}",
+                                "--calls",
+                                str(chunk),
+                                "--concurrency",
+                                "1",
+                                "--rps",
+                                CLIENT_RPS,
+                                "--busy-threads",
+                                str(threads),
+                                *SMALL,
+                            )
+                        )
     bodies = pipeline.reports([f"client-busy{t}" for t in (0, *busy_threads)])
     idle = bodies["client-busy0"]
     result.phases["idle"] = p50s(idle)
@@ -244,11 +278,17 @@ def client_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
         case = f"{threads}_busy_client_threads"
         result.phases[case] = p50s(body)
         for phase in NETWORK:
-            result.checks.append(check(
-                result.name, case, f"{phase} of the idle client, same path (p50)", phase,
-                p50(idle, phase), p50(body, phase),
-                limit=CLIENT_DISPATCH_LIMIT if phase == "response_network" else "",
-            ))  # fmt: skip
+            result.checks.append(
+                check(
+                    result.name,
+                    case,
+                    f"{phase} of the idle client, same path (p50)",
+                    phase,
+                    p50(idle, phase),
+                    p50(body, phase),
+                    limit=CLIENT_DISPATCH_LIMIT if phase == "response_network" else "",
+                )
+            )
         grew_us = (latency[threads] - latency[0]) * 1e3
         client_side = {
             label: sum(mean(b, phase) for phase in CLIENT_SIDE)

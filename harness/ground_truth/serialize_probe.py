@@ -110,12 +110,13 @@ def probe(target: str, entities: int, features: int, calls: int) -> dict[str, An
         received.append(response)
         return response
 
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.use_local_subchannel_pool", 1)]  # fmt: skip
+    options = [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
     request_deserialize = _timed(pb.PredictRequest.FromString, samples["request_deserialize"])
-    response_serialize = _timed(pb.PredictResponse.SerializeToString,
-                                samples["response_serialize"])  # fmt: skip
+    response_serialize = _timed(pb.PredictResponse.SerializeToString, samples["response_serialize"])
     sizes: dict[str, int] = {}
     failure: list[BaseException] = []
     with grpc.insecure_channel(target, options) as channel:
@@ -152,8 +153,10 @@ def probe(target: str, entities: int, features: int, calls: int) -> dict[str, An
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4:
-        print("usage: python -m harness.ground_truth.serialize_probe TARGET ENTITIES FEATURES "
-              "CALLS", file=sys.stderr)  # fmt: skip
+        print(
+            "usage: python -m harness.ground_truth.serialize_probe TARGET ENTITIES FEATURES CALLS",
+            file=sys.stderr,
+        )
         return 2
     target, entities, features, calls = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     print(json.dumps(probe(target, entities, features, calls)))

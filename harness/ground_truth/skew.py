@@ -35,8 +35,15 @@ def clock_skew(workdir: Path, profile: Profile) -> ScenarioResult:
         ):
             for _ in range(profile.rounds):
                 for target, run_id in ((plain.target, "plain"), (skewed.target, "skewed")):
-                    pipeline.load(target, run_id, "--calls", str(profile.calls),
-                                  "--concurrency", "1", *SMALL_PAYLOAD)  # fmt: skip
+                    pipeline.load(
+                        target,
+                        run_id,
+                        "--calls",
+                        str(profile.calls),
+                        "--concurrency",
+                        "1",
+                        *SMALL_PAYLOAD,
+                    )
         bodies = pipeline.reports(["plain", "skewed"])
         plain_body, skewed_body = bodies["plain"], bodies["skewed"]
         offset = offset_of(skewed_body)
@@ -44,17 +51,40 @@ def clock_skew(workdir: Path, profile: Profile) -> ScenarioResult:
         result.phases[f"{case}_plain"] = p50s(plain_body)
         result.phases[f"{case}_skewed"] = p50s(skewed_body)
         truth_us = skew_s * 1e6
-        result.checks.append(check(result.name, case, f"clock skew {truth_us:+,.0f} us",
-                                   "clock offset (within reported uncertainty)", truth_us,
-                                   offset["offset_us"], offset["uncertainty_us"]))  # fmt: skip
-        result.checks.append(check(result.name, case, f"clock skew {truth_us:+,.0f} us",
-                                   "clock offset", truth_us, offset["offset_us"]))  # fmt: skip
+        result.checks.append(
+            check(
+                result.name,
+                case,
+                f"clock skew {truth_us:+,.0f} us",
+                "clock offset (within reported uncertainty)",
+                truth_us,
+                offset["offset_us"],
+                offset["uncertainty_us"],
+            )
+        )
+        result.checks.append(
+            check(
+                result.name,
+                case,
+                f"clock skew {truth_us:+,.0f} us",
+                "clock offset",
+                truth_us,
+                offset["offset_us"],
+            )
+        )
         for phase in ("request_network", "response_network"):
             # The truth is the unskewed twin's raw phase (one clock with the client).
             truth = p50(plain_body, phase)
-            result.checks.append(check(result.name, case, "one-way network time (no skew)",
-                                       f"{phase}_corrected", truth,
-                                       p50(skewed_body, f"{phase}_corrected"),
-                                       tolerance_us(truth)))  # fmt: skip
+            result.checks.append(
+                check(
+                    result.name,
+                    case,
+                    "one-way network time (no skew)",
+                    f"{phase}_corrected",
+                    truth,
+                    p50(skewed_body, f"{phase}_corrected"),
+                    tolerance_us(truth),
+                )
+            )
     result.seconds = time.monotonic() - started
     return result

@@ -93,11 +93,23 @@ def stream_per_message(workdir: Path, profile: Profile) -> ScenarioResult:
                     toxiproxy.set_toxics(proxy, toxics)
                 probes[case].append(probe(probe_proxy.listen, profile.probes))
                 pipeline.load(
-                    proxies[case].listen, runs[case], "--calls", str(calls),
-                    "--concurrency", "1", "--mode", "stream", "--stream-lockstep",
-                    "--stream-messages", str(MESSAGES), "--entities", "20", "--features", "8",
+                    proxies[case].listen,
+                    runs[case],
+                    "--calls",
+                    str(calls),
+                    "--concurrency",
+                    "1",
+                    "--mode",
+                    "stream",
+                    "--stream-lockstep",
+                    "--stream-messages",
+                    str(MESSAGES),
+                    "--entities",
+                    "20",
+                    "--features",
+                    "8",
                     env=EXPORT,
-                )  # fmt: skip
+                )
                 toxiproxy.clear_toxics(proxies[case])
             slept.append(sleep_probe(max(profile.probes // 5, 5)))
     bodies = pipeline.reports(list(runs.values()))

@@ -36,10 +36,20 @@ def a72_call(
 
     def span(span_id, parent, kind, name, start, end, events, status="Ok", attributes=None):
         return Span(
-            trace, span_id, parent, kind, T0 + start * US, T0 + end * US,
-            "java-svc" if java else "go-svc", resource, attributes or {},
-            [(n, T0 + t * US, a) for n, t, a in events], status, name, scope,
-        )  # fmt: skip
+            trace,
+            span_id,
+            parent,
+            kind,
+            T0 + start * US,
+            T0 + end * US,
+            "java-svc" if java else "go-svc",
+            resource,
+            attributes or {},
+            [(n, T0 + t * US, a) for n, t, a in events],
+            status,
+            name,
+            scope,
+        )
 
     size = {"sequence-number": "0", "message-size": "900"}
     reply = {"sequence-number": "0", "message-size": "100"}
@@ -54,17 +64,33 @@ def a72_call(
         if last and not java:
             attempt_events.append((inbound, begin + 1000, reply))
         spans.append(
-            span(attempt_id, call_id, "Internal", f"Attempt.{NAME}", begin, begin + 1050,
-                 attempt_events, "Ok" if last else "Error",
-                 {"previous-rpc-attempts": str(n), "transparent-retry": "false"})
-        )  # fmt: skip
+            span(
+                attempt_id,
+                call_id,
+                "Internal",
+                f"Attempt.{NAME}",
+                begin,
+                begin + 1050,
+                attempt_events,
+                "Ok" if last else "Error",
+                {"previous-rpc-attempts": str(n), "transparent-retry": "false"},
+            )
+        )
         server_events = [(inbound, begin + 300, size)]
         if last:
             server_events.append((out, begin + 800, reply))
         spans.append(
-            span(server_id, attempt_id, kind if java else "Server", f"Recv.{NAME}",
-                 begin + 200, begin + 810, server_events, "Ok" if last else "Error")
-        )  # fmt: skip
+            span(
+                server_id,
+                attempt_id,
+                kind if java else "Server",
+                f"Recv.{NAME}",
+                begin + 200,
+                begin + 810,
+                server_events,
+                "Ok" if last else "Error",
+            )
+        )
     return spans
 
 
@@ -81,8 +107,12 @@ def semconv_call(ids: int = 9, *, older_names: bool = False, sizes: bool = True)
     }
     prefix = "" if older_names else "rpc."
     if older_names:  # the Java agent 2.33.1's span attributes
-        attributes = {"rpc.system": "grpc", "rpc.service": "grpc_overhead.prediction.v1.Predictor",
-                      "rpc.method": "Predict", "rpc.grpc.status_code": "0"}  # fmt: skip
+        attributes = {
+            "rpc.system": "grpc",
+            "rpc.service": "grpc_overhead.prediction.v1.Predictor",
+            "rpc.method": "Predict",
+            "rpc.grpc.status_code": "0",
+        }
 
     def message(kind: str, at: int, size: int) -> tuple[str, int, dict[str, str]]:
         attributes = {f"{prefix}message.type": kind, f"{prefix}message.id": "1"}
@@ -94,11 +124,34 @@ def semconv_call(ids: int = 9, *, older_names: bool = False, sizes: bool = True)
     scope = "go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
     if older_names and not sizes:
         scope = "io.opentelemetry.grpc-1.6"
-    client = Span(trace, client_id, "", "Client", T0, T0 + 1000 * US, "otel-client", RESOURCE,
-                  attributes, [message("SENT", 30, 900), message("RECEIVED", 990, 100)],
-                  "Unset", "grpc_overhead.prediction.v1.Predictor/Predict", scope)  # fmt: skip
-    server = Span(trace, server_id, client_id, "Server", T0 + 200 * US, T0 + 810 * US,
-                  "otel-server", RESOURCE, attributes,
-                  [message("RECEIVED", 300, 900), message("SENT", 800, 100)],
-                  "Unset", "grpc_overhead.prediction.v1.Predictor/Predict", scope)  # fmt: skip
+    client = Span(
+        trace,
+        client_id,
+        "",
+        "Client",
+        T0,
+        T0 + 1000 * US,
+        "otel-client",
+        RESOURCE,
+        attributes,
+        [message("SENT", 30, 900), message("RECEIVED", 990, 100)],
+        "Unset",
+        "grpc_overhead.prediction.v1.Predictor/Predict",
+        scope,
+    )
+    server = Span(
+        trace,
+        server_id,
+        client_id,
+        "Server",
+        T0 + 200 * US,
+        T0 + 810 * US,
+        "otel-server",
+        RESOURCE,
+        attributes,
+        [message("RECEIVED", 300, 900), message("SENT", 800, 100)],
+        "Unset",
+        "grpc_overhead.prediction.v1.Predictor/Predict",
+        scope,
+    )
     return [client, server]

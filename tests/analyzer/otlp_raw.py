@@ -59,10 +59,11 @@ def raw_span(number: int, *attributes: bytes, name: bytes = b"") -> bytes:
         field(1, number.to_bytes(16, "big"))
         + field(2, (number + 1000).to_bytes(8, "big"))
         + field(5, name or f"span-{number}".encode())
-        + varint(6 << 3) + varint(2)  # kind = SERVER
+        + varint(6 << 3)
+        + varint(2)  # kind = SERVER
         + fixed64(7, START + number)
         + fixed64(8, START + number + 5_000)
-    )  # fmt: skip
+    )
     return body + b"".join(field(9, attribute) for attribute in attributes)
 
 

@@ -93,8 +93,11 @@ def test_failed_a72_calls_are_errors_with_their_code(store):
     (method,) = report["methods"]
     assert method["errors"] == len(FAILURES), method["status_codes"]
     assert {row["status"]: row["calls"] for row in method["status_codes"]} == {
-        "DEADLINE_EXCEEDED": 3, "failed (no code)": 2, "UNAVAILABLE": 2, "CANCELLED": 1,
-    }  # fmt: skip
+        "DEADLINE_EXCEEDED": 3,
+        "failed (no code)": 2,
+        "UNAVAILABLE": 2,
+        "CANCELLED": 1,
+    }
 
 
 def test_a_retried_call_that_succeeded_is_ok(store):
@@ -133,10 +136,17 @@ def test_an_attempt_that_reached_no_server_is_one_call_after_settling(store):
 
 def test_the_report_says_what_to_set_when_spans_have_no_host():
     offsets = pd.DataFrame(
-        {"client_host": ["service:java-client", "vm"], "server_host": ["service:java-server", "vm"],
-         "offset_us": [-423.8, 0.0], "uncertainty_us": [163.1, 0.0], "calls": [50, 9],
-         "windows": [1, 1], "offset_min_us": [-423.8, 0.0], "offset_max_us": [-423.8, 0.0]}
-    )  # fmt: skip
+        {
+            "client_host": ["service:java-client", "vm"],
+            "server_host": ["service:java-server", "vm"],
+            "offset_us": [-423.8, 0.0],
+            "uncertainty_us": [163.1, 0.0],
+            "calls": [50, 9],
+            "windows": [1, 1],
+            "offset_min_us": [-423.8, 0.0],
+            "offset_max_us": [-423.8, 0.0],
+        }
+    )
     empty = pd.DataFrame(columns=list(BREAKDOWN_COLUMNS))
     text = render_table(Report(empty, offsets), width=200)
     assert "no host.name on the spans of java-client, java-server" in text

@@ -88,8 +88,10 @@ def test_calls_without_a_sample_hold_the_neutral_value(store):
     )
     assert found["request_sample_bytes"].notna().sum() == 4
     assert found["response_gzip_ratio"].notna().sum() == 1
-    raw = store.query("SELECT request_gzip_ratio AS r, request_gzip_compress_ns_per_mb AS c"
-                      " FROM grpc_calls FINAL WHERE request_sample_bytes < 0")  # fmt: skip
+    raw = store.query(
+        "SELECT request_gzip_ratio AS r, request_gzip_compress_ns_per_mb AS c"
+        " FROM grpc_calls FINAL WHERE request_sample_bytes < 0"
+    )
     assert len(raw) == 6 and set(raw["r"]) == {-1.0} and set(raw["c"]) == {-1}
 
 
@@ -102,7 +104,8 @@ def test_a_store_made_before_the_columns_opens_and_reads_them_as_none(store):
     store.command("ALTER TABLE grpc_calls " + ", ".join(f"DROP COLUMN {n}" for n in names))
     seed.insert_spans(store, seed.synthetic_call(Truth()))  # no view: nothing assembled
     assert create_calls(store, options)  # the view anew, with a backfill
-    found = store.query("SELECT request_sample_bytes AS b, response_deflate_ratio AS r"
-                        " FROM grpc_calls FINAL")  # fmt: skip
+    found = store.query(
+        "SELECT request_sample_bytes AS b, response_deflate_ratio AS r FROM grpc_calls FINAL"
+    )
     assert list(found["b"]) == [-1] and list(found["r"]) == [-1.0]
     assert compressibility.by_method(store, CallFilters().at_rest()).empty

@@ -276,8 +276,20 @@ def test_healthy_calls_have_no_finding_above_low(seeded: Store, run: str) -> Non
 def test_json_is_the_contract_and_ranked(seeded: Store) -> None:
     document = json.loads(json.dumps(answer(seeded, "tail").to_json()))
     assert set(document) == {"findings", "checked"}
-    keys = {"kind", "service", "method", "instance", "phases", "calls", "evidence", "saving_us",
-            "saving_basis", "confidence", "action", "verify"}  # fmt: skip
+    keys = {
+        "kind",
+        "service",
+        "method",
+        "instance",
+        "phases",
+        "calls",
+        "evidence",
+        "saving_us",
+        "saving_basis",
+        "confidence",
+        "action",
+        "verify",
+    }
     for finding in document["findings"]:
         assert set(finding) == keys and set(finding["saving_us"]) == {"p50", "p99"}
         assert finding["confidence"] in ("high", "medium", "low") and finding["kind"] in KIND_NAMES

@@ -246,10 +246,18 @@ def test_wrong_passwords_lock_their_source_out_and_the_right_one_then_waits(modu
 def test_a_client_that_hangs_up_gets_its_query_killed(url, store):
     marker = "hang_up_marker_7361"
     done = subprocess.run(
-        ["curl", "-sS", "--max-time", "1", url, "--data-binary",
-         f"SELECT count() FROM numbers(1000000000000) WHERE '{marker}' != ''"],
-        capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            "curl",
+            "-sS",
+            "--max-time",
+            "1",
+            url,
+            "--data-binary",
+            f"SELECT count() FROM numbers(1000000000000) WHERE '{marker}' != ''",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 28  # curl gave up after a second
     deadline = time.monotonic() + 20
     running = 1

@@ -62,9 +62,11 @@ def running(
 ) -> Iterator[tuple[Store, Intake]]:
     tls = Tls.from_files(str(server_certificate.certificate), str(server_certificate.key))
     yield from running_intake(
-        tmp_path_factory.mktemp("intake-tls"), http_port=0, tls=tls,
+        tmp_path_factory.mktemp("intake-tls"),
+        http_port=0,
+        tls=tls,
         credentials=Credentials(token_file),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -95,8 +97,9 @@ def _grpc_export(intake: Intake, root: Path | None, metadata: tuple = ()) -> grp
 
 def _https_post(intake: Intake, root: Path, headers: dict[str, str]) -> tuple[int, dict, bytes]:
     context = ssl.create_default_context(cafile=str(root))
-    connection = http.client.HTTPSConnection("127.0.0.1", intake.http_port, context=context,
-                                             timeout=10)  # fmt: skip
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", intake.http_port, context=context, timeout=10
+    )
     try:
         media = {"Content-Type": "application/x-protobuf"}
         body = request(span(next(NUMBERS)))
@@ -139,8 +142,12 @@ def test_the_sdk_exporters_send_over_tls_with_a_token_from_the_standard_variable
     }
     done = subprocess.run(
         [sys.executable, "-c", script, f"https://127.0.0.1:{intake.port}", intake.http_url],
-        env=environment, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr
     assert intake.http_url.startswith("https://")
     assert _stored(running[0]) == 2, done.stderr
@@ -183,8 +190,12 @@ def test_a_plaintext_sender_on_the_tls_ports_sends_nothing(
     assert _grpc_export(intake, None, metadata) == grpc.StatusCode.UNAVAILABLE
     connection = http.client.HTTPConnection("127.0.0.1", intake.http_port, timeout=10)
     with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
-        connection.request("POST", "/v1/traces", body=request(span(next(NUMBERS))),
-                           headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        connection.request(
+            "POST",
+            "/v1/traces",
+            body=request(span(next(NUMBERS))),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         connection.getresponse().read()
     connection.close()
     assert _stored(running[0]) == 0
@@ -221,8 +232,9 @@ def test_mutual_tls_takes_only_certificates_of_its_authority(
     store.command("TRUNCATE TABLE otel_traces")
     client = authority.issue("sender", server=False)
     rogue = Authority(tmp_path / "rogue", "rogue-ca").issue("rogue-sender", server=False)
-    tls = Tls.from_files(str(server_certificate.certificate), str(server_certificate.key),
-                         str(authority.certificate))  # fmt: skip
+    tls = Tls.from_files(
+        str(server_certificate.certificate), str(server_certificate.key), str(authority.certificate)
+    )
     with Intake(store, IntakeConfig(port=0, http_port=0, flush_interval=0.02, tls=tls)) as intake:
 
         def export(issued: Issued | None, intake: Intake = intake) -> grpc.StatusCode:
@@ -243,10 +255,15 @@ def test_mutual_tls_takes_only_certificates_of_its_authority(
         assert export(client) == grpc.StatusCode.OK
         context = ssl.create_default_context(cafile=str(authority.certificate))
         context.load_cert_chain(str(client.certificate), str(client.key))
-        connection = http.client.HTTPSConnection("127.0.0.1", intake.http_port, context=context,
-                                                 timeout=10)  # fmt: skip
-        connection.request("POST", "/v1/traces", body=request(span(next(NUMBERS))),
-                           headers={"Content-Type": "application/x-protobuf"})  # fmt: skip
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", intake.http_port, context=context, timeout=10
+        )
+        connection.request(
+            "POST",
+            "/v1/traces",
+            body=request(span(next(NUMBERS))),
+            headers={"Content-Type": "application/x-protobuf"},
+        )
         assert connection.getresponse().status == 200
         connection.close()
         assert _stored(store) == 2
@@ -265,8 +282,9 @@ def test_bad_tls_files_and_empty_credentials_are_clear_errors(
     with pytest.raises(BadInput, match="cannot be used"):
         Tls.from_files(str(not_pem), str(server_certificate.key))
     with pytest.raises(BadInput, match="client CA"):
-        Tls.from_files(str(server_certificate.certificate), str(server_certificate.key),
-                       str(not_pem))  # fmt: skip
+        Tls.from_files(
+            str(server_certificate.certificate), str(server_certificate.key), str(not_pem)
+        )
     empty = tmp_path / "tokens"
     empty.write_text("# nothing yet\n\n")
     with pytest.raises(BadInput, match="holds no token"):
@@ -320,9 +338,10 @@ def test_a_peer_that_closed_is_seen_under_tls(
 
     tls = Tls.from_files(str(server_certificate.certificate), str(server_certificate.key))
     listener = tls.ssl_context().wrap_socket(
-        socket_module.create_server(("127.0.0.1", 0)), server_side=True,
+        socket_module.create_server(("127.0.0.1", 0)),
+        server_side=True,
         do_handshake_on_connect=False,
-    )  # fmt: skip
+    )
     with listener:
         raw = socket_module.create_connection(listener.getsockname())
         accepted, _ = listener.accept()

@@ -54,11 +54,18 @@ def test_a72_go_call_phases(store, old_names):
     # no wire time (request_network NULL); sent -> read is bounded (request_receive), and
     # the round trip counts from the server's read.
     expected = {
-        "total": 1200, "client_pre_send": 30, "server_receive": 100, "request_receive": 270,
-        "server_handler": 500, "server_tail": 10, "server_residence": 600,
-        "response_receive": 200, "network_round_trip": 470, "server_duration": 610,
+        "total": 1200,
+        "client_pre_send": 30,
+        "server_receive": 100,
+        "request_receive": 270,
+        "server_handler": 500,
+        "server_tail": 10,
+        "server_residence": 600,
+        "response_receive": 200,
+        "network_round_trip": 470,
+        "server_duration": 610,
         "client_server_gap": 590,
-    }  # fmt: skip
+    }
     assert {phase: call[f"{phase}_us"] for phase in expected} == expected
     assert _defined(call) == _yields(A72, A72) == set(expected)
     assert math.isnan(call["request_network_us"]) and math.isnan(call["request_network_raw_us"])
@@ -161,8 +168,9 @@ def test_a_network_phase_out_of_order_on_one_clock_is_null_not_negative(store):
     spans = a72_call(ids=13)
     for span in spans:
         if span.name.startswith("Attempt."):
-            span.events = [(n, T0 + 450 * US if n == "Outbound message" else t, a)
-                           for n, t, a in span.events]  # fmt: skip
+            span.events = [
+                (n, T0 + 450 * US if n == "Outbound message" else t, a) for n, t, a in span.events
+            ]
     seed.insert_spans(store, spans)
     call = _only_call(store)
     assert call["client_host"] == call["server_host"]

@@ -51,9 +51,16 @@ def _count(store, sql: str) -> int:
 
 @pytest.mark.unit
 @pytest.mark.parametrize(
-    "text, seconds", [("30m", 1800), ("12h", 43_200), ("7d", 604_800), ("2w", 1_209_600),
-                      ("90s", 90), (" 1.5h ", 5400)],
-)  # fmt: skip
+    "text, seconds",
+    [
+        ("30m", 1800),
+        ("12h", 43_200),
+        ("7d", 604_800),
+        ("2w", 1_209_600),
+        ("90s", 90),
+        (" 1.5h ", 5400),
+    ],
+)
 def test_durations_read(text, seconds):
     assert parse_duration(text) == timedelta(seconds=seconds)
 

@@ -59,8 +59,9 @@ def test_every_example_runs_and_answers(store):
             if index == 5:
                 span.attributes["rpc.grpc.status_code"] = "14"
         spans += [client, server]
-    for pair in seed.calls_across_hosts(4, server_offset=MS, request_network=90 * US,
-                                        response_network=90 * US):  # fmt: skip
+    for pair in seed.calls_across_hosts(
+        4, server_offset=MS, request_network=90 * US, response_network=90 * US
+    ):
         spans += pair
     # Example 3 asks about the last hour: one call a minute ago.
     spans += seed.synthetic_call(replace(Truth(), start=time.time_ns() - 60 * 10**9))

@@ -42,8 +42,9 @@ def test_parameters_of_every_kind_bind_as_on_chdb(reader, store):
 
 
 def test_the_analysis_reads_the_same_through_http(reader, store):
-    for pair in seed.calls_across_hosts(8, server_offset=2 * seed.MS, request_network=100 * seed.US,
-                                        response_network=100 * seed.US):  # fmt: skip
+    for pair in seed.calls_across_hosts(
+        8, server_offset=2 * seed.MS, request_network=100 * seed.US, response_network=100 * seed.US
+    ):
         seed.insert_spans(store, pair)
     through_http, direct = phase_breakdown(reader), phase_breakdown(store)
     assert len(direct) > 10
@@ -96,8 +97,9 @@ def test_a_busy_process_with_descriptors_above_1023_still_answers(reader, store)
     try:
         while not held or held[-1] < 1100:
             held.append(os.dup(0))
-        for pair in seed.calls_across_hosts(2, server_offset=0, request_network=100 * seed.US,
-                                            response_network=100 * seed.US):  # fmt: skip
+        for pair in seed.calls_across_hosts(
+            2, server_offset=0, request_network=100 * seed.US, response_network=100 * seed.US
+        ):
             seed.insert_spans(store, pair)
         assert phase_breakdown(reader).equals(phase_breakdown(store))
     finally:

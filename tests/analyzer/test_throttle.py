@@ -60,8 +60,9 @@ def test_memory_is_bounded_by_forgetting_the_oldest_sources(monkeypatch) -> None
 
 def test_parallel_guesses_from_one_source_are_all_counted() -> None:
     logins = FailedLogins(clock=Clock())
-    workers = [threading.Thread(target=lambda: [logins.failed("a") for _ in range(100)])
-               for _ in range(8)]  # fmt: skip
+    workers = [
+        threading.Thread(target=lambda: [logins.failed("a") for _ in range(100)]) for _ in range(8)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:

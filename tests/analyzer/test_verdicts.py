@@ -66,13 +66,20 @@ def test_phases_are_one_family_so_an_a_a_comparison_stays_quiet() -> None:
 def test_calls_are_given_their_round_by_the_gaps_between_rounds() -> None:
     second = 1_000_000_000
     windows = [(10 * second, 12 * second), (20 * second, 22 * second), (30 * second, 31 * second)]
-    frame = pd.DataFrame({"call_start_ns": [10 * second, 12 * second + 5, 19 * second,
-                                            22 * second, 30 * second + 1]})  # fmt: skip
+    frame = pd.DataFrame(
+        {"call_start_ns": [10 * second, 12 * second + 5, 19 * second, 22 * second, 30 * second + 1]}
+    )
     assert list(round_labels(frame, windows)) == [0, 0, 1, 1, 2]
     assert round_labels(frame, []) is None
-    runs = pd.DataFrame({"run_id": ["a", "b"], "rounds": [
-        '[{"started_ns": 1, "ended_ns": 2}, {"started_ns": 5, "ended_ns": 6}]',
-        '[{"started_ns": 1, "ended_ns": 2}]']})  # fmt: skip
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a", "b"],
+            "rounds": [
+                '[{"started_ns": 1, "ended_ns": 2}, {"started_ns": 5, "ended_ns": 6}]',
+                '[{"started_ns": 1, "ended_ns": 2}]',
+            ],
+        }
+    )
     assert round_windows(runs, "a") == [(1, 2), (5, 6)]
     assert round_windows(runs, "b") == []  # one round: nothing to split
     assert round_windows(runs, "missing") == []

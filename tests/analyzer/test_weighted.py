@@ -109,9 +109,12 @@ def test_a_call_of_weight_w_counts_as_w_calls(store):
 
 
 def test_a_line_needs_a_spread_of_x(store):
-    row = _one(store, f"SELECT {weighted.sums('x', 'y', DEFINED)} AS moments,"
-                      f" {weighted.slope('moments')} AS slope"
-                      f" FROM {_rows([(3.0, 1.0, 2.0)] * 5)}")  # fmt: skip
+    row = _one(
+        store,
+        f"SELECT {weighted.sums('x', 'y', DEFINED)} AS moments,"
+        f" {weighted.slope('moments')} AS slope"
+        f" FROM {_rows([(3.0, 1.0, 2.0)] * 5)}",
+    )
     assert math.isnan(weighted.line(row["moments"])[0])
     assert not math.isfinite(float(row["slope"]))
 
@@ -125,8 +128,9 @@ def test_a_line_over_no_call_is_nan_not_null(store):
     assert math.isnan(slope) and math.isnan(intercept) and math.isnan(r)
     assert math.isnan(weighted.line([])[0]) and math.isnan(weighted.line(None)[0])
     two_subsets = _rows([(1.0, 2.0, 1.0), (2.0, 4.0, 1.0), (None, 1.0, 1.0)] * 2)
-    row = _one(store, f"SELECT {weighted.sums_by_subset('x', 'y', DEFINED, 3)} AS fits"
-                      f" FROM {two_subsets}")  # fmt: skip
+    row = _one(
+        store, f"SELECT {weighted.sums_by_subset('x', 'y', DEFINED, 3)} AS fits FROM {two_subsets}"
+    )
     slopes = [weighted.line(moments)[0] for moments in row["fits"]]
     assert len(slopes) == 3 and sum(math.isnan(slope) for slope in slopes) >= 1
     assert all(math.isnan(slope) or slope == pytest.approx(2.0) for slope in slopes)

@@ -100,13 +100,25 @@ def record_runs(store) -> None:
     for cell, run in enumerate(("run-a", "run-b")):
         phases = phase_summary(run_calls(store, run))
         total = phases["total"]["p50_us"]
-        record_run(store, RunRecord(
-            run_id=run, experiment="seeded", invocation="seeded-1", cell=cell,
-            config={"run": run, "calls": 0},
-            started_ns=0, ended_ns=10**9, calls=phases["total"]["calls"], errors=0,
-            calls_per_s=100.0 * (cell + 1), predictions_per_s=2e4 * (cell + 1),
-            p50_us=total, p99_us=None if total is None else total * 2, phases=phases,
-        ))  # fmt: skip
+        record_run(
+            store,
+            RunRecord(
+                run_id=run,
+                experiment="seeded",
+                invocation="seeded-1",
+                cell=cell,
+                config={"run": run, "calls": 0},
+                started_ns=0,
+                ended_ns=10**9,
+                calls=phases["total"]["calls"],
+                errors=0,
+                calls_per_s=100.0 * (cell + 1),
+                predictions_per_s=2e4 * (cell + 1),
+                p50_us=total,
+                p99_us=None if total is None else total * 2,
+                phases=phases,
+            ),
+        )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 def app_command(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "grpc_overhead", "app", "--no-browser", *args],
-        capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
         env=offline_env(),
-    )  # fmt: skip
+    )
 
 
 def test_a_store_owned_by_serve_is_read_through_it(tmp_path: Path):
@@ -113,17 +116,33 @@ def generated_store(tmp_path: Path, calls: int = UNSETTLED_CALLS) -> Path:
     store = tmp_path / "store"
     subprocess.run(
         [sys.executable, "-m", "harness.generated_calls", str(store), str(calls)],
-        check=True, timeout=300, env=offline_env(), stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        check=True,
+        timeout=300,
+        env=offline_env(),
+        stdin=subprocess.DEVNULL,
+    )
     return store
 
 
 def store_sql(store: Path, query: str) -> int:
     done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store), "--format", "json",
-         query],
-        capture_output=True, text=True, timeout=300, env=offline_env(), check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "sql",
+            "--store",
+            str(store),
+            "--format",
+            "json",
+            query,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=offline_env(),
+        check=True,
+    )
     return int(json.loads(done.stdout)[0]["n"])
 
 
@@ -157,8 +176,20 @@ def test_quitting_during_the_roll_up_stops_it_and_the_next_one_finishes_it(tmp_p
     settled = "SELECT count() AS n FROM grpc_settled_calls"
     assert store_sql(store, settled) < OUTLASTING_CALLS
     report = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "report", "--store", str(store), "--format",
-         "json"], capture_output=True, text=True, timeout=300, env=offline_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "report",
+            "--store",
+            str(store),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=offline_env(),
+    )
     assert report.returncode == 0, report.stderr
     assert store_sql(store, settled) == OUTLASTING_CALLS  # resumed, nothing twice

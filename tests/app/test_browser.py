@@ -51,8 +51,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApp]:
     store = tmp_path_factory.mktemp("browser") / "store"
     seeded = subprocess.run(
         [sys.executable, "-m", "tests.app.seeded", str(store), str(DEFAULT_CALLS)],
-        capture_output=True, text=True, timeout=120, env=offline_env(), cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
+        cwd=REPO,
+    )
     assert seeded.returncode == 0, seeded.stderr
     running = start_app(store, offline_env())
     try:
@@ -166,8 +170,12 @@ def test_the_sql_console_runs_a_query_and_downloads_its_csv(app, page):
         page.get_by_role("button", name="Download CSV").click()
     csv = Path(download.value.path()).read_text().splitlines()
     other = DEFAULT_CALLS // 10
-    assert csv == ["method,calls", f"Lookup,{other}", f"Predict,{PREDICT_CALLS}",
-                   f"PredictBatch,{other}"]  # fmt: skip
+    assert csv == [
+        "method,calls",
+        f"Lookup,{other}",
+        f"Predict,{PREDICT_CALLS}",
+        f"PredictBatch,{other}",
+    ]
 
 
 def test_the_root_url_leads_to_the_findings_with_its_filters(app, page):
@@ -225,8 +233,11 @@ def test_the_experiments_page_compares_two_runs_and_shares_them_in_the_url(app, 
     # the cells table and the compare table; the compare's verdict in words
     assert page.locator('[data-testid="stDataFrame"]').count() == 2
     summary = page.locator('[data-testid="stAlertContentInfo"]').nth(1).inner_text()
-    verdicts = ("is faster than run-b by ", "is slower than run-b by ",
-                "vs run-b: no measurable difference at the p50")  # fmt: skip
+    verdicts = (
+        "is faster than run-b by ",
+        "is slower than run-b by ",
+        "vs run-b: no measurable difference at the p50",
+    )
     assert summary.startswith("run-a ") and any(verdict in summary for verdict in verdicts)
     assert page.locator(f"{PLOTLY} {PLOT_DRAWN}").count() >= 3
 

@@ -25,9 +25,15 @@ from harness.browser import start_serve
 pytestmark = pytest.mark.e2e
 
 EIGHT_PHASES = [
-    "client_serialize", "request_network", "server_queue", "request_deserialize", "processing",
-    "response_serialize", "response_network", "client_deserialize",
-]  # fmt: skip
+    "client_serialize",
+    "request_network",
+    "server_queue",
+    "request_deserialize",
+    "processing",
+    "response_serialize",
+    "response_network",
+    "client_deserialize",
+]
 ALL_PHASES = [*EIGHT_PHASES, "total", "server_residence", "network_overhead", "unattributed"]
 MARKER = "GRPC_OVERHEAD_TEST_DEMO_MARKER"
 
@@ -35,8 +41,12 @@ MARKER = "GRPC_OVERHEAD_TEST_DEMO_MARKER"
 def demo(*args: str, env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "grpc_overhead", "demo", "--no-browser", *args],
-        capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
 
 
 def processes_with(marker: str) -> list[str]:
@@ -58,8 +68,12 @@ def processes_with(marker: str) -> list[str]:
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "grpc_overhead", *args],
-        capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL, env=offline_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+        env=offline_env(),
+    )
 
 
 def test_demo_runs_the_whole_stack_and_leaves_a_store_with_every_phase(tmp_path: Path):
@@ -67,9 +81,17 @@ def test_demo_runs_the_whole_stack_and_leaves_a_store_with_every_phase(tmp_path:
     marker = uuid.uuid4().hex
     env = {**offline_env(), MARKER: marker}
     done = demo(
-        "--duration", "60", "--store", str(store), "--app-port", "0", "--logs", str(logs),
-        env=env, timeout_s=420,
-    )  # fmt: skip
+        "--duration",
+        "60",
+        "--store",
+        str(store),
+        "--app-port",
+        "0",
+        "--logs",
+        str(logs),
+        env=env,
+        timeout_s=420,
+    )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     assert processes_with(marker) == [], "processes left running after the demo"
     assert "app: http://127.0.0.1:" in done.stdout
@@ -96,8 +118,9 @@ def test_demo_runs_the_whole_stack_and_leaves_a_store_with_every_phase(tmp_path:
     assert (top["kind"], top["method"]) == ("server_pool_saturated", "Predict"), top
     assert top["saving_us"]["p50"] > 1000 and top["confidence"] != "low", top
     # The compression scenario's gzip calls pay CPU for bytes loopback moves for free.
-    compression = cli("findings", "--store", str(store), "--run", "demo-compression",
-                      "--format", "json")  # fmt: skip
+    compression = cli(
+        "findings", "--store", str(store), "--run", "demo-compression", "--format", "json"
+    )
     assert compression.returncode == 0, compression.stderr
     top = json.loads(compression.stdout)["findings"][0]
     assert (top["kind"], top["method"]) == ("compression_costs_more", "Predict"), top
@@ -110,10 +133,14 @@ def test_demo_runs_the_whole_stack_and_leaves_a_store_with_every_phase(tmp_path:
 
     # Every scenario ran (one run id each) and both instances served calls.
     sql = cli(
-        "sql", "--store", str(store), "--format", "json",
+        "sql",
+        "--store",
+        str(store),
+        "--format",
+        "json",
         "SELECT groupUniqArray(run_id) AS runs, groupUniqArray(server_instance) AS instances, "
         "groupUniqArray(compression) AS grpc_compression FROM grpc_calls",
-    )  # fmt: skip
+    )
     assert sql.returncode == 0, sql.stderr
     [row] = json.loads(sql.stdout)
     assert set(row["runs"]) >= {scenario.run_id for scenario in SCENARIOS}
@@ -141,9 +168,13 @@ def test_demo_with_its_app_port_taken_says_which_option_to_change(tmp_path: Path
         taken.listen()
         port = taken.getsockname()[1]
         done = demo(
-            "--store", str(tmp_path / "store"), "--app-port", str(port), env=offline_env(),
+            "--store",
+            str(tmp_path / "store"),
+            "--app-port",
+            str(port),
+            env=offline_env(),
             timeout_s=120,
-        )  # fmt: skip
+        )
     assert done.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in done.stderr
     assert "--app-port 0" in done.stderr
@@ -163,9 +194,18 @@ def test_demo_without_the_collector_sends_spans_straight_to_the_intake(tmp_path:
     marker = uuid.uuid4().hex
     env = {**offline_env(), MARKER: marker}
     done = demo(
-        "--no-collector", "--duration", "15", "--store", str(store), "--app-port", "0",
-        "--logs", str(tmp_path / "logs"), env=env, timeout_s=240,
-    )  # fmt: skip
+        "--no-collector",
+        "--duration",
+        "15",
+        "--store",
+        str(store),
+        "--app-port",
+        "0",
+        "--logs",
+        str(tmp_path / "logs"),
+        env=env,
+        timeout_s=240,
+    )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     assert "collector: off (--no-collector)" in done.stdout
     assert processes_with(marker) == []

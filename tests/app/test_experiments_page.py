@@ -33,14 +33,27 @@ def seed_experiment(store) -> None:
     comparisons = {"bw-c00": {}, "bw-c01": comparison_json(against, labels)}
     for cell, (run_id, (path, _, rate)) in enumerate(cells.items()):
         phases = phase_summary(frames[run_id])
-        record_run(store, RunRecord(
-            run_id=run_id, experiment="bw", invocation="bw-1", cell=cell,
-            config={"path": path, "calls": 30},
-            started_ns=BASE_NS, ended_ns=BASE_NS + 30 * MS, calls=30, errors=0,
-            calls_per_s=rate, predictions_per_s=rate * 200,
-            p50_us=phases["total"]["p50_us"], p99_us=phases["total"]["p50_us"] * 2,
-            phases=phases, comparison=comparisons[run_id], under_load=cell == 1,
-        ))  # fmt: skip
+        record_run(
+            store,
+            RunRecord(
+                run_id=run_id,
+                experiment="bw",
+                invocation="bw-1",
+                cell=cell,
+                config={"path": path, "calls": 30},
+                started_ns=BASE_NS,
+                ended_ns=BASE_NS + 30 * MS,
+                calls=30,
+                errors=0,
+                calls_per_s=rate,
+                predictions_per_s=rate * 200,
+                p50_us=phases["total"]["p50_us"],
+                p99_us=phases["total"]["p50_us"] * 2,
+                phases=phases,
+                comparison=comparisons[run_id],
+                under_load=cell == 1,
+            ),
+        )
 
 
 def test_cells_winners_and_the_phase_that_explains_them(served_store):
@@ -67,8 +80,12 @@ def test_cells_winners_and_the_phase_that_explains_them(served_store):
     assert list(cells["cell"]) == ["path=free", "path=limited"]
     assert list(cells["busy machine"]) == ["", "yes"]
     charts = figures(at)
-    assert {"experiments_throughput", "experiments_latency", "experiments_phases",
-            "experiments_verdicts"} <= set(charts)  # fmt: skip
+    assert {
+        "experiments_throughput",
+        "experiments_latency",
+        "experiments_phases",
+        "experiments_verdicts",
+    } <= set(charts)
     # the two-run compare: the limited run against the free one
     assert "bw-c01 is slower" in at.info[1].value and "response_network" in at.info[1].value
     compared = at.dataframe[3].value.set_index("phase")

@@ -133,9 +133,11 @@ def test_the_network_tile_is_the_wire_and_total_minus_processing_is_named_for_wh
     assert not at.exception and not at.error
     shown = metrics(at)
     expected = queued.expected_phases_us()
-    assert shown["Network"] == formatting.duration(
-        expected["request_network"] + expected["response_network"]
-    ) == "550 µs"  # fmt: skip
+    assert (
+        shown["Network"]
+        == formatting.duration(expected["request_network"] + expected["response_network"])
+        == "550 µs"
+    )
     assert shown["Not processing"] == formatting.duration(
         expected["total"] - expected["processing"]
     )

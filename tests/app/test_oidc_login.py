@@ -37,9 +37,14 @@ METRIC = '[data-testid="stMetric"]'
 
 
 def _command(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grpc_overhead", *args], env=offline_env(),
-                          capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "grpc_overhead", *args],
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +73,26 @@ def setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 @pytest.fixture(scope="module")
 def app(setting: dict) -> Iterator[RunningApp]:
     store = setting["directory"] / "store"
-    subprocess.run([sys.executable, "-m", "tests.app.seeded", str(store), "40"], check=True,
-                   timeout=300)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "tests.app.seeded", str(store), "40"], check=True, timeout=300
+    )
     # serve, as a team runs it (the app command's flags are checked below, the same code)
     running = start_command(
-        ["serve", "--store", str(store), "--otlp-port", "0", "--no-http",
-         "--app-port", str(setting["port"]), *setting["tls"],
-         "--app-oidc-file", str(setting["file"])],
+        [
+            "serve",
+            "--store",
+            str(store),
+            "--otlp-port",
+            "0",
+            "--no-http",
+            "--app-port",
+            str(setting["port"]),
+            *setting["tls"],
+            "--app-oidc-file",
+            str(setting["file"]),
+        ],
         offline_env(),
-    )  # fmt: skip
+    )
     yield running
     assert running.stop() == 0, running.text()
     for secret in (CLIENT_SECRET, PROVIDER_PASSWORD, "c0ffee" * 8):
@@ -151,8 +167,9 @@ def test_a_user_the_allow_list_does_not_admit_sees_no_page(
         wait_loaded(page)
         _log_in(page, setting["provider"], user, PROVIDER_PASSWORD)
         page.wait_for_url(f"{app.url}/**", timeout=60_000)
-        page.get_by_text(f"You are logged in as {shown}, whom this team's app does not "
-                         "admit").wait_for(timeout=60_000)  # fmt: skip
+        page.get_by_text(
+            f"You are logged in as {shown}, whom this team's app does not admit"
+        ).wait_for(timeout=60_000)
         wait_loaded(page)
         assert page.locator(METRIC).count() == 0
         page.goto(f"{app.url}/explorer", wait_until="domcontentloaded")
@@ -166,8 +183,17 @@ def test_a_user_the_allow_list_does_not_admit_sees_no_page(
 def test_a_provider_that_is_down_is_one_line_at_start(setting: dict, tmp_path: Path) -> None:
     down = ProviderAddress(f"http://127.0.0.1:{free_port()}/", CLIENT_SECRET)
     path = oidc_file(tmp_path / "oidc.toml", down, setting["redirect"])
-    done = _command("app", "--store", str(tmp_path), "--port", "0", "--no-browser",
-                    *setting["tls"], "--oidc-file", str(path))  # fmt: skip
+    done = _command(
+        "app",
+        "--store",
+        str(tmp_path),
+        "--port",
+        "0",
+        "--no-browser",
+        *setting["tls"],
+        "--oidc-file",
+        str(path),
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -178,30 +204,57 @@ def test_a_provider_that_is_down_is_one_line_at_start(setting: dict, tmp_path: P
 @pytest.mark.parametrize(
     ("edit", "said"),
     [
-        (lambda text: text.replace('client_id = "grpc-overhead-app"\n', ""),
-         "[auth] needs client_id"),
-        (lambda text: text.replace("c0ffee" * 8, "short"),
-         "cookie_secret is shorter than 32 characters; make one with: openssl rand -hex 32"),
-        (lambda text: text.replace("/oauth2callback", "/callback"),
-         "redirect_uri must end with /oauth2callback"),
-        (lambda text: text.replace("https://127.0.0.1", "http://127.0.0.1"),
-         "redirect_uri is http:// but the app serves HTTPS"),
+        (
+            lambda text: text.replace('client_id = "grpc-overhead-app"\n', ""),
+            "[auth] needs client_id",
+        ),
+        (
+            lambda text: text.replace("c0ffee" * 8, "short"),
+            "cookie_secret is shorter than 32 characters; make one with: openssl rand -hex 32",
+        ),
+        (
+            lambda text: text.replace("/oauth2callback", "/callback"),
+            "redirect_uri must end with /oauth2callback",
+        ),
+        (
+            lambda text: text.replace("https://127.0.0.1", "http://127.0.0.1"),
+            "redirect_uri is http:// but the app serves HTTPS",
+        ),
         (lambda text: text.replace("[auth]", "[auth"), "is not TOML"),
         (lambda text: text.replace("[auth]", "[login]"), "has no [auth] table"),
-        (lambda text: text.replace('allowed_domains = ["team.example"]',
-                                   'allowed_domains = "team.example"'),
-         "allowed_domains must be a list of strings"),
+        (
+            lambda text: text.replace(
+                'allowed_domains = ["team.example"]', 'allowed_domains = "team.example"'
+            ),
+            "allowed_domains must be a list of strings",
+        ),
     ],
-    ids=["no-client-id", "weak-cookie-secret", "wrong-callback", "http-redirect", "not-toml",
-         "no-auth-table", "domains-not-a-list"],
-)  # fmt: skip
+    ids=[
+        "no-client-id",
+        "weak-cookie-secret",
+        "wrong-callback",
+        "http-redirect",
+        "not-toml",
+        "no-auth-table",
+        "domains-not-a-list",
+    ],
+)
 def test_a_bad_oidc_file_is_one_line_naming_the_setting(
     setting: dict, tmp_path: Path, edit, said: str
 ) -> None:
     path = tmp_path / "oidc.toml"
     path.write_text(edit(setting["file"].read_text()))
-    done = _command("app", "--store", str(tmp_path), "--port", "0", "--no-browser",
-                    *setting["tls"], "--oidc-file", str(path))  # fmt: skip
+    done = _command(
+        "app",
+        "--store",
+        str(tmp_path),
+        "--port",
+        "0",
+        "--no-browser",
+        *setting["tls"],
+        "--oidc-file",
+        str(path),
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], done.stderr
@@ -213,9 +266,19 @@ def test_one_login_at_a_time_and_an_oidc_login_opens_the_app_beyond_loopback(
 ) -> None:
     password = tmp_path / "password"
     password.write_text("team-pass\n")
-    both = _command("serve", "--store", str(tmp_path / "store"), "--otlp-port", "0",
-                    "--no-http", *setting["tls"], "--app-password-file", str(password),
-                    "--app-oidc-file", str(setting["file"]))  # fmt: skip
+    both = _command(
+        "serve",
+        "--store",
+        str(tmp_path / "store"),
+        "--otlp-port",
+        "0",
+        "--no-http",
+        *setting["tls"],
+        "--app-password-file",
+        str(password),
+        "--app-oidc-file",
+        str(setting["file"]),
+    )
     assert both.returncode == 2
     assert "give --app-password-file or --app-oidc-file, not both" in both.stderr
     # The exposure rule counts the provider's login as the app's authentication.
@@ -256,20 +319,27 @@ def test_several_providers_are_named_tables_each_checked(tmp_path: Path) -> None
     from grpc_overhead.analyzer.errors import BadInput
     from grpc_overhead.app.oidc import OidcLogin
 
-    common = ('[auth]\nredirect_uri = "https://a.example/oauth2callback"\n'
-              f'cookie_secret = "{"x" * 40}"\n')  # fmt: skip
+    common = (
+        f'[auth]\nredirect_uri = "https://a.example/oauth2callback"\ncookie_secret = "{"x" * 40}"\n'
+    )
     provider = (
         'client_id = "c"\nclient_secret = "s3cr3t-value"\n'
         'server_metadata_url = "https://{0}/.well-known/openid-configuration"\n'
     )
     path = tmp_path / "oidc.toml"
-    path.write_text(common + "[auth.okta]\n" + provider.format("okta.example")
-                    + "[auth.google]\n" + provider.format("accounts.example"))  # fmt: skip
+    path.write_text(
+        common
+        + "[auth.okta]\n"
+        + provider.format("okta.example")
+        + "[auth.google]\n"
+        + provider.format("accounts.example")
+    )
     login = OidcLogin.from_file(path, "--app-oidc-file")
     assert login.providers == ("google", "okta") and not login.restricted
     assert login.admits({"sub": "anyone"})  # no allow-list: the provider decides
-    path.write_text(common + "[auth.okta]\n" + provider.format("okta.example").replace(
-        'client_id = "c"\n', ""))  # fmt: skip
+    path.write_text(
+        common + "[auth.okta]\n" + provider.format("okta.example").replace('client_id = "c"\n', "")
+    )
     with pytest.raises(BadInput, match=r"\[auth.okta\] needs client_id") as refused:
         OidcLogin.from_file(path, "--app-oidc-file")
     assert "s3cr3t-value" not in str(refused.value)

@@ -37,9 +37,16 @@ def test_serve_shows_calls_that_arrived_through_its_intake(tmp_path: Path):
             ["--workers", "2"], env=offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
         ) as service:
             result = run_load(
-                "--target", service.target, "--calls", str(CALLS), "--concurrency", "2",
-                "--run-id", RUN, env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
-            )  # fmt: skip
+                "--target",
+                service.target,
+                "--calls",
+                str(CALLS),
+                "--concurrency",
+                "2",
+                "--run-id",
+                RUN,
+                env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
+            )
             assert result.returncode == 0, result.stderr
 
         with chromium() as browser:
@@ -89,11 +96,18 @@ def test_a_page_opened_before_the_first_call_shows_it_without_a_reload(tmp_path:
             )
             with ServiceProcess(["--workers", "2"], env=service_env) as service:
                 result = run_load(
-                    "--target", service.target, "--calls", "3", "--concurrency", "1",
-                    "--run-id", RUN,
-                    env=offline_env(exporter_timeout_s=None, OTEL_SERVICE_NAME="loadgen",
-                                    **endpoint),
-                )  # fmt: skip
+                    "--target",
+                    service.target,
+                    "--calls",
+                    "3",
+                    "--concurrency",
+                    "1",
+                    "--run-id",
+                    RUN,
+                    env=offline_env(
+                        exporter_timeout_s=None, OTEL_SERVICE_NAME="loadgen", **endpoint
+                    ),
+                )
                 assert result.returncode == 0, result.stderr
             shown = None
             deadline = time.monotonic() + 60

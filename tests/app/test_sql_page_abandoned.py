@@ -28,8 +28,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApp]:
     store = tmp_path_factory.mktemp("abandoned") / "store"
     seeded = subprocess.run(
         [sys.executable, "-m", "tests.app.seeded", str(store), "10"],
-        capture_output=True, text=True, timeout=120, env=offline_env(), cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
+        cwd=REPO,
+    )
     assert seeded.returncode == 0, seeded.stderr
     running = start_app(store, offline_env())
     try:

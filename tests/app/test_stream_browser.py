@@ -33,8 +33,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
     store = tmp_path_factory.mktemp("stream-browser") / "store"
     seeded = subprocess.run(
         [sys.executable, "-m", "tests.app.stream_seeded", str(store)],
-        capture_output=True, text=True, timeout=180, env=offline_env(), cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=offline_env(),
+        cwd=REPO,
+    )
     assert seeded.returncode == 0, seeded.stderr
     running = start_app(store, offline_env())
     try:

@@ -25,11 +25,27 @@ def streamlit_run(args: list[str], env: dict[str, str]) -> tuple[subprocess.Pope
     """``streamlit run app/streamlit_app.py`` on a free port; waits until it serves."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ENTRY), "--server.port", str(port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false", *args],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=env, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ENTRY),
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+            *args,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     output: list[str] = []
 
     def read() -> None:

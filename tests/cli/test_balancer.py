@@ -112,7 +112,10 @@ def test_a_bad_argument_is_one_line_and_exit_2_from_the_command_line() -> None:
     cases run in-process, ``test_balancer_arguments.py``)."""
     done = subprocess.run(
         [sys.executable, "-m", "grpc_overhead.cli.balancer", "--backend", "no-port"],
-        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "balancer: error: not HOST:PORT: 'no-port'\n"

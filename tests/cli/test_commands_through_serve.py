@@ -25,16 +25,21 @@ CALLS = 40
 def seed_store(directory: Path, calls: int = CALLS) -> None:
     subprocess.run(
         [sys.executable, "-m", "tests.app.seeded", str(directory), str(calls)],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "grpc_overhead", *args],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
         env=env or offline_env(),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +75,14 @@ def test_sql_reads_through_serve_and_passes_formats_through(served):
     done = command("sql", "--store", str(store), "SELECT count() FROM grpc_call_phases FORMAT CSV")
     assert (done.returncode, done.stdout) == (0, f"{CALLS}\n"), done.stderr
     done = command(
-        "sql", "--store", str(store), "--format", "json",
+        "sql",
+        "--store",
+        str(store),
+        "--format",
+        "json",
         "SELECT rpc_method, count() AS calls FROM grpc_call_phases"
         " GROUP BY rpc_method ORDER BY calls DESC",
-    )  # fmt: skip
+    )
     assert json.loads(done.stdout)[0] == {"rpc_method": "Predict", "calls": 32}
     done = command("sql", "--store", str(store), "SELECT 1 AS n, 'x' AS s FORMAT JSONEachRow")
     assert done.stdout == '{"n":1,"s":"x"}\n'
@@ -103,8 +112,9 @@ def test_a_serve_with_a_password_asks_readers_for_it(tmp_path: Path):
         assert done.returncode == 2 and "refused the credentials" in done.stderr
         curl = subprocess.run(
             ["curl", "-sS", "-u", "analyst:s3cret", f"{serve.url}/?query=SELECT%201"],
-            capture_output=True, timeout=30,
-        )  # fmt: skip
+            capture_output=True,
+            timeout=30,
+        )
         assert curl.stdout == b"1\n"
     finally:
         assert serve.stop() == 0, serve.text()
@@ -129,9 +139,15 @@ def test_an_http_port_asked_for_and_taken_fails_clearly(tmp_path: Path):
         taken.listen()
         port = taken.getsockname()[1]
         done = command(
-            "serve", "--store", str(tmp_path / "store"), "--no-app", "--otlp-port", "0",
-            "--http-port", str(port),
-        )  # fmt: skip
+            "serve",
+            "--store",
+            str(tmp_path / "store"),
+            "--no-app",
+            "--otlp-port",
+            "0",
+            "--http-port",
+            str(port),
+        )
     assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
 

@@ -79,8 +79,16 @@ def test_serve_takes_otlp_on_the_standard_port_too(tmp_path: Path) -> None:
 
 
 def test_an_explicit_standard_port_taken_is_a_clear_error(tmp_path: Path, held_port: int) -> None:
-    done = _run("serve", "--store", str(tmp_path / "store"), "--otlp-port", "0",
-                "--standard-otlp-port", str(held_port), "--no-app")  # fmt: skip
+    done = _run(
+        "serve",
+        "--store",
+        str(tmp_path / "store"),
+        "--otlp-port",
+        "0",
+        "--standard-otlp-port",
+        str(held_port),
+        "--no-app",
+    )
     assert done.returncode == 2, done.stderr
     assert f"127.0.0.1:{held_port} is held by pid {os.getpid()} (" in done.stderr
     assert "--standard-otlp-port N|off" in done.stderr
@@ -88,8 +96,9 @@ def test_an_explicit_standard_port_taken_is_a_clear_error(tmp_path: Path, held_p
 
 
 def test_a_taken_intake_port_names_its_holder(tmp_path: Path, held_port: int) -> None:
-    done = _run("serve", "--store", str(tmp_path / "store"), "--otlp-port", str(held_port),
-                "--no-app")  # fmt: skip
+    done = _run(
+        "serve", "--store", str(tmp_path / "store"), "--otlp-port", str(held_port), "--no-app"
+    )
     assert done.returncode == 2, done.stderr
     assert f"held by pid {os.getpid()} (" in done.stderr
     assert "Traceback" not in done.stderr
@@ -108,8 +117,9 @@ def test_collector_run_on_a_port_serve_holds_says_so(tmp_path: Path) -> None:
     serve.start()
     try:
         serve.wait_for(r"^OTLP also on ", START_TIMEOUT_S, threading.Event())
-        done = _run("collector", "run", "--otlp-port", str(standard),
-                    "--health-port", str(free_port()))  # fmt: skip
+        done = _run(
+            "collector", "run", "--otlp-port", str(standard), "--health-port", str(free_port())
+        )
     finally:
         serve.stop()
     assert done.returncode == 1, done.stdout + done.stderr
@@ -133,11 +143,14 @@ cat serve.out
     ("port", "note", "not_said"),
     [
         (4317, "note: the standard OTLP port 127.0.0.1:4317 is held by pid ", "OTLP also on"),
-        (4318, "note: the standard OTLP/HTTP port 127.0.0.1:4318 is held by pid ",
-         "OTLP/HTTP listening"),
+        (
+            4318,
+            "note: the standard OTLP/HTTP port 127.0.0.1:4318 is held by pid ",
+            "OTLP/HTTP listening",
+        ),
     ],
     ids=["grpc-4317", "http-4318"],
-)  # fmt: skip
+)
 def test_plain_serve_leaves_a_taken_standard_port_and_says_who_holds_it(
     tmp_path: Path, port: int, note: str, not_said: str
 ) -> None:

@@ -20,17 +20,19 @@ pytestmark = pytest.mark.e2e
 def _command(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "grpc_overhead", *args],
-        capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
         env=offline_env(),
-    )  # fmt: skip
+    )
 
 
 def _experiment(tmp_path: Path, text: str) -> dict:
     """Run an experiment file with this text on a fresh store; its JSON document."""
     spec = tmp_path / "experiment.yaml"
     spec.write_text(text)
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
-                    "json")  # fmt: skip
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format", "json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -112,8 +114,9 @@ def test_every_cell_is_a_run_with_its_phases(experiment) -> None:
 def test_compare_finds_the_phase_that_differs(experiment) -> None:
     store, document = experiment
     cheap, costly = (cell["run_id"] for cell in document["cells"])
-    done = _command("compare", cheap, costly, "--store", str(store), "--format", "json",
-                    "--resamples", "200")  # fmt: skip
+    done = _command(
+        "compare", cheap, costly, "--store", str(store), "--format", "json", "--resamples", "200"
+    )
     assert done.returncode == 0, done.stderr
     (comparison,) = json.loads(done.stdout)["comparisons"]
     processing = comparison["phases"]["processing"]
@@ -138,8 +141,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, experiment) -> None:
     assert done.stderr.strip() == (
         "grpc-overhead experiment: matrix.concurrency[0]: expected an integer >= 1, got 0"
     )
-    missing = _command("compare", document["cells"][0]["run_id"], "no-such-run", "--store",
-                       str(store))  # fmt: skip
+    missing = _command(
+        "compare", document["cells"][0]["run_id"], "no-such-run", "--store", str(store)
+    )
     assert missing.returncode == 2 and "no calls of run 'no-such-run'" in missing.stderr
     assert "Traceback" not in missing.stderr
     one = _command("compare", "only-one", "--store", str(store))
@@ -156,13 +160,14 @@ def test_rest_and_grpc_cells_split_into_the_same_phases(tmp_path) -> None:
         "matrix:\n  transport: [grpc, rest]\n  rest_body: [json, binary]\n"
         "exclude:\n  - {transport: grpc, rest_body: binary}\n"
     )
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
-                    "json")  # fmt: skip
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format", "json")
     assert done.returncode == 0, done.stderr
     cells = json.loads(done.stdout)["cells"]
     assert [(c["config"]["transport"], c["config"]["rest_body"]) for c in cells] == [
-        ("grpc", "json"), ("rest", "json"), ("rest", "binary"),
-    ]  # fmt: skip
+        ("grpc", "json"),
+        ("rest", "json"),
+        ("rest", "binary"),
+    ]
     for cell in cells:
         assert cell["errors"] == 0 and cell["traced_calls"] == 20, cell
         assert cell["predictions_per_s"] == pytest.approx(cell["calls_per_s"], rel=1e-3)
@@ -181,8 +186,10 @@ def test_rest_and_grpc_cells_split_into_the_same_phases(tmp_path) -> None:
             assert cell["phases"][phase]["calls"] == 20, (cell["config"]["transport"], phase)
     _, base64_cell, binary_cell = cells
     # base64 inside JSON costs the client encoding time that raw bytes do not
-    assert (base64_cell["phases"]["client_serialize"]["p50_us"]
-            > 5 * binary_cell["phases"]["client_serialize"]["p50_us"])  # fmt: skip
+    assert (
+        base64_cell["phases"]["client_serialize"]["p50_us"]
+        > 5 * binary_cell["phases"]["client_serialize"]["p50_us"]
+    )
 
 
 def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
@@ -192,8 +199,7 @@ def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
     spec.write_text(
         "name: path\ncalls: 10\nrounds: 1\nconcurrency: 1\nentities: 10\nlatency_ms: 15\n"
     )
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format",
-                    "json")  # fmt: skip
+    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format", "json")
     assert done.returncode == 0, done.stderr
     (cell,) = json.loads(done.stdout)["cells"]
     phases = cell["phases"]
@@ -220,8 +226,15 @@ def test_an_a_a_experiment_finds_no_difference(tmp_path) -> None:
     assert "no measurable difference" in comparison["summary"]
     (expected,) = document["expectation"]
     assert expected["outcome"] == "did not materialize"
-    table = _command("compare", comparison["baseline_run_id"], comparison["run_id"], "--store",
-                     str(tmp_path / "store"), "--format", "json")  # fmt: skip
+    table = _command(
+        "compare",
+        comparison["baseline_run_id"],
+        comparison["run_id"],
+        "--store",
+        str(tmp_path / "store"),
+        "--format",
+        "json",
+    )
     assert table.returncode == 0, table.stderr
     (again,) = json.loads(table.stdout)["comparisons"]
     assert again["phases"]["total"]["verdict"] == "no measurable difference"

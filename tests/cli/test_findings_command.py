@@ -26,8 +26,9 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     spans = []
     for index in range(240):
         wait = 3 * MS + (index * 7919) % (400 * US)
-        truth = replace(Truth(), start=BASE_NS + index * 10 * MS, pool_wait=wait,
-                        server_queue=wait + 60 * US)  # fmt: skip
+        truth = replace(
+            Truth(), start=BASE_NS + index * 10 * MS, pool_wait=wait, server_queue=wait + 60 * US
+        )
         spans += seed.synthetic_call(truth, run_id="pool")
     with analysis_store(directory) as store:
         seed.insert_spans(store, spans)
@@ -53,11 +54,20 @@ def test_json_ranks_the_pool_first(store_dir: str, capsys: pytest.CaptureFixture
 
 def test_table_names_the_finding_and_what_was_checked() -> None:
     finding = Finding(
-        kind="server_pool_saturated", service="predict.Predictor", method="Predict",
-        instance="s-1", phases=("pool_wait",), calls=240, evidence={}, saving_p50_us=3100.4,
-        saving_p99_us=3400, saving_basis="pool_wait's p50/p99", confidence="high",
-        action="max_workers", verify="experiment\nworkers: [4, 32]",
-    )  # fmt: skip
+        kind="server_pool_saturated",
+        service="predict.Predictor",
+        method="Predict",
+        instance="s-1",
+        phases=("pool_wait",),
+        calls=240,
+        evidence={},
+        saving_p50_us=3100.4,
+        saving_p99_us=3400,
+        saving_basis="pool_wait's p50/p99",
+        confidence="high",
+        action="max_workers",
+        verify="experiment\nworkers: [4, 32]",
+    )
     table = command.render_table(Findings([finding], [Checked("tail", "tail: p99 1.0 x p50")]))
     assert table.startswith(
         "1. server_pool_saturated  predict.Predictor/Predict on s-1  saves 3,100 µs at p50, "

@@ -30,23 +30,34 @@ def command_as_run(cwd: Path, path: str) -> str:
     env = {**offline_env(), "PATH": path}
     done = subprocess.run(
         [sys.executable, "-c", PRINT_COMMAND],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
 def test_a_venv_not_on_path_is_named_by_its_path_from_the_checkout():
     assert SCRIPT.is_file()
-    bare = os.pathsep.join(part for part in os.environ["PATH"].split(os.pathsep)
-                           if Path(part).absolute() != SCRIPT.parent.absolute())  # fmt: skip
+    bare = os.pathsep.join(
+        part
+        for part in os.environ["PATH"].split(os.pathsep)
+        if Path(part).absolute() != SCRIPT.parent.absolute()
+    )
     below = command_as_run(REPO, bare)
     assert below == str(SCRIPT.absolute().relative_to(REPO))  # e.g. .venv/bin/grpc-overhead
     assert "/" in below  # a shell runs it as a path, not a name to look up
     done = subprocess.run(
-        [*below.split(), "--help"], cwd=REPO, env={**offline_env(), "PATH": bare},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [*below.split(), "--help"],
+        cwd=REPO,
+        env={**offline_env(), "PATH": bare},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and "report" in done.stdout
 
 

@@ -26,8 +26,9 @@ def busy_strangers(count: int, seconds: float = 20.0) -> Iterator[list[int]]:
     """``count`` CPU-bound processes that are not our descendants: started by a shell that
     exits at once, so they are reparented away from this process tree."""
     script = BUSY.format(seconds=seconds)
-    launcher = " ".join(f"{sys.executable} -c '{script}' >/dev/null 2>&1 & echo $!;"
-                        for _ in range(count))  # fmt: skip
+    launcher = " ".join(
+        f"{sys.executable} -c '{script}' >/dev/null 2>&1 & echo $!;" for _ in range(count)
+    )
     done = subprocess.run(["sh", "-c", launcher], capture_output=True, text=True, check=True)
     pids = [int(line) for line in done.stdout.split()]
     try:
@@ -66,17 +67,32 @@ def test_require_quiet_refuses_a_busy_machine(tmp_path) -> None:
     with busy_strangers(2):
         time.sleep(0.5)
         done = subprocess.run(
-            [sys.executable, "-m", "grpc_overhead", "experiment", str(spec), "--store",
-             str(tmp_path / "store"), "--require-quiet"],
-            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "grpc_overhead",
+                "experiment",
+                str(spec),
+                "--store",
+                str(tmp_path / "store"),
+                "--require-quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
             env=offline_env(),
-        )  # fmt: skip
+        )
     assert done.returncode == 3, done.stderr
     assert "the machine is busy (" in done.stderr and "nothing was run" in done.stderr
     assert "other processes used" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "store").exists()  # refused before the store was opened
     bad = subprocess.run(
         [sys.executable, "-m", "grpc_overhead", "experiment", str(spec), "--require-quiet", "-1"],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=offline_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env=offline_env(),
+    )
     assert bad.returncode == 2 and "expected a load average above 0" in bad.stderr

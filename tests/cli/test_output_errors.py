@@ -46,10 +46,26 @@ def test_serve_stops_when_nobody_reads_its_output_any_more(tmp_path: Path) -> No
     """``serve | tee serve.log`` and Ctrl-C: tee ends first, and Streamlit's "Stopping..."
     then met a closed pipe, so the app server was never stopped and serve hung."""
     serve = subprocess.Popen(
-        [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(tmp_path / "store"),
-         "--otlp-port", "0", "--standard-otlp-port", "off", "--http-port", "0", "--app-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=offline_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "serve",
+            "--store",
+            str(tmp_path / "store"),
+            "--otlp-port",
+            "0",
+            "--standard-otlp-port",
+            "off",
+            "--http-port",
+            "0",
+            "--app-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=offline_env(),
+    )
     try:
         assert serve.stdout is not None
         for line in iter(serve.stdout.readline, b""):  # up to the app: its signals are set
@@ -73,7 +89,17 @@ def test_demo_with_logs_it_cannot_write_says_so(
 
     taken = tmp_path / "a-file"
     taken.write_text("")
-    argv = ["--logs", str(taken), "--store", str(tmp_path / "store"), "--app-port", "0",
-            "--no-browser", "--no-collector", "--duration", "1"]  # fmt: skip
+    argv = [
+        "--logs",
+        str(taken),
+        "--store",
+        str(tmp_path / "store"),
+        "--app-port",
+        "0",
+        "--no-browser",
+        "--no-collector",
+        "--duration",
+        "1",
+    ]
     assert demo.main(argv) == 2
     assert f"cannot make --logs {taken}" in capsys.readouterr().err

@@ -24,25 +24,38 @@ pytestmark = pytest.mark.e2e
 #: A trace as the OTLP/JSON mapping spells it (hex ids, int64 as strings, enum names and
 #: numbers, camelCase), after opentelemetry-proto's examples/trace.json.
 TRACE = {
-    "resourceSpans": [{
-        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "curl"}}]},
-        "scopeSpans": [{
-            "scope": {"name": "by-hand"},
-            "spans": [
-                {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
-                 "name": "demo.Echo/Say", "kind": "SPAN_KIND_CLIENT",
-                 "startTimeUnixNano": "1790000000000000000",
-                 "endTimeUnixNano": "1790000000004000000",
-                 "attributes": [{"key": "rpc.system", "value": {"stringValue": "grpc"}}]},
-                {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b175",
-                 "parentSpanId": "eee19b7ec3c1b174", "name": "demo.Echo/Say", "kind": 2,
-                 "startTimeUnixNano": "1790000000001000000",
-                 "endTimeUnixNano": "1790000000003000000",
-                 "attributes": [{"key": "rpc.system", "value": {"stringValue": "grpc"}}]},
+    "resourceSpans": [
+        {
+            "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "curl"}}]},
+            "scopeSpans": [
+                {
+                    "scope": {"name": "by-hand"},
+                    "spans": [
+                        {
+                            "traceId": "5b8efff798038103d269b633813fc60c",
+                            "spanId": "eee19b7ec3c1b174",
+                            "name": "demo.Echo/Say",
+                            "kind": "SPAN_KIND_CLIENT",
+                            "startTimeUnixNano": "1790000000000000000",
+                            "endTimeUnixNano": "1790000000004000000",
+                            "attributes": [{"key": "rpc.system", "value": {"stringValue": "grpc"}}],
+                        },
+                        {
+                            "traceId": "5b8efff798038103d269b633813fc60c",
+                            "spanId": "eee19b7ec3c1b175",
+                            "parentSpanId": "eee19b7ec3c1b174",
+                            "name": "demo.Echo/Say",
+                            "kind": 2,
+                            "startTimeUnixNano": "1790000000001000000",
+                            "endTimeUnixNano": "1790000000003000000",
+                            "attributes": [{"key": "rpc.system", "value": {"stringValue": "grpc"}}],
+                        },
+                    ],
+                }
             ],
-        }],
-    }]
-}  # fmt: skip
+        }
+    ]
+}
 
 PLAIN_SERVE_AND_CURL = """
 grpc-overhead serve --store ./store --no-app > serve.out 2>&1 &
@@ -102,10 +115,24 @@ def test_an_explicit_otlp_http_port_taken_is_a_clear_error(tmp_path: Path, held_
     from grpc_overhead.processes import child_env
 
     done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "serve", "--store", str(tmp_path / "store"),
-         "--otlp-port", "0", "--otlp-http-port", str(held_port), "--no-app"],
-        capture_output=True, text=True, timeout=90, env=child_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "serve",
+            "--store",
+            str(tmp_path / "store"),
+            "--otlp-port",
+            "0",
+            "--otlp-http-port",
+            str(held_port),
+            "--no-app",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=child_env(),
+    )
     assert done.returncode == 2, done.stderr
     assert f"cannot listen for OTLP/HTTP on 127.0.0.1:{held_port}" in done.stderr
     assert f"held by pid {os.getpid()} (" in done.stderr and "--otlp-http-port N|off" in done.stderr

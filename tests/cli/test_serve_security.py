@@ -1,16 +1,15 @@
-"""``serve`` beyond loopback: TLS, tokens and passwords from files, and the exposure rule.
+"""``serve`` with TLS, tokens and passwords from files (the exposure rule beyond loopback:
+``test_serve_exposure.py``).
 
 Real serve processes: the SDK's exporter sends over TLS with a token from the standard
 variables, readers (report) go through serve's HTTPS interface pinned to serve's own
-certificate, curl reads with basic auth; a non-loopback bind without TLS and
-authentication refuses with one line, or warns with --insecure (in a network namespace of
-the test's own, on a veth address). No secret is ever printed.
+certificate, curl reads with basic auth, the app asks for the team's password, Grafana's
+datasource file reads over HTTPS. No secret is ever printed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,36 +19,23 @@ from pathlib import Path
 
 import pytest
 
-from grpc_overhead.processes import offline_env, stop_process
+from grpc_overhead.processes import offline_env
 from harness.browser import RunningApp, start_command, start_serve_http
-from tests.analyzer.certificates import Authority, Issued
+from tests.cli.team_secrets import PASSWORD, TOKEN, secrets_fixture  # noqa: F401
 from tests.cli.test_commands_through_serve import command
 
 pytestmark = pytest.mark.e2e
 
-TOKEN = "team-token-7f3a9c"
-PASSWORD = "http-pass-51d2"
-
-
-@pytest.fixture(scope="module")
-def secrets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    directory = tmp_path_factory.mktemp("team")
-    authority = Authority(directory)
-    server: Issued = authority.issue("serve", server=True)
-    (directory / "tokens").write_text(TOKEN + "\n")
-    (directory / "http-password").write_text(PASSWORD + "\n")
-    return {
-        "ca": authority.certificate,
-        "cert": server.certificate,
-        "key": server.key,
-        "tokens": directory / "tokens",
-        "http_password": directory / "http-password",
-    }
-
 
 def _tls_flags(secrets: dict[str, Path]) -> list[str]:
-    return ["--tls-cert", str(secrets["cert"]), "--tls-key", str(secrets["key"]),
-            "--auth-token-file", str(secrets["tokens"])]  # fmt: skip
+    return [
+        "--tls-cert",
+        str(secrets["cert"]),
+        "--tls-key",
+        str(secrets["key"]),
+        "--auth-token-file",
+        str(secrets["tokens"]),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +43,13 @@ def served(
     tmp_path_factory: pytest.TempPathFactory, secrets: dict[str, Path]
 ) -> Iterator[tuple[Path, RunningApp]]:
     store = tmp_path_factory.mktemp("served") / "store"
-    serve = start_serve_http(store, offline_env(), *_tls_flags(secrets),
-                             "--http-password-file", str(secrets["http_password"]))  # fmt: skip
+    serve = start_serve_http(
+        store,
+        offline_env(),
+        *_tls_flags(secrets),
+        "--http-password-file",
+        str(secrets["http_password"]),
+    )
     yield store, serve
     assert serve.stop() == 0, serve.text()
     assert TOKEN not in serve.text() and PASSWORD not in serve.text()
@@ -98,8 +89,14 @@ def test_an_sdk_sends_over_tls_with_its_token_and_report_reads_through_https(
         "OTEL_EXPORTER_OTLP_CERTIFICATE": str(secrets["ca"]),
         "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{TOKEN}",
     }
-    done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0 and "Failed" not in done.stderr, done.stderr
     # Readers go through serve's HTTPS interface, trusting serve's own certificate.
     reader = {**offline_env(), "GRPC_OVERHEAD_HTTP_PASSWORD": PASSWORD}
@@ -118,42 +115,41 @@ def test_curl_reads_the_https_interface_with_basic_auth_and_not_without(
 ) -> None:
     _, serve = served
     base = ["curl", "-sS", "--cacert", str(secrets["ca"])]
-    ok = subprocess.run([*base, "-u", f"default:{PASSWORD}", f"{serve.url}/?query=SELECT%201"],
-                        capture_output=True, text=True, timeout=30)  # fmt: skip
+    ok = subprocess.run(
+        [*base, "-u", f"default:{PASSWORD}", f"{serve.url}/?query=SELECT%201"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert ok.stdout == "1\n", ok.stderr
-    keyed = subprocess.run([*base, "-H", "X-ClickHouse-User: default", "-H",
-                            f"X-ClickHouse-Key: {PASSWORD}", f"{serve.url}/?query=SELECT%202"],
-                           capture_output=True, text=True, timeout=30)  # fmt: skip
+    keyed = subprocess.run(
+        [
+            *base,
+            "-H",
+            "X-ClickHouse-User: default",
+            "-H",
+            f"X-ClickHouse-Key: {PASSWORD}",
+            f"{serve.url}/?query=SELECT%202",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert keyed.stdout == "2\n", keyed.stderr
-    denied = subprocess.run([*base, "-w", "%{http_code}", "-o", "/dev/null",
-                             f"{serve.url}/?query=SELECT%201"],
-                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    denied = subprocess.run(
+        [*base, "-w", "%{http_code}", "-o", "/dev/null", f"{serve.url}/?query=SELECT%201"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert denied.stdout == "401"
-    plain = subprocess.run(["curl", "-sS", serve.url.replace("https://", "http://") + "/ping"],
-                           capture_output=True, text=True, timeout=30)  # fmt: skip
+    plain = subprocess.run(
+        ["curl", "-sS", serve.url.replace("https://", "http://") + "/ping"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert plain.returncode != 0  # a plaintext client gets no answer from a TLS port
-
-
-@pytest.mark.parametrize(
-    ("flags", "said"),
-    [
-        (["--host", "0.0.0.0", "--no-app", "--no-http"],
-         "the intake on --host 0.0.0.0 needs --tls-cert/--tls-key and --auth-token-file"),
-        (["--no-app", "--http-host", "0.0.0.0"],
-         "the HTTP interface on --http-host 0.0.0.0 needs --tls-cert/--tls-key and "
-         "--http-password-file"),
-        (["--host", "::", "--no-http"],
-         "the app on --host :: needs --tls-cert/--tls-key and --app-password-file"),
-    ],
-)  # fmt: skip
-def test_a_non_loopback_bind_without_tls_and_auth_refuses_in_one_line(
-    tmp_path: Path, flags: list[str], said: str
-) -> None:
-    done = command("serve", "--store", str(tmp_path / "store"), "--otlp-port", "0", *flags)
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and said in lines[0] and "--insecure" in lines[0], done.stderr
-    assert not (tmp_path / "store").exists()  # refused before anything was created
 
 
 @pytest.mark.parametrize(
@@ -172,8 +168,9 @@ def test_bad_security_files_are_one_clear_line(
 ) -> None:
     values = {"cert": secrets["cert"], "ca": secrets["ca"], "missing": tmp_path / "nope"}
     args = [flag.format(**values) for flag in flags]
-    done = command("serve", "--store", str(tmp_path / "store"), "--no-app", "--otlp-port", "0",
-                   *args)  # fmt: skip
+    done = command(
+        "serve", "--store", str(tmp_path / "store"), "--no-app", "--otlp-port", "0", *args
+    )
     assert done.returncode == 2 and said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
@@ -188,85 +185,6 @@ def test_a_password_on_the_command_line_is_deprecated_with_a_warning(tmp_path: P
         assert serve.stop() == 0
 
 
-def _in_namespace(*inner: str) -> list[str]:
-    """A command run in a network namespace of its own with a veth address, 10.254.0.1."""
-    setup = ("ip link set lo up && ip link add v0 type veth peer name v1 && "
-             "ip addr add 10.254.0.1/24 dev v0 && ip link set v0 up && ip link set v1 up && "
-             'exec "$@"')  # fmt: skip
-    return ["unshare", "--net", "sh", "-c", setup, "sh", *inner]
-
-
-def test_insecure_listens_beyond_loopback_and_warns_at_start(
-    tmp_path: Path, secrets: dict[str, Path]
-) -> None:
-    args = ["serve", "--store", str(tmp_path / "store"), "--otlp-port", "0", "--host",
-            "10.254.0.1", "--no-app", "--no-http", "--insecure"]  # fmt: skip
-    process = subprocess.Popen(
-        _in_namespace(sys.executable, "-m", "grpc_overhead", *args),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=offline_env(),
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith("intake listening on"):
-                break
-        text = "".join(lines)
-        assert "warning: --insecure: listening beyond loopback" in text, text
-        assert "intake listening on 10.254.0.1:" in text, text
-    finally:
-        stop_process(process, 60.0)  # SIGTERM, then SIGKILL: a loaded machine stops slowly
-
-
-def test_tls_and_tokens_beyond_loopback_start_without_a_warning(
-    tmp_path: Path, secrets: dict[str, Path]
-) -> None:
-    """The intake on a veth address with TLS and tokens: no refusal, no warning; a sender in
-    the same namespace stores with its token."""
-    sender = textwrap.dedent(f"""
-        import subprocess, sys, time, os
-        serve = subprocess.Popen([sys.executable, "-m", "grpc_overhead", "serve", "--store",
-            {str(tmp_path / "store")!r}, "--otlp-port", "4327", "--host", "10.254.0.1",
-            "--no-app", "--no-http", "--tls-cert", {str(secrets["cert"])!r}, "--tls-key",
-            {str(secrets["key"])!r}, "--auth-token-file", {str(secrets["tokens"])!r}],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in serve.stdout:
-            print(line, end="", flush=True)
-            if line.startswith("intake listening"):
-                break
-        import grpc
-        from tests.analyzer.otlp_requests import EXPORT, request, span
-        roots = open({str(secrets["ca"])!r}, "rb").read()
-        credentials = grpc.ssl_channel_credentials(root_certificates=roots)
-        options = (("grpc.ssl_target_name_override", "localhost"),)
-        with grpc.secure_channel("10.254.0.1:4327", credentials, options) as channel:
-            call = channel.unary_unary(EXPORT)
-            call(request(span(1)), metadata=(("authorization", "Bearer {TOKEN}"),), timeout=30)
-            try:
-                call(request(span(2)), timeout=30)
-            except grpc.RpcError as error:
-                print("without token:", error.code().name, flush=True)
-        serve.terminate()
-        try:
-            print(serve.communicate(timeout=120)[0], flush=True)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            print(serve.communicate()[0], "serve did not stop within 120 s", flush=True)
-    """)
-    environment = {**offline_env(), "PYTHONPATH": os.getcwd()}
-    done = subprocess.run(_in_namespace(sys.executable, "-c", sender), capture_output=True,
-                          text=True, timeout=240, env=environment)  # fmt: skip
-    text = done.stdout + done.stderr
-    assert done.returncode == 0, text
-    assert "intake listening on 10.254.0.1:4327 (TLS and tokens)" in text
-    assert "warning" not in text.lower() and "refusing" not in text
-    assert "without token: UNAUTHENTICATED" in text
-    assert "1 spans stored" in text and "1 unauthenticated" in text, text
-    assert TOKEN not in text.replace(f"Bearer {TOKEN}", "")
-
-
 @pytest.mark.browser
 def test_the_app_over_tls_asks_for_the_teams_password_before_any_page(
     tmp_path: Path, secrets: dict[str, Path]
@@ -276,10 +194,21 @@ def test_the_app_over_tls_asks_for_the_teams_password_before_any_page(
     app_password = tmp_path / "app-password"
     app_password.write_text("team-app-pass\n")
     serve = start_command(
-        ["serve", "--store", str(tmp_path / "store"), "--otlp-port", "0", "--app-port", "0",
-         "--no-http", *_tls_flags(secrets), "--app-password-file", str(app_password)],
+        [
+            "serve",
+            "--store",
+            str(tmp_path / "store"),
+            "--otlp-port",
+            "0",
+            "--app-port",
+            "0",
+            "--no-http",
+            *_tls_flags(secrets),
+            "--app-password-file",
+            str(app_password),
+        ],
         offline_env(),
-    )  # fmt: skip
+    )
     try:
         assert serve.url.startswith("https://"), serve.text()
         with chromium(ignore_https_errors=True) as browser:
@@ -323,24 +252,18 @@ def test_the_app_over_tls_asks_for_the_teams_password_before_any_page(
         assert serve.stop() == 0
 
 
-def test_the_app_command_beyond_loopback_needs_tls_and_a_password(tmp_path: Path) -> None:
-    done = command("app", "--store", str(tmp_path), "--host", "0.0.0.0", "--port", "0",
-                   "--no-browser")  # fmt: skip
-    assert done.returncode == 2
-    assert "the app on --host 0.0.0.0 needs --tls-cert/--tls-key and --password-file" in done.stderr
-    assert "--insecure" in done.stderr and "Traceback" not in done.stderr
-
-
 def _grafana_expanded(path: Path, environ: dict[str, str]) -> dict:
     """The provisioning file as Grafana reads it: ``$VAR``/``${VAR}`` from its environment,
     ``$__file{PATH}`` replaced by the file's content."""
     import yaml
 
     text = path.read_text()
-    text = re.sub(r"\$__file\{([^}]+)\}",
-                  lambda found: json.dumps(Path(found.group(1)).read_text()), text)  # fmt: skip
-    text = re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", lambda found: environ.get(found.group(1), ""),
-                  text)  # fmt: skip
+    text = re.sub(
+        r"\$__file\{([^}]+)\}", lambda found: json.dumps(Path(found.group(1)).read_text()), text
+    )
+    text = re.sub(
+        r"\$\{?([A-Z_][A-Z0-9_]*)\}?", lambda found: environ.get(found.group(1), ""), text
+    )
     return yaml.safe_load(text)
 
 
@@ -368,17 +291,21 @@ def test_clickhouse_connect_and_the_grafana_datasource_file_read_over_https(
     assert settings["tlsAuthWithCACert"] is True and settings["host"] == "localhost"
     (tmp_path / "ca-from-grafana.pem").write_text(secure["tlsCACert"])
     client = clickhouse_connect.get_client(
-        host=settings["host"], port=port, username=settings["username"],
-        password=secure["password"], secure=settings["secure"],
+        host=settings["host"],
+        port=port,
+        username=settings["username"],
+        password=secure["password"],
+        secure=settings["secure"],
         ca_cert=str(tmp_path / "ca-from-grafana.pem"),
-    )  # fmt: skip
+    )
     try:
         assert client.query("SELECT 41 + 1").result_rows == [(42,)]
     finally:
         client.close()
     with pytest.raises(DatabaseError):
-        clickhouse_connect.get_client(host="localhost", port=port, secure=True,
-                                      ca_cert=str(secrets["ca"]), password="wrong")  # fmt: skip
+        clickhouse_connect.get_client(
+            host="localhost", port=port, secure=True, ca_cert=str(secrets["ca"]), password="wrong"
+        )
 
 
 def test_mutual_tls_is_for_senders_readers_still_read_with_their_password(
@@ -387,17 +314,34 @@ def test_mutual_tls_is_for_senders_readers_still_read_with_their_password(
     """--tls-client-ca asks OTLP senders for a client certificate; serve's readers (sql
     through the HTTPS interface) and curl authenticate with the password, no certificate."""
     serve = start_serve_http(
-        tmp_path / "store", offline_env(), *_tls_flags(secrets), "--tls-client-ca",
-        str(secrets["ca"]), "--http-password-file", str(secrets["http_password"]),
-    )  # fmt: skip
+        tmp_path / "store",
+        offline_env(),
+        *_tls_flags(secrets),
+        "--tls-client-ca",
+        str(secrets["ca"]),
+        "--http-password-file",
+        str(secrets["http_password"]),
+    )
     try:
         reader = {**offline_env(), "GRPC_OVERHEAD_HTTP_PASSWORD": PASSWORD}
-        answer = command("sql", "--store", str(tmp_path / "store"), "SELECT 7", "--format",
-                         "csv", env=reader)  # fmt: skip
+        answer = command(
+            "sql", "--store", str(tmp_path / "store"), "SELECT 7", "--format", "csv", env=reader
+        )
         assert answer.returncode == 0 and answer.stdout.strip().endswith("7"), answer.stderr
-        curl = subprocess.run(["curl", "-sS", "--cacert", str(secrets["ca"]), "-u",
-                               f"default:{PASSWORD}", f"{serve.url}/?query=SELECT%208"],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        curl = subprocess.run(
+            [
+                "curl",
+                "-sS",
+                "--cacert",
+                str(secrets["ca"]),
+                "-u",
+                f"default:{PASSWORD}",
+                f"{serve.url}/?query=SELECT%208",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert curl.stdout == "8\n", curl.stderr
         import grpc
 

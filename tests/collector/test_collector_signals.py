@@ -51,15 +51,25 @@ def _start(collector_bin: Path) -> tuple[subprocess.Popen, int, list[str]]:
     pid once ready."""
     health = free_port()
     wrapper = subprocess.Popen(
-        [GRPC_OVERHEAD, "collector", "run", "--otlp-port", str(free_port()),
-         "--otlp-http-port", str(free_port()), "--health-port", str(health),
-         "--intake", f"127.0.0.1:{free_port()}"],
+        [
+            GRPC_OVERHEAD,
+            "collector",
+            "run",
+            "--otlp-port",
+            str(free_port()),
+            "--otlp-http-port",
+            str(free_port()),
+            "--health-port",
+            str(health),
+            "--intake",
+            f"127.0.0.1:{free_port()}",
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     errors: list[str] = []
     lines: queue.Queue[str] = queue.Queue()
     # Readers in threads: an orphaned collector would hold the pipes open forever.

@@ -39,22 +39,34 @@ def test_the_team_collector_sends_over_tls_with_its_token(
     (tmp_path / "good-token").write_text("collector-a-token\n")
     (tmp_path / "bad-token").write_text("not-a-token-of-serve\n")
     serve = start_serve_http(
-        tmp_path / "store", offline_env(), "--no-http", "--tls-cert", str(certificate.certificate),
-        "--tls-key", str(certificate.key), "--auth-token-file", str(tmp_path / "serve-tokens"),
-    )  # fmt: skip
+        tmp_path / "store",
+        offline_env(),
+        "--no-http",
+        "--tls-cert",
+        str(certificate.certificate),
+        "--tls-key",
+        str(certificate.key),
+        "--auth-token-file",
+        str(tmp_path / "serve-tokens"),
+    )
     try:
         intake = re.search(r"^intake listening on (\S+) \(TLS and tokens\)$", serve.text(), re.M)
         assert intake, serve.text()
 
         def collector(token: str) -> CollectorProcess:
             return CollectorProcess(
-                "team", binary=collector_bin, otlp_port=free_port(), health_port=free_port(),
+                "team",
+                binary=collector_bin,
+                otlp_port=free_port(),
+                health_port=free_port(),
                 intake=intake.group(1),
-                env={environment.INTAKE_CA: str(authority.certificate),
-                     environment.INTAKE_TOKEN_FILE: str(tmp_path / token),
-                     environment.INTAKE_SERVER_NAME: "localhost",
-                     environment.COLLECTOR_STORAGE_DIR: str(tmp_path / f"queue-{token}")},
-            )  # fmt: skip
+                env={
+                    environment.INTAKE_CA: str(authority.certificate),
+                    environment.INTAKE_TOKEN_FILE: str(tmp_path / token),
+                    environment.INTAKE_SERVER_NAME: "localhost",
+                    environment.COLLECTOR_STORAGE_DIR: str(tmp_path / f"queue-{token}"),
+                },
+            )
 
         with collector("good-token") as good:
             for _ in range(3):

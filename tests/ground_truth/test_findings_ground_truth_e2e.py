@@ -41,8 +41,9 @@ def results(tmp_path_factory) -> dict[str, FindingsResult]:
         for name in missed:
             earlier[name].append(f"-- attempt {attempt - 1}: {judged[name].describe()}")
         workdir = tmp_path_factory.mktemp(f"findings-ground-truth-attempt-{attempt}")
-        judged.update({result.plan.name: result for result in run_scenarios(workdir, REDUCED,
-                                                                             missed)})  # fmt: skip
+        judged.update(
+            {result.plan.name: result for result in run_scenarios(workdir, REDUCED, missed)}
+        )
     for name, lines in earlier.items():
         judged[name].earlier = lines
     return judged

@@ -43,9 +43,11 @@ def test_a_call_made_inside_its_own_serializer_keeps_each_record_its_own(capture
         return message.SerializeToString()
 
     echo = channel.unary_unary(
-        ECHO, request_serializer=serialize_with_a_call,
-        response_deserializer=BytesValue.FromString, _registered_method=True,
-    )  # fmt: skip
+        ECHO,
+        request_serializer=serialize_with_a_call,
+        response_deserializer=BytesValue.FromString,
+        _registered_method=True,
+    )
     response, call = echo.with_call(BytesValue(value=b"outer" * 50))
     assert response.value == b"outer" * 50 and seen == [b"inner"]
     assert call.code() is grpc.StatusCode.OK

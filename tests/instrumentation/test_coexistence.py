@@ -76,8 +76,9 @@ def test_their_spans_fold_into_ours_in_one_trace(
         ours = instrument_channel(raw, target, pipeline=captured.pipeline)
         channel = intercept_channel(ours, theirs_client)
     else:
-        ours = instrument_channel(intercept_channel(raw, theirs_client), target,
-                                  pipeline=captured.pipeline)  # fmt: skip
+        ours = instrument_channel(
+            intercept_channel(raw, theirs_client), target, pipeline=captured.pipeline
+        )
         channel = ours
     _folding(ours._recorder)
     try:

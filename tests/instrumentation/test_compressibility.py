@@ -60,8 +60,10 @@ def call(rec: Recorder, sent: int, payload: bytes, method: str = "/pkg.Svc/Get",
 
 def test_at_most_one_message_per_method_per_interval(pipeline, monkeypatch):
     rec = recorder(pipeline, monkeypatch)
-    kept = [call(rec, t, COMPRESSIBLE).compress_sample is not None
-            for t in (S, S + 1, 2 * S, 6 * S - 1, 6 * S, 6 * S + 1)]  # fmt: skip
+    kept = [
+        call(rec, t, COMPRESSIBLE).compress_sample is not None
+        for t in (S, S + 1, 2 * S, 6 * S - 1, 6 * S, 6 * S + 1)
+    ]
     assert kept == [True, False, False, False, True, False]
     # Another method has its own slot; a stream keeps at most one message per call.
     assert call(rec, S + 2, COMPRESSIBLE, method="/pkg.Svc/Put").compress_sample is not None

@@ -24,10 +24,23 @@ HEAVY = ("chdb", "pyarrow", "pandas", "numpy", "plotly", "streamlit", "clickhous
 
 def _wheel(source: Path, out: Path) -> zipfile.ZipFile:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "-w", str(out), str(source)],
-        check=True, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     [wheel] = out.glob("*.whl")
     return zipfile.ZipFile(wheel)
 
@@ -67,8 +80,11 @@ def test_the_instrumentation_wheel_is_light_and_holds_only_its_package(tmp_path:
     assert metadata["Name"] == "grpc-overhead-instrumentation"
     requirements = _requirement_names(metadata)
     assert "grpcio" in requirements and "opentelemetry-sdk" in requirements
-    assert [n for n in requirements if n != "grpcio" and n != "protobuf"
-            and not n.startswith("opentelemetry-")] == []  # fmt: skip
+    assert [
+        n
+        for n in requirements
+        if n != "grpcio" and n != "protobuf" and not n.startswith("opentelemetry-")
+    ] == []
     assert not set(requirements) & set(HEAVY)
     files = [n for n in wheel.namelist() if ".dist-info/" not in n]
     assert files and all(n.startswith("grpc_overhead/instrumentation/") for n in files)
@@ -90,8 +106,15 @@ def test_the_main_wheel_depends_on_the_instrumentation_and_does_not_ship_it(
     files = [n for n in wheel.namelist() if ".dist-info/" not in n]
     assert not [n for n in files if n.startswith("grpc_overhead/instrumentation/")]
     assert "grpc_overhead/__init__.py" not in files
-    for module in ("__main__.py", "cli/__init__.py", "processes/__init__.py",
-                   "processes/children.py", "analyzer/__init__.py", "app/main.py",
-                   "collector/runner.py", "prediction/protos/prediction.proto",
-                   "load_generator/runner.py"):  # fmt: skip
+    for module in (
+        "__main__.py",
+        "cli/__init__.py",
+        "processes/__init__.py",
+        "processes/children.py",
+        "analyzer/__init__.py",
+        "app/main.py",
+        "collector/runner.py",
+        "prediction/protos/prediction.proto",
+        "load_generator/runner.py",
+    ):
         assert f"grpc_overhead/{module}" in files, module

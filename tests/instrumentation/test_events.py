@@ -18,27 +18,56 @@ SERIALIZED_SIZE = len(MESSAGE.SerializeToString())
 
 # Expected event names per call shape (2 request messages for client-streaming calls).
 CLIENT_EVENTS = {
-    "Echo": ["requestCreated", "outboundMessage", "outboundMessageSent",
-             "clientReceivedResponse", "inboundMessageRead"],
+    "Echo": [
+        "requestCreated",
+        "outboundMessage",
+        "outboundMessageSent",
+        "clientReceivedResponse",
+        "inboundMessageRead",
+    ],
     "Split": ["requestCreated", "outboundMessage", "outboundMessageSent"]
     + ["clientReceivedResponse", "inboundMessageRead"] * echo_service.SPLIT_PARTS,
-    "Join": ["requestCreated"] + ["outboundMessage", "outboundMessageSent"] * 2
+    "Join": ["requestCreated"]
+    + ["outboundMessage", "outboundMessageSent"] * 2
     + ["clientReceivedResponse", "inboundMessageRead"],
-}  # fmt: skip
+}
 # The servicer's method is timed innermost (handlerStarted .. predictionsMade) inside the
 # interceptor chain (serviceIntercepted, interceptorsEntered .. interceptorsReturned).
 SYNC_SERVER_EVENTS = {
-    "Echo": ["serverCallStarted", "serviceIntercepted", "callScheduled", "inboundMessage",
-             "inboundMessageRead", "interceptorsEntered", "handlerStarted", "predictionsMade",
-             "interceptorsReturned", "outboundMessage", "outboundMessageSent"],
-    "Split": ["serverCallStarted", "serviceIntercepted", "callScheduled", "inboundMessage",
-              "inboundMessageRead", "interceptorsEntered", "handlerStarted"]
+    "Echo": [
+        "serverCallStarted",
+        "serviceIntercepted",
+        "callScheduled",
+        "inboundMessage",
+        "inboundMessageRead",
+        "interceptorsEntered",
+        "handlerStarted",
+        "predictionsMade",
+        "interceptorsReturned",
+        "outboundMessage",
+        "outboundMessageSent",
+    ],
+    "Split": [
+        "serverCallStarted",
+        "serviceIntercepted",
+        "callScheduled",
+        "inboundMessage",
+        "inboundMessageRead",
+        "interceptorsEntered",
+        "handlerStarted",
+    ]
     + ["outboundMessage", "outboundMessageSent"] * echo_service.SPLIT_PARTS
     + ["predictionsMade", "interceptorsReturned"],
-    "Join": ["serverCallStarted", "serviceIntercepted", "callScheduled", "interceptorsEntered",
-             "handlerStarted"] + ["inboundMessage", "inboundMessageRead"] * 2
+    "Join": [
+        "serverCallStarted",
+        "serviceIntercepted",
+        "callScheduled",
+        "interceptorsEntered",
+        "handlerStarted",
+    ]
+    + ["inboundMessage", "inboundMessageRead"] * 2
     + ["predictionsMade", "interceptorsReturned", "outboundMessage", "outboundMessageSent"],
-}  # fmt: skip
+}
 
 
 def call(multicallables: dict, method: str):
@@ -90,8 +119,9 @@ def test_bidi_stream_interleaves_messages_with_sequence_numbers(captured, sync_c
     assert [e.attributes["rpc.message.id"] for e in received] == [1, 2]
     assert all(e.attributes["rpc.message.type"] == "SENT" for e in sent)
     assert all(e.attributes["rpc.message.type"] == "RECEIVED" for e in received)
-    server_reads = [e.attributes["rpc.message.id"] for e in server.events
-                    if e.name == "inboundMessageRead"]  # fmt: skip
+    server_reads = [
+        e.attributes["rpc.message.id"] for e in server.events if e.name == "inboundMessageRead"
+    ]
     assert server_reads == [1, 2]
     assert names(server)[-2:] == ["predictionsMade", "interceptorsReturned"]
 

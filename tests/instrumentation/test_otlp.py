@@ -136,8 +136,11 @@ def test_the_exporter_sends_the_encoded_bytes_to_a_real_receiver(otlp_sink):
     exporter.shutdown()
     pipeline.shutdown()
     spans = sink.spans()
-    assert [span.span_id for _resource, span in spans] == [bytes(7) + b"\x0b", bytes(7) + b"\x0c",
-                                                           bytes(7) + b"\x0b"]  # fmt: skip
+    assert [span.span_id for _resource, span in spans] == [
+        bytes(7) + b"\x0b",
+        bytes(7) + b"\x0c",
+        bytes(7) + b"\x0b",
+    ]
     assert {a.key for a in spans[0][0].attributes} == set(RESOURCE.attributes)
 
 

@@ -127,27 +127,37 @@ def test_each_reason_keeps_its_call_with_the_weight_it_stands_for():
     [
         ({"GRPC_OVERHEAD_SAMPLING": "tail"}, Sampling(0.01, True, tail=True), False),
         (
-            {"GRPC_OVERHEAD_SAMPLING": "Tail", "GRPC_OVERHEAD_SAMPLING_RATE": "0.1",
-             "GRPC_OVERHEAD_SLOW_MS": "2.5"},
-            Sampling(0.1, True, tail=True, slow_ns=2_500_000), False,
+            {
+                "GRPC_OVERHEAD_SAMPLING": "Tail",
+                "GRPC_OVERHEAD_SAMPLING_RATE": "0.1",
+                "GRPC_OVERHEAD_SLOW_MS": "2.5",
+            },
+            Sampling(0.1, True, tail=True, slow_ns=2_500_000),
+            False,
         ),
         ({"GRPC_OVERHEAD_SAMPLING": "head"}, Sampling(0.01, True), False),
         ({"GRPC_OVERHEAD_SAMPLING": "always"}, Sampling(1.0, True), False),
         (
             {"GRPC_OVERHEAD_SAMPLING": "tail", "GRPC_OVERHEAD_SAMPLING_RATE": "2"},
-            Sampling(0.01, True, tail=True), True,
+            Sampling(0.01, True, tail=True),
+            True,
         ),
         (
             {"GRPC_OVERHEAD_SAMPLING": "tail", "GRPC_OVERHEAD_SLOW_MS": "soon"},
-            Sampling(0.01, True, tail=True), True,
+            Sampling(0.01, True, tail=True),
+            True,
         ),
         (
-            {"GRPC_OVERHEAD_SAMPLING": "sometimes", "OTEL_TRACES_SAMPLER": "traceidratio",
-             "OTEL_TRACES_SAMPLER_ARG": "0.5"},
-            Sampling(0.5, False), True,
+            {
+                "GRPC_OVERHEAD_SAMPLING": "sometimes",
+                "OTEL_TRACES_SAMPLER": "traceidratio",
+                "OTEL_TRACES_SAMPLER_ARG": "0.5",
+            },
+            Sampling(0.5, False),
+            True,
         ),
     ],
-)  # fmt: skip
+)
 def test_the_sampling_variables(monkeypatch, caplog, variables, expected, warned):
     for name in ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"):
         monkeypatch.delenv(name, raising=False)
@@ -157,8 +167,9 @@ def test_the_sampling_variables(monkeypatch, caplog, variables, expected, warned
         assert Sampling.from_environment() == expected
     assert bool(caplog.records) is warned
     if warned:  # the message names the variable and what was used instead
-        assert any("GRPC_OVERHEAD" in r.getMessage() or "OTEL" in r.getMessage()
-                   for r in caplog.records)  # fmt: skip
+        assert any(
+            "GRPC_OVERHEAD" in r.getMessage() or "OTEL" in r.getMessage() for r in caplog.records
+        )
 
 
 @pytest.mark.e2e
@@ -217,8 +228,9 @@ def _every_call_is_kept_or_dropped_for_its_reason(
         weights = {span.context.trace_id: span.attributes[SAMPLING_WEIGHT] for span in spans}
         assert {t for t, reason in reasons.items() if reason == "failed"} == failed, side
         assert {t for t, reason in reasons.items() if reason == "warmup"} == warmup, side
-        server_slow = {s.context.trace_id for s in server_spans
-                       if s.attributes[SAMPLING_REASON] == "slow"}  # fmt: skip
+        server_slow = {
+            s.context.trace_id for s in server_spans if s.attributes[SAMPLING_REASON] == "slow"
+        }
         for trace_id in order:
             reason = reasons.get(trace_id)
             if reason in ("failed", "warmup", "slow"):

@@ -24,12 +24,28 @@ def test_demo_with_jaeger_fans_every_trace_out_to_it(tmp_path: Path) -> None:
         pytest.fail(f"Jaeger cannot be built here: {error}", pytrace=False)
     marker = uuid.uuid4().hex
     demo = subprocess.Popen(
-        [sys.executable, "-m", "grpc_overhead", "demo", "--jaeger", "--no-browser",
-         "--duration", "15", "--app-port", "0", "--store", str(tmp_path / "store"),
-         "--logs", str(tmp_path / "logs")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "demo",
+            "--jaeger",
+            "--no-browser",
+            "--duration",
+            "15",
+            "--app-port",
+            "0",
+            "--store",
+            str(tmp_path / "store"),
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
         env={**offline_env(), MARKER: marker},
-    )  # fmt: skip
+    )
     try:
         assert demo.stdout is not None
         url, lines = "", []

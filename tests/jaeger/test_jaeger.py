@@ -35,10 +35,21 @@ pytestmark = pytest.mark.e2e
 
 CALLS = 12
 RUN_ID = "jaeger-e2e"
-CLIENT_EVENTS = {"requestCreated", "outboundMessage", "outboundMessageSent",
-                 "clientReceivedResponse", "inboundMessageRead"}  # fmt: skip
-SERVER_EVENTS = {"serverCallStarted", "inboundMessage", "inboundMessageRead", "predictionsMade",
-                 "outboundMessage", "outboundMessageSent"}  # fmt: skip
+CLIENT_EVENTS = {
+    "requestCreated",
+    "outboundMessage",
+    "outboundMessageSent",
+    "clientReceivedResponse",
+    "inboundMessageRead",
+}
+SERVER_EVENTS = {
+    "serverCallStarted",
+    "inboundMessage",
+    "inboundMessageRead",
+    "predictionsMade",
+    "outboundMessage",
+    "outboundMessageSent",
+}
 
 
 @pytest.fixture(scope="module", name="jaeger")
@@ -76,10 +87,20 @@ def run_fixture(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory) -> Run
             service_env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
             with ServiceProcess(["--workers", "2"], env=service_env) as service:
                 result = run_load(
-                    "--target", service.target, "--calls", str(CALLS), "--concurrency", "2",
-                    "--entities", "20", "--features", "4", "--run-id", RUN_ID,
+                    "--target",
+                    service.target,
+                    "--calls",
+                    str(CALLS),
+                    "--concurrency",
+                    "2",
+                    "--entities",
+                    "20",
+                    "--features",
+                    "4",
+                    "--run-id",
+                    RUN_ID,
                     env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
-                )  # fmt: skip
+                )
                 assert result.returncode == 0, result.stderr
         # Leaving the block stopped the collector: it flushed to both exporters.
     finally:
@@ -89,10 +110,22 @@ def run_fixture(jaeger: Jaeger, tmp_path_factory: pytest.TempPathFactory) -> Run
 
 def trace_ids(store: Path) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store), "--format", "json",
-         f"SELECT DISTINCT TraceId AS id FROM grpc_calls WHERE run_id = '{RUN_ID}' ORDER BY id"],
-        capture_output=True, text=True, timeout=120, env=offline_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "sql",
+            "--store",
+            str(store),
+            "--format",
+            "json",
+            f"SELECT DISTINCT TraceId AS id FROM grpc_calls WHERE run_id = '{RUN_ID}' ORDER BY id",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_env(),
+    )
     assert done.returncode == 0, done.stderr
     return [row["id"] for row in json.loads(done.stdout)]
 
@@ -162,10 +195,26 @@ def test_the_explorer_and_dashboard_links_open_a_trace_jaeger_returns(
 
 def import_command(jaeger: Jaeger, store: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "import", "jaeger", "--url", jaeger.url,
-         "--store", str(store), "--since", "30m", *extra],
-        capture_output=True, text=True, timeout=300, env=offline_env(), stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "import",
+            "jaeger",
+            "--url",
+            jaeger.url,
+            "--store",
+            str(store),
+            "--since",
+            "30m",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=offline_env(),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_import_from_jaeger_is_idempotent_and_reports_the_same(
@@ -205,10 +254,22 @@ def test_import_errors_are_one_line(jaeger: Jaeger, tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     for url, expected in ((dead, "unreachable"), ("ftp://x", "bad Jaeger URL")):
         done = subprocess.run(
-            [sys.executable, "-m", "grpc_overhead", "import", "jaeger", "--url", url,
-             "--store", str(tmp_path / "s")],
-            capture_output=True, text=True, timeout=120, env=offline_env(),
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "grpc_overhead",
+                "import",
+                "jaeger",
+                "--url",
+                url,
+                "--store",
+                str(tmp_path / "s"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=offline_env(),
+        )
         assert done.returncode == 2 and expected in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     nothing = import_command(jaeger, tmp_path / "s", "--service", "nobody")
@@ -219,9 +280,13 @@ def test_the_build_is_cached_and_the_binary_is_v1_76(jaeger: Jaeger) -> None:
     """A second build is a no-op (the binary is newer than the script), as the collector's."""
     before = BINARY.stat().st_mtime_ns
     done = subprocess.run(
-        ["bash", "scripts/build-jaeger.sh"], capture_output=True, text=True, timeout=60,
-        cwd=BINARY.parents[2], stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        ["bash", "scripts/build-jaeger.sh"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=BINARY.parents[2],
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0 and "up to date" in done.stdout, done.stderr
     assert BINARY.stat().st_mtime_ns == before
     version = subprocess.run(

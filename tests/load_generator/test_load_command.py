@@ -66,8 +66,9 @@ def test_compression_choice_selects_encoding() -> None:
         "snappy",
         "none",
     )
-    config = command.config_from_args(parse(["--target", "h:1,h:2", "--target", "h:3",
-                                              "--compression", "gzip"]))  # fmt: skip
+    config = command.config_from_args(
+        parse(["--target", "h:1,h:2", "--target", "h:3", "--compression", "gzip"])
+    )
     assert config.targets == ["h:1", "h:2", "h:3"]
     assert (config.workload.encoding, config.grpc_compression) == ("repeated", "gzip")
     assert config.calls == 200 and config.concurrency == 8
@@ -102,8 +103,19 @@ def own_default_pipeline() -> Iterator[InMemorySpanExporter]:
 
 @pytest.mark.unit
 def test_json_run_in_process(capsys, target, own_default_pipeline) -> None:
-    code, out, err = _main(capsys, "--target", target, "--calls", "6", "--json", "--quiet",
-                           "--entities", "10", "--run-id", "in-process")  # fmt: skip
+    code, out, err = _main(
+        capsys,
+        "--target",
+        target,
+        "--calls",
+        "6",
+        "--json",
+        "--quiet",
+        "--entities",
+        "10",
+        "--run-id",
+        "in-process",
+    )
     assert code == 0, err
     summary = json.loads(out)
     assert summary["run_id"] == "in-process" and summary["ok"] == 6

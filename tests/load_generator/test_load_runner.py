@@ -12,8 +12,10 @@ pytestmark = pytest.mark.unit
 
 
 def _config(target: str, pipeline, **kw) -> LoadConfig:
-    workload = kw.pop("workload", WorkloadSpec(entities=30, features=8, stream_messages=2,
-                                               batch_size=2, chunk_entities=16))  # fmt: skip
+    workload = kw.pop(
+        "workload",
+        WorkloadSpec(entities=30, features=8, stream_messages=2, batch_size=2, chunk_entities=16),
+    )
     return LoadConfig(
         targets=[target], run_id="unit-run", workload=workload, pipeline=pipeline, **kw
     )
@@ -21,17 +23,25 @@ def _config(target: str, pipeline, **kw) -> LoadConfig:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_closed_loop_exact_call_count(target, pipeline, mode: str) -> None:
-    spec = WorkloadSpec(mode=mode, entities=30, features=8, stream_messages=2, batch_size=2,
-                        chunk_entities=16)  # fmt: skip
+    spec = WorkloadSpec(
+        mode=mode, entities=30, features=8, stream_messages=2, batch_size=2, chunk_entities=16
+    )
     summary = run_blocking(
         _config(target, pipeline, calls=13, concurrency=3, channels=2, workload=spec)
     )
     assert summary["calls"] == 13 and summary["ok"] == 13, summary["error_messages"]
     assert summary["predictions"] == 13 * Workload(spec).predictions_per_call
     assert summary["server_instances"] == {"load-tests": 13}
-    assert summary["config"]["method"] == {"unary": "Predict", "stream": "PredictStream",
-                                           "batch": "PredictBatch", "chunks": "PredictChunks",
-                                           "upload": "PredictUpload"}[mode]  # fmt: skip
+    assert (
+        summary["config"]["method"]
+        == {
+            "unary": "Predict",
+            "stream": "PredictStream",
+            "batch": "PredictBatch",
+            "chunks": "PredictChunks",
+            "upload": "PredictUpload",
+        }[mode]
+    )
 
 
 def test_client_spans_carry_call_attributes(target, pipeline, exporter) -> None:
@@ -62,8 +72,9 @@ def test_duration_bound(target, pipeline) -> None:
 
 def test_errors_are_data(target, pipeline) -> None:
     spec = WorkloadSpec(entities=400, features=1024)  # 1.6 MB requests over a 1 MB limit
-    summary = run_blocking(_config(target, pipeline, calls=3, concurrency=1, max_message_mb=1,
-                                   workload=spec))  # fmt: skip
+    summary = run_blocking(
+        _config(target, pipeline, calls=3, concurrency=1, max_message_mb=1, workload=spec)
+    )
     assert summary["calls"] == 3 and summary["errors"] == 3
     assert list(summary["status_codes"]) == ["RESOURCE_EXHAUSTED"]
 

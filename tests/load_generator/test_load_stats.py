@@ -16,8 +16,14 @@ pytestmark = pytest.mark.unit
 
 def _summary(outcome: Outcome, **kw):
     config = {"targets": ["h:1"], "mode": "unary", "method": "Predict"}
-    payload = {"entities": 1, "features": 2, "encoding": "repeated", "codec": "none",
-               "grpc_compression": "none", "request_bytes": 10}  # fmt: skip
+    payload = {
+        "entities": 1,
+        "features": 2,
+        "encoding": "repeated",
+        "codec": "none",
+        "grpc_compression": "none",
+        "request_bytes": 10,
+    }
     return summarize(outcome, run_id="r", duration_s=2.0, config=config, payload=payload, **kw)
 
 

@@ -54,14 +54,28 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
             with peers.GoServer(
                 response, tracing=tracing, env=env(f"{name}-server"), extra=go_delay
             ) as server:
-                summary = peers.run_client(server.target, request, calls=CALLS, env=env(name),
-                                           tracing=tracing, extra=go_delay)  # fmt: skip
+                summary = peers.run_client(
+                    server.target,
+                    request,
+                    calls=CALLS,
+                    env=env(name),
+                    tracing=tracing,
+                    extra=go_delay,
+                )
                 assert summary["errors"] == 0, summary
                 if name == "go":
                     done = run_load(
-                        "--target", server.target, "--calls", str(CALLS), "--entities", "20",
-                        "--features", "8", "--json", env=env("python-to-go"),
-                    )  # fmt: skip
+                        "--target",
+                        server.target,
+                        "--calls",
+                        str(CALLS),
+                        "--entities",
+                        "20",
+                        "--features",
+                        "8",
+                        "--json",
+                        env=env("python-to-go"),
+                    )
                     assert done.returncode == 0 and done.summary["errors"] == 0, done.stderr
         with peers.JavaServer(response, env=env("java-server"), extra=java_delay) as server:
             summary = peers.run_java_client(

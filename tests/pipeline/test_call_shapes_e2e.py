@@ -34,10 +34,21 @@ SHAPES = (
 
 def sql_rows(store, query: str) -> list[dict]:
     done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store),
-         f"{query} FORMAT JSONEachRow"],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=offline_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "sql",
+            "--store",
+            str(store),
+            f"{query} FORMAT JSONEachRow",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env=offline_env(),
+    )
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
@@ -62,11 +73,24 @@ def store(request, tmp_path_factory):
         with ServiceProcess(arguments, env=service_env) as svc:
             for mode, _, _, extra in SHAPES:
                 result = run_load(
-                    "--target", svc.target, "--calls", str(CALLS), "--concurrency", "2",
-                    "--mode", mode, "--entities", "64", "--features", "8", *extra,
-                    "--run-id", f"shape-{mode}", "--json",
+                    "--target",
+                    svc.target,
+                    "--calls",
+                    str(CALLS),
+                    "--concurrency",
+                    "2",
+                    "--mode",
+                    mode,
+                    "--entities",
+                    "64",
+                    "--features",
+                    "8",
+                    *extra,
+                    "--run-id",
+                    f"shape-{mode}",
+                    "--json",
                     env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
-                )  # fmt: skip
+                )
                 assert result.returncode == 0, result.stderr
     return store
 
@@ -134,8 +158,12 @@ def test_report_says_each_shape_and_shows_no_negative_phase(store):
 def test_the_report_table_says_what_a_stream_leaves_undefined(store):
     done = subprocess.run(
         [sys.executable, "-m", "grpc_overhead", "report", "--store", str(store)],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=offline_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env=offline_env(),
+    )
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())  # the table wraps long titles and notes
     for _, method, shape, _ in SHAPES[1:]:

@@ -19,10 +19,21 @@ CALLS = ROUNDS * CALLS_PER_ROUND
 
 def run_calls(target: str, run_id: str, endpoint: dict) -> None:
     result = run_load(
-        "--target", target, "--calls", str(CALLS_PER_ROUND), "--concurrency", "1",
-        "--entities", "20", "--features", "8", "--run-id", run_id, "--json",
+        "--target",
+        target,
+        "--calls",
+        str(CALLS_PER_ROUND),
+        "--concurrency",
+        "1",
+        "--entities",
+        "20",
+        "--features",
+        "8",
+        "--run-id",
+        run_id,
+        "--json",
         env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
 
 

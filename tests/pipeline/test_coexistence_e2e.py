@@ -112,9 +112,13 @@ def _command(attached: bool, script: str, *args: str) -> list[str]:
 def _run_pair(pair: Pair, workdir: Path, collector_port: int) -> Ran:
     server = subprocess.Popen(
         _command(pair.server_attached, "server.py"),
-        cwd=workdir, env=_environment(pair, collector_port, "server"),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=workdir,
+        env=_environment(pair, collector_port, "server"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         order = json.loads(server.stdout.readline().split(" ", 1)[1])
         words = server.stdout.readline().split()
@@ -122,11 +126,20 @@ def _run_pair(pair: Pair, workdir: Path, collector_port: int) -> Ran:
             raise AssertionError(f"server did not start: {server.stderr.read()}")
         sync_port, aio_port = words[1], words[2]
         client = subprocess.run(
-            _command(pair.client_attached, "client.py", f"127.0.0.1:{sync_port}",
-                     f"127.0.0.1:{aio_port}", str(REPEAT)),
-            cwd=workdir, env=_environment(pair, collector_port, "client"),
-            capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            _command(
+                pair.client_attached,
+                "client.py",
+                f"127.0.0.1:{sync_port}",
+                f"127.0.0.1:{aio_port}",
+                str(REPEAT),
+            ),
+            cwd=workdir,
+            env=_environment(pair, collector_port, "client"),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            stdin=subprocess.DEVNULL,
+        )
         out, err = server.communicate("", timeout=60)
     finally:
         if server.poll() is None:
@@ -149,8 +162,12 @@ def matrix(tmp_path_factory):
         ran = {pair.name: _run_pair(pair, workdir, collector_port) for pair in PAIRS}
     pages = subprocess.run(
         [sys.executable, "-m", "tests.pipeline.page_counts", str(store), *ran],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, env=offline_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=offline_env(),
+    )
     assert pages.returncode == 0, pages.stderr
     return ran, store, json.loads(pages.stdout)
 
@@ -166,9 +183,11 @@ def _expected_answers() -> dict:
         "echo": {name: calls * REPEAT for name, calls in echo.items()},
         "health": 1,  # SERVING
         "services": [
-            "coexistence.Echo", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"
+            "coexistence.Echo",
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1alpha.ServerReflection",
         ],
-    }  # fmt: skip
+    }
     return {"sync": side, "aio": side}
 
 
@@ -196,8 +215,10 @@ def test_each_rpc_is_counted_once_in_report_and_pages(matrix):
     # each is folded into ours and shares its trace.
     distro = [p for p in PAIRS if p.exporter == "otlp"]
     assert pages[""]["official_spans"] == {
-        "spans": 2 * CALLS * len(distro), "folded": 2 * CALLS * len(distro), "other_trace": 0
-    }  # fmt: skip
+        "spans": 2 * CALLS * len(distro),
+        "folded": 2 * CALLS * len(distro),
+        "other_trace": 0,
+    }
     assert pages[""]["overview_calls"] == CALLS * len(PAIRS)
     for name in ran:
         assert pages[name]["overview_calls"] == CALLS, name

@@ -57,9 +57,11 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
     first: dict[str, bytes] = {}
     with through_collector(store) as port, pytest.MonkeyPatch.context() as patch:
         endpoint = f"http://127.0.0.1:{port}"
-        service_env = offline_env(OTEL_SERVICE_NAME="predictor",
-                                  OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-                                  **{COMPRESSIBILITY_INTERVAL_S: "3600"})  # fmt: skip
+        service_env = offline_env(
+            OTEL_SERVICE_NAME="predictor",
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            **{COMPRESSIBILITY_INTERVAL_S: "3600"},
+        )
         pipeline = SpanPipeline(
             exporter=CallRecordOTLPExporter(endpoint=endpoint, insecure=True),
             export_interval_ms=100,

@@ -19,10 +19,18 @@ pytestmark = pytest.mark.e2e
 
 #: Phases A72 and semconv message events define on both sides (one event per message).
 EVENT_PHASES = (
-    "total", "client_pre_send", "request_receive", "server_receive", "server_handler",
-    "server_tail", "response_receive", "network_round_trip", "server_residence",
-    "server_duration", "client_server_gap",
-)  # fmt: skip
+    "total",
+    "client_pre_send",
+    "request_receive",
+    "server_receive",
+    "server_handler",
+    "server_tail",
+    "response_receive",
+    "network_round_trip",
+    "server_residence",
+    "server_duration",
+    "client_server_gap",
+)
 #: Defined only where the client serialized before sending the headers (ours; grpc-go
 #: sends them first, so server start - client sent is no wire time: phase_bounds).
 REQUEST_GAP = ("request_network", "request_network_raw")
@@ -50,26 +58,33 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
 
     try:
         with CollectorProcess(
-            "embedded", otlp_port=collector_port, intake=f"127.0.0.1:{intake_port}",
+            "embedded",
+            otlp_port=collector_port,
+            intake=f"127.0.0.1:{intake_port}",
             health_port=free_port(),
-        ):  # fmt: skip
+        ):
             # A72 both sides; every first attempt refused, so each call is retried once.
             with peers.GoServer(
                 response, env=env("go-server"), extra=["-fail-first-attempt"]
             ) as server:
                 summary = peers.run_client(
-                    server.target, request, calls=CALLS["go-retry"], env=env("go-retry"),
+                    server.target,
+                    request,
+                    calls=CALLS["go-retry"],
+                    env=env("go-retry"),
                     extra=["-retry"],
-                )  # fmt: skip
+                )
                 assert summary["errors"] == 0, summary
                 summary = peers.run_client(
                     server.target, request, calls=FAILING["go-refused"], env=env("go-refused")
                 )
                 assert summary["errors"] == FAILING["go-refused"], summary
             summary = peers.run_client(
-                f"127.0.0.1:{free_port()}", request, calls=FAILING["go-no-server"],
+                f"127.0.0.1:{free_port()}",
+                request,
+                calls=FAILING["go-no-server"],
                 env=env("go-no-server"),
-            )  # fmt: skip
+            )
             assert summary["errors"] == FAILING["go-no-server"], summary
             with ServiceProcess(["--workers", "2"], env=env("python-server")) as service:
                 summary = peers.run_client(
@@ -78,15 +93,26 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
                 assert summary["errors"] == 0, summary
             with peers.GoServer(response, env=env("go-server-for-python")) as server:
                 done = run_load(
-                    "--target", server.target, "--calls", str(CALLS["python-to-go"]),
-                    "--entities", "20", "--features", "8", "--json", env=env("python-to-go"),
-                )  # fmt: skip
+                    "--target",
+                    server.target,
+                    "--calls",
+                    str(CALLS["python-to-go"]),
+                    "--entities",
+                    "20",
+                    "--features",
+                    "8",
+                    "--json",
+                    env=env("python-to-go"),
+                )
                 assert done.returncode == 0 and done.summary["errors"] == 0, done.stderr
             with peers.GoServer(response, tracing="otelgrpc", env=env("otelgrpc-server")) as server:
                 summary = peers.run_client(
-                    server.target, request, calls=CALLS["otelgrpc"], env=env("otelgrpc"),
+                    server.target,
+                    request,
+                    calls=CALLS["otelgrpc"],
+                    env=env("otelgrpc"),
                     tracing="otelgrpc",
-                )  # fmt: skip
+                )
                 assert summary["errors"] == 0, summary
     finally:
         serve.stop()

@@ -44,9 +44,11 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
 
     try:
         with CollectorProcess(
-            "embedded", otlp_port=collector_port, intake=f"127.0.0.1:{intake_port}",
+            "embedded",
+            otlp_port=collector_port,
+            intake=f"127.0.0.1:{intake_port}",
             health_port=free_port(),
-        ):  # fmt: skip
+        ):
             with peers.JavaServer(response, env=env("java-server")) as server:
                 summary = peers.run_java_client(
                     server.target, request, calls=CALLS["java"], env=env("java")
@@ -57,15 +59,25 @@ def stored_calls(tmp_path_factory) -> dict[str, list[dict]]:
                 )
                 assert summary["errors"] == 0, summary
                 done = run_load(
-                    "--target", server.target, "--calls", str(CALLS["python-to-java"]),
-                    "--entities", "20", "--features", "8", "--json", env=env("python-to-java"),
-                )  # fmt: skip
+                    "--target",
+                    server.target,
+                    "--calls",
+                    str(CALLS["python-to-java"]),
+                    "--entities",
+                    "20",
+                    "--features",
+                    "8",
+                    "--json",
+                    env=env("python-to-java"),
+                )
                 assert done.returncode == 0 and done.summary["errors"] == 0, done.stderr
             with ServiceProcess(["--workers", "2"], env=env("python-server")) as service:
                 summary = peers.run_java_client(
-                    service.target, request, calls=CALLS["java-to-python"],
+                    service.target,
+                    request,
+                    calls=CALLS["java-to-python"],
                     env=env("java-to-python"),
-                )  # fmt: skip
+                )
                 assert summary["errors"] == 0, summary
             # Nothing listens there: grpc-java's status message names the code (UNAVAILABLE).
             summary = peers.run_java_client(
@@ -91,8 +103,9 @@ def test_each_rpc_is_one_call(stored_calls):
                 assert (call["status_code"], call["error"], call["client_attempts"]) == (14, 1, 1)
                 continue
             assert (call["service"], call["method"]) == (
-                "grpc_overhead.prediction.v1.Predictor", "Predict",
-            )  # fmt: skip
+                "grpc_overhead.prediction.v1.Predictor",
+                "Predict",
+            )
             assert call["status_code"] == 0 and call["error"] == 0
 
 
@@ -104,8 +117,9 @@ def test_sources_languages_and_phases(stored_calls, client):
     for call in stored_calls[client]:
         assert (call["client_source"], call["server_source"]) == (client_source, server_source)
         assert (call["client_language"], call["server_language"]) == (
-            client_language, server_language,
-        )  # fmt: skip
+            client_language,
+            server_language,
+        )
         if client_source == A72_JAVA:
             assert call["client_scope"] == peers.JAVA_SCOPE and call["client_attempts"] == 1
         defined = {p for p in sources.CATALOGUE_PHASES if call[f"{p}_us"] is not None}

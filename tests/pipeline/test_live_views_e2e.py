@@ -84,9 +84,13 @@ def _consistent(body: dict[str, Any]) -> None:
     shown["methods"] = [(m["method"], m["calls"], m["sides"]) for m in body["methods"]]
     assert body["calls"] == sum(code["calls"] for code in body["status_codes"]), shown
     sides = body["sides"]
-    assert sides == {"two_sided": body["calls"], "server_only": 0, "client_only": 0,
-                     "client_only_sampled": 0,
-                     "missing": None}  # fmt: skip
+    assert sides == {
+        "two_sided": body["calls"],
+        "server_only": 0,
+        "client_only": 0,
+        "client_only_sampled": 0,
+        "missing": None,
+    }
     for method in body["methods"]:
         assert method["calls"] == sum(code["calls"] for code in method["status_codes"])
         assert method["sides"]["two_sided"] == method["calls"]
@@ -111,12 +115,28 @@ def test_live_pages_and_report_match_after_stop(tmp_path):
         service_env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
         with ServiceProcess(["--workers", "4"], env=service_env) as service:
             load = subprocess.Popen(
-                [sys.executable, "-m", "grpc_overhead", "load", "--quiet", "--target",
-                 service.target, "--duration", str(LOAD_S), "--rps", "100", "--concurrency",
-                 "4", "--run-id", RUN],
+                [
+                    sys.executable,
+                    "-m",
+                    "grpc_overhead",
+                    "load",
+                    "--quiet",
+                    "--target",
+                    service.target,
+                    "--duration",
+                    str(LOAD_S),
+                    "--rps",
+                    "100",
+                    "--concurrency",
+                    "4",
+                    "--run-id",
+                    RUN,
+                ],
                 env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            )  # fmt: skip
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
             try:
                 time.sleep(4)  # the first calls are stored
                 for _ in range(READINGS):

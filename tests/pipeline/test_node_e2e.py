@@ -57,9 +57,12 @@ def through_collector(tmp_path_factory) -> dict[str, list[dict]]:
     serve = ServeProcess(store, intake_port)
     try:
         with CollectorProcess(
-            "embedded", otlp_port=free_port(), otlp_http_port=http_port,
-            intake=f"127.0.0.1:{intake_port}", health_port=free_port(),
-        ) as collector:  # fmt: skip
+            "embedded",
+            otlp_port=free_port(),
+            otlp_http_port=http_port,
+            intake=f"127.0.0.1:{intake_port}",
+            health_port=free_port(),
+        ) as collector:
             http = collector.otlp_http_url
             _run_node_pair(http, "node-via-collector")
             # Our Python service exports OTLP/gRPC to the same collector.
@@ -102,8 +105,9 @@ def _check(by_client: dict[str, list[dict]], client: str) -> None:
     assert promised == SPANS_ONLY_PHASES
     for call in by_client[client]:
         assert (call["service"], call["method"]) == (
-            "grpc_overhead.prediction.v1.Predictor", "Predict",
-        )  # fmt: skip
+            "grpc_overhead.prediction.v1.Predictor",
+            "Predict",
+        )
         assert call["status_code"] == 0 and call["error"] == 0
         assert call["server_service"] == f"{client}-server"
         assert (call["client_source"], call["server_source"]) == (SPANS_ONLY, SPANS_ONLY)
@@ -118,8 +122,10 @@ def _check(by_client: dict[str, list[dict]], client: str) -> None:
 def test_node_through_the_collector_each_call_once(through_collector):
     counts = {name: len(calls) for name, calls in through_collector.items()}
     assert counts == {
-        "node-via-collector": CALLS, "node-to-python": TO_PYTHON, "node-no-server": NO_SERVER,
-    }  # fmt: skip
+        "node-via-collector": CALLS,
+        "node-to-python": TO_PYTHON,
+        "node-no-server": NO_SERVER,
+    }
     _check(through_collector, "node-via-collector")
 
 

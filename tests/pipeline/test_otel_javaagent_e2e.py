@@ -52,9 +52,15 @@ CALLS = 100
 STANDARD_OTLP_HTTP_PORT = 4318
 #: The phases semconv message events define (span_sources; the catalogue says the same).
 MESSAGE_EVENT_PHASES = {
-    "client_pre_send", "request_receive", "server_receive", "server_handler", "server_tail",
-    "server_residence", "response_receive", "network_round_trip",
-}  # fmt: skip
+    "client_pre_send",
+    "request_receive",
+    "server_receive",
+    "server_handler",
+    "server_tail",
+    "server_residence",
+    "response_receive",
+    "network_round_trip",
+}
 SPAN_PHASES = {"total", "server_duration", "client_server_gap"}
 
 
@@ -102,9 +108,13 @@ def _pair(version: str, path: str, endpoint: str | None, request, response) -> d
     with peers.JavaServer(response, env=server_env, agent=version) as server:
         print(f"{version} {path}: server up in {time.monotonic() - started:.1f} s")
         summary = peers.run_java_client(
-            server.target, request, calls=CALLS, agent=version, timeout_s=180,
+            server.target,
+            request,
+            calls=CALLS,
+            agent=version,
+            timeout_s=180,
             env=peers.agent_env(_service(version, path, "client"), endpoint),
-        )  # fmt: skip
+        )
         print(f"{version} {path}: client done at {time.monotonic() - started:.1f} s {summary}")
     # Leaving the block stopped the server: the agent's shutdown hook exported its spans.
     print(f"{version} {path}: server stopped at {time.monotonic() - started:.1f} s")
@@ -121,14 +131,19 @@ def agent_runs(tmp_path_factory) -> dict:
     default_port = _port_free(STANDARD_OTLP_HTTP_PORT)
     intake_port = free_port()
     serve = ServeProcess(
-        store, intake_port, STANDARD_OTLP_HTTP_PORT if default_port else 0,
+        store,
+        intake_port,
+        STANDARD_OTLP_HTTP_PORT if default_port else 0,
         clickhouse_http_port=free_port(),
-    )  # fmt: skip
+    )
     pairs = [(version, path) for version in VERSIONS for path in PATHS]
     collector = CollectorProcess(
-        "embedded", otlp_port=free_port(), otlp_http_port=free_port(),
-        intake=f"127.0.0.1:{intake_port}", health_port=free_port(),
-    )  # fmt: skip
+        "embedded",
+        otlp_port=free_port(),
+        otlp_http_port=free_port(),
+        intake=f"127.0.0.1:{intake_port}",
+        health_port=free_port(),
+    )
     try:
         with collector:
             endpoints = {
@@ -142,8 +157,9 @@ def agent_runs(tmp_path_factory) -> dict:
                     for pair in pairs
                 }
                 runs = {pair: future.result() for pair, future in futures.items()}
-            expected = {_service(*pair, role): CALLS for pair in pairs
-                        for role in ("client", "server")}  # fmt: skip
+            expected = {
+                _service(*pair, role): CALLS for pair in pairs for role in ("client", "server")
+            }
             waited = time.monotonic()
             counts = _wait_for_spans(serve.clickhouse_url, expected)
             print(f"spans waited {time.monotonic() - waited:.1f} s; 4318 free: {default_port}")
@@ -159,10 +175,13 @@ def agent_runs(tmp_path_factory) -> dict:
     for call in peers.read_calls(store):
         by_client.setdefault(call["client_service"], []).append(call)
     return {
-        "default_port": default_port, "runs": runs, "span_counts": counts,
-        "expected_spans": expected, "event_keys": {key for (key,) in keys},
+        "default_port": default_port,
+        "runs": runs,
+        "span_counts": counts,
+        "expected_spans": expected,
+        "event_keys": {key for (key,) in keys},
         "calls": by_client,
-    }  # fmt: skip
+    }
 
 
 def test_the_agent_ran_with_default_settings(agent_runs):
@@ -195,8 +214,9 @@ def test_each_call_counted_once_with_its_phases(agent_runs, version, path):
         assert (call["client_source"], call["server_source"]) == (SEMCONV, SEMCONV)
         assert (call["client_scope"], call["client_language"]) == (peers.JAVAAGENT_SCOPE, "java")
         assert (call["service"], call["method"]) == (
-            "grpc_overhead.prediction.v1.Predictor", "Predict",
-        )  # fmt: skip
+            "grpc_overhead.prediction.v1.Predictor",
+            "Predict",
+        )
         assert (call["status_code"], call["error"]) == (0, 0)
         defined = {p for p in sources.CATALOGUE_PHASES if call[f"{p}_us"] is not None}
         # A phase whose events came out of order on this call (a preempted thread stamped
@@ -215,7 +235,11 @@ def test_the_fetch_is_cached(tmp_path):
     fake.write_text("#!/bin/sh\necho 'mvn was called' >&2\nexit 1\n")
     fake.chmod(0o755)
     done = subprocess.run(
-        ["bash", str(peers.JAVAAGENT_SCRIPT)], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        ["bash", str(peers.JAVAAGENT_SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0 and "present" in done.stdout, done.stderr

@@ -19,10 +19,19 @@ from harness.ground_truth.pipeline import ServeProcess, report, through_collecto
 pytestmark = pytest.mark.e2e
 
 PHASES = [
-    "client_serialize", "request_network", "server_queue", "request_deserialize", "processing",
-    "response_serialize", "response_network", "client_deserialize", "total", "server_residence",
-    "network_overhead", "unattributed",
-]  # fmt: skip
+    "client_serialize",
+    "request_network",
+    "server_queue",
+    "request_deserialize",
+    "processing",
+    "response_serialize",
+    "response_network",
+    "client_deserialize",
+    "total",
+    "server_residence",
+    "network_overhead",
+    "unattributed",
+]
 CALLS = 40
 
 
@@ -33,10 +42,21 @@ def test_service_to_report_through_the_real_collector(tmp_path):
         service_env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
         with ServiceProcess(["--workers", "2", "--model-cost-ms", "2"], env=service_env) as svc:
             result = run_load(
-                "--target", svc.target, "--calls", str(CALLS), "--concurrency", "2",
-                "--entities", "50", "--features", "8", "--run-id", "pipeline-e2e", "--json",
+                "--target",
+                svc.target,
+                "--calls",
+                str(CALLS),
+                "--concurrency",
+                "2",
+                "--entities",
+                "50",
+                "--features",
+                "8",
+                "--run-id",
+                "pipeline-e2e",
+                "--json",
                 env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
-            )  # fmt: skip
+            )
             assert result.returncode == 0, result.stderr
     # Leaving the block stopped the collector with SIGTERM (it flushed to the intake), then serve.
 
@@ -49,11 +69,20 @@ def test_service_to_report_through_the_real_collector(tmp_path):
         assert set(method["phases"][phase]) >= {"p50_us", "p90_us", "p99_us", "mean_us"}
     phases = {name: values["mean_us"] for name, values in method["phases"].items()}
     consecutive = [
-        "client_serialize", "client_connect", "request_network", "server_dispatch",
-        "server_queue", "request_deserialize", "server_interceptors", "processing",
-        "post_processing", "response_serialize", "response_network", "client_dispatch",
+        "client_serialize",
+        "client_connect",
+        "request_network",
+        "server_dispatch",
+        "server_queue",
+        "request_deserialize",
+        "server_interceptors",
+        "processing",
+        "post_processing",
+        "response_serialize",
+        "response_network",
+        "client_dispatch",
         "client_deserialize",
-    ]  # fmt: skip
+    ]
     # The load generator's calls carry deadlines: the dispatch wait is measured for each;
     # our client records its own waits (connection, wake-up lag) for each too; the
     # service's servicer methods are timed innermost (the interceptor chain around them is
@@ -81,17 +110,34 @@ def test_serve_assembles_calls_as_spans_arrive(tmp_path):
         env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
         with ServiceProcess(["--workers", "2"], env=env) as service:
             result = run_load(
-                "--target", service.target, "--calls", "10", "--run-id", "live",
+                "--target",
+                service.target,
+                "--calls",
+                "10",
+                "--run-id",
+                "live",
                 env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
-            )  # fmt: skip
+            )
             assert result.returncode == 0, result.stderr
     finally:
         serve.stop()
     done = subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", "sql", "--store", str(store), "--format", "json",
-         "SELECT count() AS calls FROM (SELECT max(client_start_ns) AS c, max(server_start_ns) "
-         "AS s FROM grpc_calls GROUP BY TraceId, ClientSpanId) WHERE c > 0 AND s > 0"],
-        capture_output=True, text=True, timeout=60, env=offline_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "grpc_overhead",
+            "sql",
+            "--store",
+            str(store),
+            "--format",
+            "json",
+            "SELECT count() AS calls FROM (SELECT max(client_start_ns) AS c, max(server_start_ns) "
+            "AS s FROM grpc_calls GROUP BY TraceId, ClientSpanId) WHERE c > 0 AND s > 0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=offline_env(),
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [{"calls": 10}]

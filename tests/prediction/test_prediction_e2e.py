@@ -28,10 +28,28 @@ def check_summary(summary: dict[str, Any], calls: int | None = None) -> None:
 @pytest.mark.parametrize("mode", ["unary", "stream", "batch", "chunks", "upload"])
 def test_every_mode(service, mode: str) -> None:
     result = run_load(
-        "--target", service.target, "--mode", mode, "--calls", "20", "--concurrency", "2",
-        "--entities", "50", "--features", "16", "--stream-messages", "3", "--batch-size", "3",
-        "--chunk-entities", "20", "--json", "--run-id", f"e2e-{mode}",
-    )  # fmt: skip
+        "--target",
+        service.target,
+        "--mode",
+        mode,
+        "--calls",
+        "20",
+        "--concurrency",
+        "2",
+        "--entities",
+        "50",
+        "--features",
+        "16",
+        "--stream-messages",
+        "3",
+        "--batch-size",
+        "3",
+        "--chunk-entities",
+        "20",
+        "--json",
+        "--run-id",
+        f"e2e-{mode}",
+    )
     summary = result.summary
     check_summary(summary, calls=20)
     assert summary["ok"] == 20, summary["error_messages"]
@@ -45,9 +63,16 @@ def test_every_mode(service, mode: str) -> None:
 @pytest.mark.parametrize("compression", ["gzip", "deflate", "zstd", "lz4", "snappy"])
 def test_compressions(service, compression: str) -> None:
     summary = run_load(
-        "--target", service.target, "--calls", "10", "--compression", compression,
-        "--entities", "100", "--json",
-    ).summary  # fmt: skip
+        "--target",
+        service.target,
+        "--calls",
+        "10",
+        "--compression",
+        compression,
+        "--entities",
+        "100",
+        "--json",
+    ).summary
     check_summary(summary, calls=10)
     assert summary["ok"] == 10, summary["error_messages"]
     payload = summary["payload"]
@@ -65,25 +90,45 @@ def test_compressions(service, compression: str) -> None:
 def test_text_summary(service) -> None:
     result = run_load("--target", service.target, "--calls", "15", "--mode", "stream")
     assert result.returncode == 0, result.stderr
-    for heading in ("Summary:", "Requests/sec:", "Response time histogram", "Latency distribution",
-                    "99.9 % in", "Status code distribution:", "[OK]\t15 responses"):  # fmt: skip
+    for heading in (
+        "Summary:",
+        "Requests/sec:",
+        "Response time histogram",
+        "Latency distribution",
+        "99.9 % in",
+        "Status code distribution:",
+        "[OK]\t15 responses",
+    ):
         assert heading in result.stdout, heading
 
 
 def test_round_robin_over_targets(service) -> None:
     with ServiceProcess(["--instance-id", "second", "--workers", "2"], env=offline_env()) as other:
         summary = run_load(
-            "--target", f"{service.target},{other.target}", "--calls", "20", "--channels", "2",
+            "--target",
+            f"{service.target},{other.target}",
+            "--calls",
+            "20",
+            "--channels",
+            "2",
             "--json",
-        ).summary  # fmt: skip
+        ).summary
     check_summary(summary, calls=20)
     assert summary["server_instances"] == {"e2e-service": 10, "second": 10}
 
 
 def test_open_loop_poisson(service) -> None:
     result = run_load(
-        "--target", service.target, "--rps", "40", "--duration", "2", "--entities", "20", "--json",
-    )  # fmt: skip
+        "--target",
+        service.target,
+        "--rps",
+        "40",
+        "--duration",
+        "2",
+        "--entities",
+        "20",
+        "--json",
+    )
     summary = result.summary
     check_summary(summary)
     assert 20 <= summary["calls"] <= 160  # Poisson(80): far outside is a scheduler bug
@@ -103,8 +148,16 @@ def test_duration_bounded_closed_loop(service) -> None:
 
 
 def test_model_cost_and_server_options() -> None:
-    args = ["--model-cost-ms", "5", "--workers", "2", "--max-concurrent-rpcs", "64",
-            "--compression", "gzip"]  # fmt: skip
+    args = [
+        "--model-cost-ms",
+        "5",
+        "--workers",
+        "2",
+        "--max-concurrent-rpcs",
+        "64",
+        "--compression",
+        "gzip",
+    ]
     with ServiceProcess(args, env=offline_env()) as svc:
         summary = run_load("--target", svc.target, "--calls", "12", "--json").summary
     check_summary(summary, calls=12)
@@ -115,9 +168,16 @@ def test_model_cost_and_server_options() -> None:
 def test_max_connection_age_reconnects_without_errors() -> None:
     with ServiceProcess(["--max-connection-age-s", "0.5"], env=offline_env()) as svc:
         summary = run_load(
-            "--target", svc.target, "--duration", "2", "--concurrency", "2", "--entities", "20",
+            "--target",
+            svc.target,
+            "--duration",
+            "2",
+            "--concurrency",
+            "2",
+            "--entities",
+            "20",
             "--json",
-        ).summary  # fmt: skip
+        ).summary
     check_summary(summary)
     assert summary["calls"] > 0 and summary["errors"] == 0, summary["error_messages"]
 

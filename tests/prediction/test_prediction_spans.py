@@ -41,10 +41,25 @@ def test_every_call_has_both_halves_with_every_event(otlp_sink, mode, calls):
     load_env = offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint)
     with ServiceProcess(["--workers", "2"], env=service_env) as service:
         result = run_load(
-            "--target", service.target, "--calls", str(calls), "--concurrency", "2",
-            "--mode", mode, "--entities", "40", "--features", "8", "--run-id", f"spans-{mode}",
-            "--compression", "zstd", "--json", env=load_env,
-        )  # fmt: skip
+            "--target",
+            service.target,
+            "--calls",
+            str(calls),
+            "--concurrency",
+            "2",
+            "--mode",
+            mode,
+            "--entities",
+            "40",
+            "--features",
+            "8",
+            "--run-id",
+            f"spans-{mode}",
+            "--compression",
+            "zstd",
+            "--json",
+            env=load_env,
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["ok"] == calls
     # The service flushed on SIGTERM; the load generator before exiting.
@@ -78,9 +93,15 @@ def test_the_off_switch_leaves_service_and_load_untraced(otlp_sink, aio):
     flags = ["--workers", "2", *(["--aio"] if aio else [])]
     with ServiceProcess(flags, env=offline_env(OTEL_SERVICE_NAME="predictor", **off)) as service:
         result = run_load(
-            "--target", service.target, "--calls", "8", "--concurrency", "2", "--json",
+            "--target",
+            service.target,
+            "--calls",
+            "8",
+            "--concurrency",
+            "2",
+            "--json",
             env=offline_env(OTEL_SERVICE_NAME="loadgen", **off),
-        )  # fmt: skip
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["ok"] == 8
     # Both processes have exited (and flushed whatever they had): nothing was sent.

@@ -12,8 +12,15 @@ from grpc_overhead.prediction.server import ServiceConfig, make_scorer
 
 pytestmark = pytest.mark.unit
 
-ORDER = ["serverCallStarted", "callScheduled", "inboundMessage", "inboundMessageRead",
-         "predictionsMade", "outboundMessage", "outboundMessageSent"]  # fmt: skip
+ORDER = [
+    "serverCallStarted",
+    "callScheduled",
+    "inboundMessage",
+    "inboundMessageRead",
+    "predictionsMade",
+    "outboundMessage",
+    "outboundMessageSent",
+]
 
 
 @pytest.fixture(scope="module")

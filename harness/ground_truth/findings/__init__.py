@@ -58,9 +58,11 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def run_scenarios(
-    workdir: Path, profile: Profile, names: Sequence[str] | None = None,
+    workdir: Path,
+    profile: Profile,
+    names: Sequence[str] | None = None,
     progress: Callable[[str], None] = lambda line: None,
-) -> list[FindingsResult]:  # fmt: skip
+) -> list[FindingsResult]:
     """Play ``names`` (default: all) on one pipeline, then judge each from its findings.
 
     A scenario that fails to run is a result with ``error`` set (the others still run).
@@ -79,8 +81,10 @@ def run_scenarios(
             try:
                 scenario_dir = workdir / name
                 scenario_dir.mkdir(parents=True, exist_ok=True)
-                plans[name] = (SCENARIOS[name](pipeline, scenario_dir, profile),
-                               time.monotonic() - started)  # fmt: skip
+                plans[name] = (
+                    SCENARIOS[name](pipeline, scenario_dir, profile),
+                    time.monotonic() - started,
+                )
             except Exception as error:
                 failed[name] = "".join(traceback.format_exception_only(error)).strip()
                 progress(f"  {name} failed: {failed[name]}")

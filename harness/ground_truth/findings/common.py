@@ -39,15 +39,21 @@ def latency_ms(summaries: list[dict[str, Any]], quantile: str = "p50") -> float:
 
 
 def cause_and_cure(
-    pipeline: Pipeline, profile: Profile, arms: dict[str, tuple[str, ...]],
-    env: dict[str, str] | None = None, quantile: str = "p50",
-) -> float:  # fmt: skip
+    pipeline: Pipeline,
+    profile: Profile,
+    arms: dict[str, tuple[str, ...]],
+    env: dict[str, str] | None = None,
+    quantile: str = "p50",
+) -> float:
     """Two ``load`` runs, interleaved: run id -> its arguments (the target first), the
     cause's first, the cure's second. The measured saving (µs, the client's clock): the
     cause's latency minus the cure's at ``quantile``."""
-    summaries = interleaved(profile, {
-        run: lambda run=run, args=args: pipeline.load(args[0], run, *args[1:], env=env)
-        for run, args in arms.items()
-    })  # fmt: skip
+    summaries = interleaved(
+        profile,
+        {
+            run: lambda run=run, args=args: pipeline.load(args[0], run, *args[1:], env=env)
+            for run, args in arms.items()
+        },
+    )
     cause, cure = arms
     return (latency_ms(summaries[cause], quantile) - latency_ms(summaries[cure], quantile)) * 1e3

@@ -49,10 +49,15 @@ def _proxied(pipeline: Pipeline, *service_args: str) -> Iterator[tuple[Toxiproxy
 
 
 def _toxic_or_not(
-    pipeline: Pipeline, profile: Profile, name: str, toxics: dict[str, dict[str, int]],
-    load: tuple[str, ...], count: int, cure_load: tuple[str, ...] | None = None,
+    pipeline: Pipeline,
+    profile: Profile,
+    name: str,
+    toxics: dict[str, dict[str, int]],
+    load: tuple[str, ...],
+    count: int,
+    cure_load: tuple[str, ...] | None = None,
     cure_toxics: bool = False,
-) -> tuple[float, dict[str, Any]]:  # fmt: skip
+) -> tuple[float, dict[str, Any]]:
     """Cause (toxic on) and cure (off, or ``cure_load`` with the toxic on), interleaved;
     the measured saving (µs, client clock, p50) and observations."""
     with _proxied(pipeline) as (toxiproxy, proxy):
@@ -60,48 +65,81 @@ def _toxic_or_not(
         def play(run: str, args: tuple[str, ...], toxic: bool) -> dict[str, Any]:
             toxiproxy.set_toxics(proxy, toxics if toxic else {})
             try:
-                return pipeline.load(proxy.listen, run, "--calls", str(count), "--concurrency",
-                                     "1", *args, env=SAMPLED)  # fmt: skip
+                return pipeline.load(
+                    proxy.listen,
+                    run,
+                    "--calls",
+                    str(count),
+                    "--concurrency",
+                    "1",
+                    *args,
+                    env=SAMPLED,
+                )
             finally:
                 toxiproxy.clear_toxics(proxy)
 
         cause, cure = f"{name}-cause", f"{name}-cure"
-        summaries = interleaved(profile, {
-            cause: lambda: play(cause, load, True),
-            cure: lambda: play(cure, cure_load or load, cure_toxics),
-        })  # fmt: skip
+        summaries = interleaved(
+            profile,
+            {
+                cause: lambda: play(cause, load, True),
+                cure: lambda: play(cure, cure_load or load, cure_toxics),
+            },
+        )
     measured = (latency_ms(summaries[cause]) - latency_ms(summaries[cure])) * 1e3
     latency = {run: round(latency_ms(found) * 1e3, 1) for run, found in summaries.items()}
     return measured, {"client_latency_p50_us": latency}
 
 
 def network_latency(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
-    toxics = {f"latency:{UPSTREAM}": {"latency": 3, "jitter": 0},
-              f"latency:{DOWNSTREAM}": {"latency": 3, "jitter": 0}}  # fmt: skip
-    measured, observed = _toxic_or_not(pipeline, profile, "latency", toxics, SMALL,
-                                       calls(profile, 40, 100))  # fmt: skip
-    return Plan("network_latency", "network_latency", "latency-cause",
-                "3 ms of latency each way (toxiproxy), ~1 KB calls", measured,
-                cure="the same proxy without latency", observations=observed)  # fmt: skip
+    toxics = {
+        f"latency:{UPSTREAM}": {"latency": 3, "jitter": 0},
+        f"latency:{DOWNSTREAM}": {"latency": 3, "jitter": 0},
+    }
+    measured, observed = _toxic_or_not(
+        pipeline, profile, "latency", toxics, SMALL, calls(profile, 40, 100)
+    )
+    return Plan(
+        "network_latency",
+        "network_latency",
+        "latency-cause",
+        "3 ms of latency each way (toxiproxy), ~1 KB calls",
+        measured,
+        cure="the same proxy without latency",
+        observations=observed,
+    )
 
 
 def slow_upload(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     toxics = {f"bandwidth:{UPSTREAM}": {"rate": 2500}}
-    measured, observed = _toxic_or_not(pipeline, profile, "upload", toxics, UPLOAD,
-                                       calls(profile, 15, 40))  # fmt: skip
-    return Plan("slow_upload", "slow_upload", "upload-cause",
-                "a 2.5 MB/s request path (toxiproxy bandwidth), ~209 KB requests", measured,
-                cure="the same proxy without the limit", observations=observed)  # fmt: skip
+    measured, observed = _toxic_or_not(
+        pipeline, profile, "upload", toxics, UPLOAD, calls(profile, 15, 40)
+    )
+    return Plan(
+        "slow_upload",
+        "slow_upload",
+        "upload-cause",
+        "a 2.5 MB/s request path (toxiproxy bandwidth), ~209 KB requests",
+        measured,
+        cure="the same proxy without the limit",
+        observations=observed,
+    )
 
 
 def slow_download(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     toxics = {f"bandwidth:{DOWNSTREAM}": {"rate": 320}}
-    measured, observed = _toxic_or_not(pipeline, profile, "download", toxics, DOWNLOAD,
-                                       calls(profile, 15, 40))  # fmt: skip
-    return Plan("slow_download", "slow_download", "download-cause",
-                "a 320 KB/s response path (toxiproxy bandwidth), ~32 KB responses",
-                measured, cure="the same proxy without the limit",
-                observations=observed)  # fmt: skip
+    measured, observed = _toxic_or_not(
+        pipeline, profile, "download", toxics, DOWNLOAD, calls(profile, 15, 40)
+    )
+    return Plan(
+        "slow_download",
+        "slow_download",
+        "download-cause",
+        "a 320 KB/s response path (toxiproxy bandwidth), ~32 KB responses",
+        measured,
+        cure="the same proxy without the limit",
+        observations=observed,
+    )
 
 
 def compression_would_help(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
@@ -113,24 +151,47 @@ def compression_would_help(pipeline: Pipeline, workdir: Path, profile: Profile) 
     toxics = {f"bandwidth:{UPSTREAM}": {"rate": 500}}
     upload = ("--entities", "350", "--features", "32")  # ~52 KB requests, gzip keeps ~32 %
     measured, observed = _toxic_or_not(
-        pipeline, profile, "gzip-helps", toxics, upload, calls(profile, 15, 40),
-        cure_load=(*upload, "--compression", "gzip"), cure_toxics=True,
-    )  # fmt: skip
-    return Plan("compression_would_help", "compression_would_help", "gzip-helps-cause",
-                "~52 KB compressible requests sent plain on a 500 KB/s request path",
-                measured, cure="gRPC gzip on the same path", observations=observed,
-                ranks_below=("slow_upload",))  # fmt: skip
+        pipeline,
+        profile,
+        "gzip-helps",
+        toxics,
+        upload,
+        calls(profile, 15, 40),
+        cure_load=(*upload, "--compression", "gzip"),
+        cure_toxics=True,
+    )
+    return Plan(
+        "compression_would_help",
+        "compression_would_help",
+        "gzip-helps-cause",
+        "~52 KB compressible requests sent plain on a 500 KB/s request path",
+        measured,
+        cure="gRPC gzip on the same path",
+        observations=observed,
+        ranks_below=("slow_upload",),
+    )
 
 
 def compression_costs_more(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     big = ("--entities", "3000", "--features", "64")  # ~830 KB, gzip: ~60 ms of CPU
     measured, observed = _toxic_or_not(
-        pipeline, profile, "gzip-costs", {}, (*big, "--compression", "gzip"),
-        calls(profile, 12, 30), cure_load=big,
-    )  # fmt: skip
-    return Plan("compression_costs_more", "compression_costs_more", "gzip-costs-cause",
-                "gRPC gzip on ~830 KB requests over loopback", measured,
-                cure="no compression", observations=observed)  # fmt: skip
+        pipeline,
+        profile,
+        "gzip-costs",
+        {},
+        (*big, "--compression", "gzip"),
+        calls(profile, 12, 30),
+        cure_load=big,
+    )
+    return Plan(
+        "compression_costs_more",
+        "compression_costs_more",
+        "gzip-costs-cause",
+        "gRPC gzip on ~830 KB requests over loopback",
+        measured,
+        cure="no compression",
+        observations=observed,
+    )
 
 
 SCENARIOS = {

@@ -65,17 +65,35 @@ def client_busy(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
         with on_cpus(server_cpus):
             service = stack.enter_context(pipeline.service("--workers", "4"))
         with on_cpus(client_cpus):
-            measured = cause_and_cure(pipeline, profile, {
-                run: (service.target, "--calls", count, "--concurrency", "1",
-                      "--busy-threads", threads, *SMALL)
-                for run, threads in (("busy-client-cause", BUSY_THREADS),
-                                     ("busy-client-cure", "0"))
-            })  # fmt: skip
+            measured = cause_and_cure(
+                pipeline,
+                profile,
+                {
+                    run: (
+                        service.target,
+                        "--calls",
+                        count,
+                        "--concurrency",
+                        "1",
+                        "--busy-threads",
+                        threads,
+                        *SMALL,
+                    )
+                    for run, threads in (
+                        ("busy-client-cause", BUSY_THREADS),
+                        ("busy-client-cure", "0"),
+                    )
+                },
+            )
     return Plan(
-        "client_busy", "client_busy", "busy-client-cause",
-        f"{BUSY_THREADS} threads burning CPU in the client process (its own CPU)", measured,
-        cure="the same client without them", limit=CLIENT_DISPATCH_LIMIT,
-    )  # fmt: skip
+        "client_busy",
+        "client_busy",
+        "busy-client-cause",
+        f"{BUSY_THREADS} threads burning CPU in the client process (its own CPU)",
+        measured,
+        cure="the same client without them",
+        limit=CLIENT_DISPATCH_LIMIT,
+    )
 
 
 def server_cpu_saturated(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
@@ -84,17 +102,24 @@ def server_cpu_saturated(pipeline: Pipeline, workdir: Path, profile: Profile) ->
         pipeline.service("--workers", "4", "--busy-threads", BUSY_THREADS) as busy,
         pipeline.service("--workers", "4") as idle,
     ):
-        measured = cause_and_cure(pipeline, profile, {
-            run: (service.target, "--calls", count, "--concurrency", "1", *SMALL)
-            for run, service in (("busy-server-cause", busy), ("busy-server-cure", idle))
-        })  # fmt: skip
+        measured = cause_and_cure(
+            pipeline,
+            profile,
+            {
+                run: (service.target, "--calls", count, "--concurrency", "1", *SMALL)
+                for run, service in (("busy-server-cause", busy), ("busy-server-cure", idle))
+            },
+        )
     return Plan(
-        "server_cpu_saturated", "server_cpu_saturated", "busy-server-cause",
+        "server_cpu_saturated",
+        "server_cpu_saturated",
+        "busy-server-cause",
         f"{BUSY_THREADS} threads burning CPU in the server process outside its handlers",
         measured,
-        cure="the same service without them", limit=SERVER_DISPATCH_LIMIT,
+        cure="the same service without them",
+        limit=SERVER_DISPATCH_LIMIT,
         ranks_below=("server_pool_saturated",),
-    )  # fmt: skip
+    )
 
 
 def serialization_cost(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
@@ -103,16 +128,32 @@ def serialization_cost(pipeline: Pipeline, workdir: Path, profile: Profile) -> P
     # on a busier machine (other processes of the suite) moves their p50 by tens of percent.
     profile = dataclasses.replace(profile, rounds=max(profile.rounds, 3))
     with pipeline.service("--workers", "4", env=PURE_PYTHON_PROTOBUF) as service:
-        measured = cause_and_cure(pipeline, profile, {
-            run: (service.target, "--calls", count, "--concurrency", "1", *MANY_MESSAGES,
-                  "--encoding", encoding)
-            for run, encoding in (("encoding-cause", "repeated"), ("encoding-cure", "packed"))
-        }, env=PURE_PYTHON_PROTOBUF)  # fmt: skip
+        measured = cause_and_cure(
+            pipeline,
+            profile,
+            {
+                run: (
+                    service.target,
+                    "--calls",
+                    count,
+                    "--concurrency",
+                    "1",
+                    *MANY_MESSAGES,
+                    "--encoding",
+                    encoding,
+                )
+                for run, encoding in (("encoding-cause", "repeated"), ("encoding-cure", "packed"))
+            },
+            env=PURE_PYTHON_PROTOBUF,
+        )
     return Plan(
-        "serialization_cost", "serialization_cost", "encoding-cause",
-        "500 Entity messages per request (--encoding repeated), pure-Python protobuf", measured,
+        "serialization_cost",
+        "serialization_cost",
+        "encoding-cause",
+        "500 Entity messages per request (--encoding repeated), pure-Python protobuf",
+        measured,
         cure="the same matrix as one packed float32 blob (--encoding packed), same runtime",
-    )  # fmt: skip
+    )
 
 
 SCENARIOS = {

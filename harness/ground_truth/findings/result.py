@@ -154,8 +154,9 @@ def judge(plan: Plan, answer: dict[str, Any], seconds: float = 0.0) -> FindingsR
         for entry in answer.get("checked", [])
         if isinstance(entry, dict) and entry.get("kind") == plan.kind
     ]
-    return FindingsResult(plan, found[0] if found else None, injected, found, seconds, "",
-                          not_found)  # fmt: skip
+    return FindingsResult(
+        plan, found[0] if found else None, injected, found, seconds, "", not_found
+    )
 
 
 def _short(finding: dict[str, Any] | None) -> str:

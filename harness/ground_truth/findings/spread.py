@@ -53,71 +53,133 @@ def load_imbalance(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
         pipeline.service(*model, "--instance-id", "idle") as idle,
     ):
         unbalanced = (busy.target,) * 4 + (idle.target,)
-        measured = cause_and_cure(pipeline, profile, {
-            run: (targets[0], *_targets(*targets), "--calls", count, "--concurrency", "4",
-                  *SMALL)
-            for run, targets in (("imbalance-cause", unbalanced),
-                                 ("imbalance-cure", (busy.target, idle.target)))
-        })  # fmt: skip
+        measured = cause_and_cure(
+            pipeline,
+            profile,
+            {
+                run: (
+                    targets[0],
+                    *_targets(*targets),
+                    "--calls",
+                    count,
+                    "--concurrency",
+                    "4",
+                    *SMALL,
+                )
+                for run, targets in (
+                    ("imbalance-cause", unbalanced),
+                    ("imbalance-cure", (busy.target, idle.target)),
+                )
+            },
+        )
     return Plan(
-        "load_imbalance", "load_imbalance", "imbalance-cause",
-        "4 calls of 5 to one of two instances (2 workers, 4 ms model, 4 callers)", measured,
+        "load_imbalance",
+        "load_imbalance",
+        "imbalance-cause",
+        "4 calls of 5 to one of two instances (2 workers, 4 ms model, 4 callers)",
+        measured,
         cure="calls alternate between the instances (round_robin)",
         ranks_below=("server_pool_saturated",),
         limit=IMBALANCE_LIMIT,
-    )  # fmt: skip
+    )
 
 
 def tail(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     count = str(calls(profile, 250, 500))
     with (
         pipeline.service("--workers", "4", "--instance-id", "main") as main,
-        pipeline.service("--workers", "4", "--instance-id", "slow",
-                         "--model-wait-ms", "25") as slow,
+        pipeline.service(
+            "--workers", "4", "--instance-id", "slow", "--model-wait-ms", "25"
+        ) as slow,
         pipeline.service("--workers", "4", "--instance-id", "fixed") as fixed,
-    ):  # fmt: skip
-        measured = cause_and_cure(pipeline, profile, {
-            run: (main.target, *_targets(*(main.target,) * 24, odd), "--calls", count,
-                  "--concurrency", "2", *SMALL)
-            for run, odd in (("tail-cause", slow.target), ("tail-cure", fixed.target))
-        }, quantile="p99")  # fmt: skip
+    ):
+        measured = cause_and_cure(
+            pipeline,
+            profile,
+            {
+                run: (
+                    main.target,
+                    *_targets(*(main.target,) * 24, odd),
+                    "--calls",
+                    count,
+                    "--concurrency",
+                    "2",
+                    *SMALL,
+                )
+                for run, odd in (("tail-cause", slow.target), ("tail-cure", fixed.target))
+            },
+            quantile="p99",
+        )
     return Plan(
-        "tail", "tail", "tail-cause",
-        "1 call in 25 goes to an instance whose model waits 25 ms", measured,
-        quantile="p99", cure="that instance without the wait",
-    )  # fmt: skip
+        "tail",
+        "tail",
+        "tail-cause",
+        "1 call in 25 goes to an instance whose model waits 25 ms",
+        measured,
+        quantile="p99",
+        cure="that instance without the wait",
+    )
 
 
 def clock_uncertain(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     with Toxiproxy() as toxiproxy, pipeline.service("--workers", "4", skew_s=0.040) as skewed:
         proxy = toxiproxy.proxy(skewed.target)
-        toxiproxy.set_toxics(proxy, {f"latency:{way}": {"latency": CLOCK_PATH_MS, "jitter": 0}
-                                     for way in (UPSTREAM, DOWNSTREAM)})  # fmt: skip
-        pipeline.load(proxy.listen, "clock-cause", "--calls", str(calls(profile, 100, 250)),
-                      "--concurrency", "2", *SMALL)  # fmt: skip
-    return Plan("clock_uncertain", "clock_uncertain", "clock-cause",
-                "the server's clock 40 ms ahead, on another host (libfaketime), "
-                f"{CLOCK_PATH_MS} ms away each way (toxiproxy)", 0.0,
-                cure="none: a limit of the measurement, nothing to save",
-                ranks_below=ANY_KIND)  # fmt: skip
+        toxiproxy.set_toxics(
+            proxy,
+            {
+                f"latency:{way}": {"latency": CLOCK_PATH_MS, "jitter": 0}
+                for way in (UPSTREAM, DOWNSTREAM)
+            },
+        )
+        pipeline.load(
+            proxy.listen,
+            "clock-cause",
+            "--calls",
+            str(calls(profile, 100, 250)),
+            "--concurrency",
+            "2",
+            *SMALL,
+        )
+    return Plan(
+        "clock_uncertain",
+        "clock_uncertain",
+        "clock-cause",
+        "the server's clock 40 ms ahead, on another host (libfaketime), "
+        f"{CLOCK_PATH_MS} ms away each way (toxiproxy)",
+        0.0,
+        cure="none: a limit of the measurement, nothing to save",
+        ranks_below=ANY_KIND,
+    )
 
 
 def _healthy(pipeline: Pipeline, profile: Profile, run: str, *service: str) -> None:
     with pipeline.service(*service) as healthy:
-        pipeline.load(healthy.target, run, "--calls", str(calls(profile, 300, 600)),
-                      "--concurrency", "2", *SMALL)  # fmt: skip
+        pipeline.load(
+            healthy.target,
+            run,
+            "--calls",
+            str(calls(profile, 300, 600)),
+            "--concurrency",
+            "2",
+            *SMALL,
+        )
 
 
 def healthy_light(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     _healthy(pipeline, profile, "healthy-light", "--workers", "4")
-    return Plan("healthy_light", None, "healthy-light",
-                "nothing: ~1 KB calls, 2 callers, 4 workers")  # fmt: skip
+    return Plan(
+        "healthy_light", None, "healthy-light", "nothing: ~1 KB calls, 2 callers, 4 workers"
+    )
 
 
 def healthy_model(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     _healthy(pipeline, profile, "healthy-model", "--workers", "4", "--model-wait-ms", "3")
-    return Plan("healthy_model", None, "healthy-model",
-                "nothing: a model waiting 3 ms (an accelerator), 2 callers, 4 workers")  # fmt: skip
+    return Plan(
+        "healthy_model",
+        None,
+        "healthy-model",
+        "nothing: a model waiting 3 ms (an accelerator), 2 callers, 4 workers",
+    )
 
 
 SCENARIOS = {

@@ -33,15 +33,22 @@ def server_pool_saturated(pipeline: Pipeline, workdir: Path, profile: Profile) -
         pipeline.service("--workers", "1", *model) as starved,
         pipeline.service("--workers", "8", *model) as cured,
     ):
-        measured = cause_and_cure(pipeline, profile, {
-            run: (service.target, "--calls", count, "--concurrency", "4", *SMALL)
-            for run, service in (("pool-cause", starved), ("pool-cure", cured))
-        })  # fmt: skip
+        measured = cause_and_cure(
+            pipeline,
+            profile,
+            {
+                run: (service.target, "--calls", count, "--concurrency", "4", *SMALL)
+                for run, service in (("pool-cause", starved), ("pool-cure", cured))
+            },
+        )
     return Plan(
-        "server_pool_saturated", "server_pool_saturated", "pool-cause",
-        "1 handler thread, a 4 ms model wait, 4 closed-loop callers", measured,
+        "server_pool_saturated",
+        "server_pool_saturated",
+        "pool-cause",
+        "1 handler thread, a 4 ms model wait, 4 closed-loop callers",
+        measured,
         cure="8 handler threads (grpc.server(ThreadPoolExecutor(max_workers=8)))",
-    )  # fmt: skip
+    )
 
 
 def _around_handler(
@@ -57,10 +64,14 @@ def _around_handler(
         InterceptorServer(Case(kind, SLEEP_MS, False), workdir / "cause.json", env) as cause,
         InterceptorServer(Case("baseline", 0.0, False), workdir / "cure.json", env) as cure,
     ):
-        measured = cause_and_cure(pipeline, profile, {
-            run: (server.target, "--calls", count, "--concurrency", "1", *SMALL)
-            for run, server in ((f"{name}-cause", cause), (f"{name}-cure", cure))
-        })  # fmt: skip
+        measured = cause_and_cure(
+            pipeline,
+            profile,
+            {
+                run: (server.target, "--calls", count, "--concurrency", "1", *SMALL)
+                for run, server in ((f"{name}-cause", cause), (f"{name}-cure", cure))
+            },
+        )
     slept = statistics.median(cause.slept_us())
     return measured, {"slept_p50_us": round(slept, 1)}
 
@@ -68,33 +79,49 @@ def _around_handler(
 def post_processing(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     measured, observed = _around_handler(pipeline, workdir, profile, "mark", "post")
     return Plan(
-        "post_processing", "post_processing", "post-cause",
-        f"the handler sleeps {SLEEP_MS:g} ms after mark_predictions_made()", measured,
-        cure="the same server without the sleep", observations=observed,
-    )  # fmt: skip
+        "post_processing",
+        "post_processing",
+        "post-cause",
+        f"the handler sleeps {SLEEP_MS:g} ms after mark_predictions_made()",
+        measured,
+        cure="the same server without the sleep",
+        observations=observed,
+    )
 
 
 def server_interceptors(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     measured, observed = _around_handler(pipeline, workdir, profile, "after", "intercept")
     return Plan(
-        "server_interceptors", "server_interceptors", "intercept-cause",
-        f"a user's ServerInterceptor sleeps {SLEEP_MS:g} ms after the handler", measured,
-        cure="the same server without the interceptor", observations=observed,
-    )  # fmt: skip
+        "server_interceptors",
+        "server_interceptors",
+        "intercept-cause",
+        f"a user's ServerInterceptor sleeps {SLEEP_MS:g} ms after the handler",
+        measured,
+        cure="the same server without the interceptor",
+        observations=observed,
+    )
 
 
 def connection_setup(pipeline: Pipeline, workdir: Path, profile: Profile) -> Plan:
     with pipeline.service("--workers", "4", "--tls") as tls:
-        spec = {"targets": {"tls": [tls.target, str(tls.tls_ca)]}, "rounds": rounds(profile),
-                "calls": calls(profile, 25, 60), "late_calls": 0, "delay_s": 0}  # fmt: skip
+        spec = {
+            "targets": {"tls": [tls.target, str(tls.tls_ca)]},
+            "rounds": rounds(profile),
+            "calls": calls(profile, 25, 60),
+            "late_calls": 0,
+            "delay_s": 0,
+        }
         timings = run_connect_client(pipeline, spec)
     # Each cold call against the warm call made just before it (client clock).
     paired = [c - w for c, w in zip(timings["cold"]["tls"], timings["warm"]["tls"], strict=True)]
     return Plan(
-        "connection_setup", "connection_setup", "connect-cold-tls",
-        "a new TLS channel for every call", statistics.median(paired),
+        "connection_setup",
+        "connection_setup",
+        "connect-cold-tls",
+        "a new TLS channel for every call",
+        statistics.median(paired),
         cure="one channel, connected and reused (each warm call interleaved with a cold one)",
-    )  # fmt: skip
+    )
 
 
 SCENARIOS = {

@@ -53,8 +53,7 @@ class PhaseDelta:
     @property
     def verdict(self) -> str:
         """faster, slower or no measurable difference (``verdicts.verdict``)."""
-        return verdicts.verdict(self.diff_us, self.ci_low_us, self.ci_high_us,
-                                self.baseline_p50_us)  # fmt: skip
+        return verdicts.verdict(self.diff_us, self.ci_low_us, self.ci_high_us, self.baseline_p50_us)
 
     @property
     def significant(self) -> bool:
@@ -191,9 +190,13 @@ def bootstrap_median_diff(
 ) -> tuple[float, float]:
     """(low, high) interval of median(other) - median(baseline), calls resampled."""
     return verdicts.difference_interval(
-        verdicts.rounds_of(baseline, None), verdicts.rounds_of(other, None), paired=False,
-        resamples=resamples, confidence=confidence, seed=seed,
-    )  # fmt: skip
+        verdicts.rounds_of(baseline, None),
+        verdicts.rounds_of(other, None),
+        paired=False,
+        resamples=resamples,
+        confidence=confidence,
+        seed=seed,
+    )
 
 
 def compare_phases(
@@ -226,14 +229,31 @@ def compare_phases(
         )
         a_calls, b_calls = verdicts.calls_made(a, a_weights), verdicts.calls_made(b, b_weights)
         if not a or not b:
-            deltas.append(PhaseDelta(phase, _median(a, a_weights), _median(b, b_weights),
-                                     None, None, None, None, a_calls, b_calls))  # fmt: skip
+            deltas.append(
+                PhaseDelta(
+                    phase,
+                    _median(a, a_weights),
+                    _median(b, b_weights),
+                    None,
+                    None,
+                    None,
+                    None,
+                    a_calls,
+                    b_calls,
+                )
+            )
             continue
         a50, b50 = _median(a, a_weights), _median(b, b_weights)
         low, high = verdicts.difference_interval(
-            a, b, paired=paired, resamples=resamples, confidence=confidence, seed=len(deltas),
-            baseline_weights=a_weights, other_weights=b_weights,
-        )  # fmt: skip
+            a,
+            b,
+            paired=paired,
+            resamples=resamples,
+            confidence=confidence,
+            seed=len(deltas),
+            baseline_weights=a_weights,
+            other_weights=b_weights,
+        )
         ratio = b50 / a50 if a50 else None
         deltas.append(
             PhaseDelta(phase, a50, b50, b50 - a50, ratio, low, high, a_calls, b_calls, confidence)
@@ -296,14 +316,19 @@ def compare(
         a, b = rows.get(baseline), rows.get(other)
         # Round k of each ran side by side only within one experiment command.
         paired = bool(
-            a is not None and b is not None
+            a is not None
+            and b is not None
             and getattr(a, "invocation", None) == getattr(b, "invocation", None)
             and _rounds(labels[baseline]) == _rounds(labels[other]) > 1
-        )  # fmt: skip
+        )
         deltas = compare_phases(
-            frames[baseline], frames[other], resamples=resamples,
-            baseline_rounds=labels[baseline], other_rounds=labels[other], paired=paired,
-        )  # fmt: skip
+            frames[baseline],
+            frames[other],
+            resamples=resamples,
+            baseline_rounds=labels[baseline],
+            other_rounds=labels[other],
+            paired=paired,
+        )
         rounds = min(_rounds(labels[baseline]), _rounds(labels[other]))
         comparison = Comparison(baseline, other, deltas, basis=RoundsShape(rounds, paired))
         if a is not None and b is not None:

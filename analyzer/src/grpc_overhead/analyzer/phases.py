@@ -211,10 +211,12 @@ PHASES: tuple[Phase, ...] = (
 # Streams: the phases that assume one message each way are NULL, the stream phases follow.
 # No network phase is shown negative where its events cannot bound it (phase_bounds).
 PHASES = (
-    *(replace(p, defined=f"({p.defined}) AND NOT {IS_STREAM}") if p.name in UNARY_ONLY else p
-      for p in map(bounds.bounded, PHASES)),
+    *(
+        replace(p, defined=f"({p.defined}) AND NOT {IS_STREAM}") if p.name in UNARY_ONLY else p
+        for p in map(bounds.bounded, PHASES)
+    ),
     *(Phase(*phase) for phase in stream_phases()),
-)  # fmt: skip
+)
 assert tuple(phase.name for phase in PHASES) == ALL_PHASES
 
 

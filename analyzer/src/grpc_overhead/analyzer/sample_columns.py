@@ -52,15 +52,25 @@ def specs() -> list[tuple[str, str, str, str, str]]:
     for direction in DIRECTIONS:
         side = SENDER[direction]
         out.append(
-            (size_column(direction), "Int64", side, _attribute("message_bytes", "Int64"),
-             "toInt64(-1)")
-        )  # fmt: skip
+            (
+                size_column(direction),
+                "Int64",
+                side,
+                _attribute("message_bytes", "Int64"),
+                "toInt64(-1)",
+            )
+        )
         for algorithm in ALGORITHMS:
             for measure, kind in MEASURES:
                 out.append(
-                    (column(direction, algorithm, measure), kind, side,
-                     _attribute(f"{algorithm}.{measure}", kind), f"to{kind}(-1)")
-                )  # fmt: skip
+                    (
+                        column(direction, algorithm, measure),
+                        kind,
+                        side,
+                        _attribute(f"{algorithm}.{measure}", kind),
+                        f"to{kind}(-1)",
+                    )
+                )
     return out
 
 
@@ -77,14 +87,20 @@ def sample_view_columns() -> list[tuple[str, str, str]]:
     for direction in DIRECTIONS:
         size = size_column(direction)
         out.append(
-            (size, f"if({sampled(direction)}, {size}, NULL)",
-             f"size of the {direction} message sampled for its compressibility (NULL: none)")
-        )  # fmt: skip
+            (
+                size,
+                f"if({sampled(direction)}, {size}, NULL)",
+                f"size of the {direction} message sampled for its compressibility (NULL: none)",
+            )
+        )
         for algorithm in ALGORITHMS:
             for measure, _ in MEASURES:
                 name = column(direction, algorithm, measure)
                 out.append(
-                    (name, f"if({sampled(direction)}, {name}, NULL)",
-                     f"sampled {direction}: {algorithm} {_MEANINGS[measure]} (NULL: none)")
-                )  # fmt: skip
+                    (
+                        name,
+                        f"if({sampled(direction)}, {name}, NULL)",
+                        f"sampled {direction}: {algorithm} {_MEANINGS[measure]} (NULL: none)",
+                    )
+                )
     return out

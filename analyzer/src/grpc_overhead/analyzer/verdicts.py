@@ -269,10 +269,12 @@ def _pooled(weights: Weights) -> np.ndarray | None:
 
 
 def _round_medians(groups: list[np.ndarray], weights: Weights) -> np.ndarray:
-    return np.array([
-        median(group, None if weights is None else weights[index])
-        for index, group in enumerate(groups)
-    ])  # fmt: skip
+    return np.array(
+        [
+            median(group, None if weights is None else weights[index])
+            for index, group in enumerate(groups)
+        ]
+    )
 
 
 def _rounds_interval(
@@ -363,8 +365,12 @@ def saving_outcome(phase: dict[str, Any] | None, predicted_us: float) -> dict[st
     ``verdict``: the changed run against the one before it). ``materialized``: faster by at
     least half the prediction; ``partly``: faster, by less; else ``did not materialize``."""
     if phase is None or phase.get("diff_us") is None:
-        return {"predicted_us": predicted_us, "measured_us": None, "ci_us": None,
-                "outcome": "did not materialize"}  # fmt: skip
+        return {
+            "predicted_us": predicted_us,
+            "measured_us": None,
+            "ci_us": None,
+            "outcome": "did not materialize",
+        }
     measured = -float(phase["diff_us"])
     ci = phase.get("ci_us")
     interval = None if ci is None else [-ci[1], -ci[0]]
@@ -374,8 +380,12 @@ def saving_outcome(phase: dict[str, Any] | None, predicted_us: float) -> dict[st
         outcome = "materialized"
     else:
         outcome = "partly"
-    return {"predicted_us": predicted_us, "measured_us": round(measured, 3), "ci_us": interval,
-            "outcome": outcome}  # fmt: skip
+    return {
+        "predicted_us": predicted_us,
+        "measured_us": round(measured, 3),
+        "ci_us": interval,
+        "outcome": outcome,
+    }
 
 
 @dataclass(frozen=True)

@@ -118,10 +118,14 @@ def _configure(host: str, port: int, tls: Tls | None = None, secrets: Path | Non
     ``secrets``, the file its ``st.login`` reads (``oidc``) and no other."""
     from streamlit.web import bootstrap
 
-    https = {} if tls is None else {
-        "server_sslCertFile": tls.certificate_path,
-        "server_sslKeyFile": tls.private_key_path,
-    }  # fmt: skip
+    https = (
+        {}
+        if tls is None
+        else {
+            "server_sslCertFile": tls.certificate_path,
+            "server_sslKeyFile": tls.private_key_path,
+        }
+    )
     login = {} if secrets is None else {"secrets_files": [str(secrets)]}
     bootstrap.load_config_options(
         {

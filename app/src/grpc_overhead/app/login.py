@@ -36,8 +36,9 @@ def require_login() -> None:
         return
     st.title("grpc-overhead")
     with st.form("login"):
-        given = st.text_input("Password", type="password",
-                              help="The team's password (serve --app-password-file)")  # fmt: skip
+        given = st.text_input(
+            "Password", type="password", help="The team's password (serve --app-password-file)"
+        )
         submitted = st.form_submit_button("Log in")
     if submitted:
         source = st.context.ip_address or "this host"
@@ -75,9 +76,11 @@ def _require_provider_login(oidc: OidcLogin) -> None:
     who = str(user.get("email") or user.get("preferred_username") or user.get("sub") or "?")
     if not oidc.admits(user.to_dict()):
         st.title("grpc-overhead")
-        st.error(f"You are logged in as {who}, whom this team's app does not admit "
-                 "(its allowed e-mails and domains; a verified e-mail is needed). "
-                 "Ask whoever runs serve to add you, or log in as someone else.")  # fmt: skip
+        st.error(
+            f"You are logged in as {who}, whom this team's app does not admit "
+            "(its allowed e-mails and domains; a verified e-mail is needed). "
+            "Ask whoever runs serve to add you, or log in as someone else."
+        )
         st.button("Log out", on_click=st.logout, key="logout-refused")
         st.stop()
     with st.sidebar:

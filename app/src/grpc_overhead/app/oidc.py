@@ -72,11 +72,15 @@ class OidcLogin:
         auth = _table(settings, "auth", where)
         redirect_uri = _text(auth, "redirect_uri", f"{where} [auth]")
         if not redirect_uri.split("?")[0].endswith(CALLBACK_PATH):
-            raise BadInput(f"{where}: [auth] redirect_uri must end with {CALLBACK_PATH} "
-                           "(where the app answers the provider)")  # fmt: skip
+            raise BadInput(
+                f"{where}: [auth] redirect_uri must end with {CALLBACK_PATH} "
+                "(where the app answers the provider)"
+            )
         if len(_text(auth, "cookie_secret", f"{where} [auth]")) < MIN_COOKIE_SECRET:
-            raise BadInput(f"{where}: [auth] cookie_secret is shorter than {MIN_COOKIE_SECRET} "
-                           "characters; make one with: openssl rand -hex 32")  # fmt: skip
+            raise BadInput(
+                f"{where}: [auth] cookie_secret is shorter than {MIN_COOKIE_SECRET} "
+                "characters; make one with: openssl rand -hex 32"
+            )
         named = {name: value for name, value in auth.items() if isinstance(value, dict)}
         if named:
             providers = tuple(sorted(named))
@@ -108,8 +112,10 @@ class OidcLogin:
     def check_https(self, tls: bool) -> None:
         """An app serving HTTPS answers no ``http://`` redirect: refuse the mismatch."""
         if tls and self.redirect_uri.startswith("http://"):
-            raise BadInput(f"{self.path}: [auth] redirect_uri is http:// but the app serves "
-                           "HTTPS (--tls-cert): make it https://")  # fmt: skip
+            raise BadInput(
+                f"{self.path}: [auth] redirect_uri is http:// but the app serves "
+                "HTTPS (--tls-cert): make it https://"
+            )
 
     def check_providers(self, timeout_s: float = DISCOVERY_TIMEOUT_S) -> None:
         """Read each provider's discovery document once: a wrong URL or a provider that is
@@ -120,14 +126,20 @@ class OidcLogin:
                     document = json.loads(answer.read(1 << 20))
             except (urllib.error.URLError, OSError, ValueError) as error:
                 reason = getattr(error, "reason", None) or error
-                raise BadInput(f"cannot read the identity provider's discovery document "
-                               f"{url} ({self.path}): {reason}") from None  # fmt: skip
-            missing = [key for key in ("issuer", "authorization_endpoint", "token_endpoint",
-                                       "jwks_uri") if not isinstance(document, dict)
-                       or key not in document]  # fmt: skip
+                raise BadInput(
+                    f"cannot read the identity provider's discovery document "
+                    f"{url} ({self.path}): {reason}"
+                ) from None
+            missing = [
+                key
+                for key in ("issuer", "authorization_endpoint", "token_endpoint", "jwks_uri")
+                if not isinstance(document, dict) or key not in document
+            ]
             if missing:
-                raise BadInput(f"{url} ({self.path}) is no OpenID Connect discovery document: "
-                               f"it lacks {', '.join(missing)}")  # fmt: skip
+                raise BadInput(
+                    f"{url} ({self.path}) is no OpenID Connect discovery document: "
+                    f"it lacks {', '.join(missing)}"
+                )
 
 
 def _table(settings: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:

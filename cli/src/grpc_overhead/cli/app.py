@@ -35,7 +35,8 @@ from grpc_overhead.app.oidc import OidcLogin
 from grpc_overhead.app.runtime import Served
 from grpc_overhead.cli.ports import port_number
 from grpc_overhead.cli.report import INTAKE_HINT, add_store_arguments, through_serve
-from grpc_overhead.cli.serve import DEFAULT_APP_PORT, read_serve_info
+from grpc_overhead.cli.serve import read_serve_info
+from grpc_overhead.cli.serve_arguments import DEFAULT_APP_PORT
 from grpc_overhead.cli.serve_security import (
     app_exposure,
     app_login,
@@ -71,11 +72,15 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--no-browser", action="store_true", help="do not open a browser")
     result.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain: HTTPS")
     result.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
-    result.add_argument("--password-file", metavar="FILE",
-                        help="file holding the team's password the app asks for")  # fmt: skip
-    result.add_argument("--oidc-file", metavar="FILE",
-                        help="a login through an OpenID Connect identity provider instead: "
-                        "Streamlit's [auth] secrets (docs/team.md)")  # fmt: skip
+    result.add_argument(
+        "--password-file", metavar="FILE", help="file holding the team's password the app asks for"
+    )
+    result.add_argument(
+        "--oidc-file",
+        metavar="FILE",
+        help="a login through an OpenID Connect identity provider instead: "
+        "Streamlit's [auth] secrets (docs/team.md)",
+    )
     result.add_argument(
         "--insecure",
         action="store_true",
@@ -192,8 +197,11 @@ def run(args: argparse.Namespace) -> int:
         if settling is not None:
             settling.stop()
             if settling.error is not None:
-                print(f"grpc-overhead app: rolling up settled minutes failed: "
-                      f"{brief(settling.error)}", file=sys.stderr)  # fmt: skip
+                print(
+                    f"grpc-overhead app: rolling up settled minutes failed: "
+                    f"{brief(settling.error)}",
+                    file=sys.stderr,
+                )
         store.close()
     return 0
 

@@ -56,13 +56,17 @@ def parser() -> argparse.ArgumentParser:
         "--resamples", type=int, default=400, help="bootstrap resamples (default 400)"
     )
     result.add_argument(
-        "--expect-saving-us", type=float, metavar="US",
+        "--expect-saving-us",
+        type=float,
+        metavar="US",
         help="a predicted saving (a finding's): say whether each run after the first shows it",
-    )  # fmt: skip
+    )
     result.add_argument(
-        "--expect-phase", default="total", metavar="PHASE",
+        "--expect-phase",
+        default="total",
+        metavar="PHASE",
         help="the phase the saving is expected on (default total)",
-    )  # fmt: skip
+    )
     return result
 
 
@@ -149,9 +153,10 @@ def render_table(document: dict[str, Any]) -> str:
             if delta["baseline_p50_us"] is None and delta["other_p50_us"] is None:
                 continue
             interval = (
-                "-" if delta["ci_low_us"] is None
+                "-"
+                if delta["ci_low_us"] is None
                 else f"{delta['ci_low_us']:+,.0f}..{delta['ci_high_us']:+,.0f}"
-            )  # fmt: skip
+            )
             table.add_row(
                 name,
                 _cell(delta["baseline_p50_us"]),

@@ -186,9 +186,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
             demo.start_services(endpoint)
             for spec in SERVICES:
                 say(f"{spec.name}: {demo.status.components[spec.name]}")
-            say(f"load: playing {len(SCENARIOS)} scenarios" + (
-                f" for {args.duration:g} s" if args.duration is not None else " until Ctrl-C"
-            ))  # fmt: skip
+            say(
+                f"load: playing {len(SCENARIOS)} scenarios"
+                + (f" for {args.duration:g} s" if args.duration is not None else " until Ctrl-C")
+            )
             demo.play(endpoint)
         except KeyboardInterrupt:
             pass

@@ -181,12 +181,19 @@ class Demo:
     def start_serve(self) -> None:
         serve = Child(
             "serve",
-            ["serve", "--store", self.store, "--otlp-port", str(self.intake_port),
-             "--app-port", str(self.args.app_port),
-             *(["--jaeger-url", self.jaeger.url] if self.jaeger else [])],
+            [
+                "serve",
+                "--store",
+                self.store,
+                "--otlp-port",
+                str(self.intake_port),
+                "--app-port",
+                str(self.args.app_port),
+                *(["--jaeger-url", self.jaeger.url] if self.jaeger else []),
+            ],
             child_env(),
             self.logs / "serve.log",
-        ).start()  # fmt: skip
+        ).start()
         self.children.append(serve)
         self.status.components["serve"] = "starting (opening the store, starting the app)"
         found = serve.wait_for(r"^app: (\S+)$", SERVE_START_TIMEOUT_S, self.stop_event)
@@ -276,11 +283,23 @@ class Demo:
         self.status.scenario = f"{scenario.name}: {scenario.summary}"
         load = Child(
             f"load {scenario.name}",
-            ["load", "--target", ",".join(targets), "--duration", f"{seconds:.1f}",
-             "--calls", "100000000", "--run-id", run_id, "--json", "--quiet", *scenario.args],
+            [
+                "load",
+                "--target",
+                ",".join(targets),
+                "--duration",
+                f"{seconds:.1f}",
+                "--calls",
+                "100000000",
+                "--run-id",
+                run_id,
+                "--json",
+                "--quiet",
+                *scenario.args,
+            ],
             child_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_SERVICE_NAME="loadgen"),
             self.logs / f"load-{scenario.name}.log",
-        )  # fmt: skip
+        )
         # The JSON summary goes to its own file: the log gets stderr only.
         summary_path = self.logs / f"load-{scenario.name}.json"
         with open(summary_path, "wb") as summary, open(load.log, "ab") as log:

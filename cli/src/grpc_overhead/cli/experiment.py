@@ -72,10 +72,14 @@ def parser() -> argparse.ArgumentParser:
         "--rounds", type=_rounds, help="rounds per cell (default: the file's rounds:, else 3)"
     )
     result.add_argument(
-        "--require-quiet", nargs="?", const=1.5, type=_load, metavar="LOAD",
+        "--require-quiet",
+        nargs="?",
+        const=1.5,
+        type=_load,
+        metavar="LOAD",
         help="refuse to start when the load average is above LOAD (default 1.5) or other "
         "processes use the CPU",
-    )  # fmt: skip
+    )
     result.add_argument(
         "--dry-run", action="store_true", help="check FILE and list its cells, run nothing"
     )
@@ -121,13 +125,16 @@ def _run(args: argparse.Namespace, experiment: Experiment) -> int:
     if before["under_load"]:
         reasons = "; ".join(before["warnings"])
         if args.require_quiet is not None:
-            _say(f"grpc-overhead experiment: the machine is busy ({reasons}): nothing was run; "
-                 "wait until it is quiet, or drop --require-quiet to run and mark the "
-                 "results")  # fmt: skip
+            _say(
+                f"grpc-overhead experiment: the machine is busy ({reasons}): nothing was run; "
+                "wait until it is quiet, or drop --require-quiet to run and mark the "
+                "results"
+            )
             return EXIT_BUSY
         _say(f"warning: the machine is busy ({reasons}): the results will be marked under_load")
-    store = open_store(None if args.clickhouse else (args.store or DEFAULT_STORE_DIR),
-                       args.clickhouse)  # fmt: skip
+    store = open_store(
+        None if args.clickhouse else (args.store or DEFAULT_STORE_DIR), args.clickhouse
+    )
     done: dict[int, list[Any]] = {cell.index: [] for cell in experiment.cells}
     failed: dict[int, dict[str, Any]] = {}
     results: dict[int, Any] = {}
@@ -145,8 +152,10 @@ def _run(args: argparse.Namespace, experiment: Experiment) -> int:
             invocation = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
             run_ids = {cell.index: f"{invocation}-c{cell.index:02d}" for cell in experiment.cells}
             schedule = interleaved(experiment.cells, rounds)
-            _say(f"experiment {experiment.name}: {len(experiment.cells)} cells x {rounds} "
-                 f"rounds, interleaved; store {store.description}")  # fmt: skip
+            _say(
+                f"experiment {experiment.name}: {len(experiment.cells)} cells x {rounds} "
+                f"rounds, interleaved; store {store.description}"
+            )
             for step, (round_number, cell) in enumerate(schedule, start=1):
                 if cell.index in failed:
                     continue
@@ -158,8 +167,11 @@ def _run(args: argparse.Namespace, experiment: Experiment) -> int:
                     done[cell.index].append(outcome)
                     wait_rounds_stored(store, run_ids[cell.index], done[cell.index], options)
                 except (CellFailed, ToxiproxyError) as error:
-                    failed[cell.index] = {"cell": cell.index, "label": cell.label(),
-                                          "error": str(error)}  # fmt: skip
+                    failed[cell.index] = {
+                        "cell": cell.index,
+                        "label": cell.label(),
+                        "error": str(error),
+                    }
                     _say(f"{where} failed: {error}")
                     continue
                 except KeyboardInterrupt:
@@ -168,13 +180,22 @@ def _run(args: argparse.Namespace, experiment: Experiment) -> int:
                     break
                 outcome.machine = check.window(started, time.time())
                 marked = " (under load: " + "; ".join(outcome.machine["warnings"]) + ")"
-                _say(f"{where} {_brief(outcome.summary)} ({time.time() - started:.1f} s)"
-                     + (marked if outcome.machine["under_load"] else ""))  # fmt: skip
+                _say(
+                    f"{where} {_brief(outcome.summary)} ({time.time() - started:.1f} s)"
+                    + (marked if outcome.machine["under_load"] else "")
+                )
             for cell in experiment.cells:
                 if cell.index in failed or not done[cell.index]:
                     continue
-                result = cell_result(cell, experiment.name, invocation, run_ids[cell.index],
-                                     done[cell.index], store, options)  # fmt: skip
+                result = cell_result(
+                    cell,
+                    experiment.name,
+                    invocation,
+                    run_ids[cell.index],
+                    done[cell.index],
+                    store,
+                    options,
+                )
                 result.record.machine["before"] = before
                 result.record.under_load = result.record.under_load or before["under_load"]
                 results[cell.index] = result
@@ -190,9 +211,16 @@ def _run(args: argparse.Namespace, experiment: Experiment) -> int:
     finally:
         store.close()
     during = machine.summarize(check.samples)
-    document = report.document(experiment, store.description, results, list(failed.values()),
-                               rows, rounds, {"before": before, "during": during},
-                               compared)  # fmt: skip
+    document = report.document(
+        experiment,
+        store.description,
+        results,
+        list(failed.values()),
+        rows,
+        rounds,
+        {"before": before, "during": during},
+        compared,
+    )
     if args.format == "json":
         print(json.dumps(document, indent=2))
     else:

@@ -40,10 +40,16 @@ from grpc_overhead.analyzer.verdicts import RoundsShape, saving_outcome
 from grpc_overhead.cli.experiment_spec import Experiment
 
 #: phase -> its short column header
-TABLE_PHASES = {"client_serialize": "cli ser", "request_network": "req net",
-                "server_queue": "queue", "request_deserialize": "req deser",
-                "processing": "proc", "response_serialize": "resp ser",
-                "response_network": "resp net", "client_deserialize": "cli deser"}  # fmt: skip
+TABLE_PHASES = {
+    "client_serialize": "cli ser",
+    "request_network": "req net",
+    "server_queue": "queue",
+    "request_deserialize": "req deser",
+    "processing": "proc",
+    "response_serialize": "resp ser",
+    "response_network": "resp net",
+    "client_deserialize": "cli deser",
+}
 
 
 def cell_json(result: Any, varied: dict[str, Any]) -> dict[str, Any]:
@@ -104,8 +110,9 @@ def comparisons(experiment: Experiment, results: dict[int, Any]) -> list[Compari
             continue
         a, b = results[base.index], results[cell.index]
         paired = a.labels is not None and b.labels is not None and len(a.rounds) == len(b.rounds)
-        deltas = compare_phases(a.frame, b.frame, baseline_rounds=a.labels,
-                                other_rounds=b.labels, paired=paired)  # fmt: skip
+        deltas = compare_phases(
+            a.frame, b.frame, baseline_rounds=a.labels, other_rounds=b.labels, paired=paired
+        )
         shape = RoundsShape(min(len(a.rounds), len(b.rounds)), paired)
         comparison = Comparison(a.record.run_id, b.record.run_id, deltas, basis=shape)
         comparison.throughput = {
@@ -190,15 +197,28 @@ def expectation(experiment: Experiment, compared: list[dict[str, Any]]) -> list[
     out = []
     for item in compared:
         delta = next((p for p in item["phases"] if p["phase"] == expect.phase), None)
-        out.append({"cell": item["cell"], "label": item["label"],
-                    "baseline_cell": item["baseline_cell"], "phase": expect.phase,
-                    **saving_outcome(delta, expect.saving_us)})  # fmt: skip
+        out.append(
+            {
+                "cell": item["cell"],
+                "label": item["label"],
+                "baseline_cell": item["baseline_cell"],
+                "phase": expect.phase,
+                **saving_outcome(delta, expect.saving_us),
+            }
+        )
     return out
 
 
-def document(experiment: Experiment, store: str, results: dict[int, Any],
-             failed: list[dict[str, Any]], rows: Any, rounds: int, machine: dict[str, Any],
-             compared: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def document(
+    experiment: Experiment,
+    store: str,
+    results: dict[int, Any],
+    failed: list[dict[str, Any]],
+    rows: Any,
+    rounds: int,
+    machine: dict[str, Any],
+    compared: list[dict[str, Any]],
+) -> dict[str, Any]:
     frame = insights.cells(rows)
     labels_by_run = dict(zip(frame.get("run_id", []), frame.get("label", []), strict=True))
     cells = []
@@ -282,14 +302,18 @@ def render_table(document: dict[str, Any]) -> str:
         for item in document["comparisons"]:
             cause = item["explained_by"]
             verdicts.add_row(
-                item["label"], item["baseline_label"], item["verdict"] or "-",
+                item["label"],
+                item["baseline_label"],
+                item["verdict"] or "-",
                 "-" if item["diff_us"] is None else f"{item['diff_us']:+,.0f}",
                 _interval(item["ci_us"]),
                 "-" if cause is None else f"{cause['phase']} {cause['diff_us']:+,.0f}",
-            )  # fmt: skip
+            )
         console.print(verdicts)
-        console.print(f"intervals: {document['comparisons'][0]['basis']}; simultaneous 95 % "
-                      "over a comparison's phases")  # fmt: skip
+        console.print(
+            f"intervals: {document['comparisons'][0]['basis']}; simultaneous 95 % "
+            "over a comparison's phases"
+        )
     for item in document.get("expectation") or []:
         console.print(
             f"expected saving on {item['phase']}: {item['predicted_us']:,.0f} µs; measured for "

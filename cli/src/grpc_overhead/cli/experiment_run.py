@@ -176,12 +176,16 @@ def run_round(cell: Cell, round_number: int, run_id: str, intake_endpoint: str) 
         args = load_args(config, targets, tls_ca)
         timeout_s = (config["duration"] or 0) + LOAD_MARGIN_S if config["duration"] else None
         if config["warmup_calls"]:
-            warm = run_load(*_warmup_args(args, config["warmup_calls"]), env=offline_env(),
-                            timeout_s=timeout_s or CALLS_ONLY_TIMEOUT_S)  # fmt: skip
+            warm = run_load(
+                *_warmup_args(args, config["warmup_calls"]),
+                env=offline_env(),
+                timeout_s=timeout_s or CALLS_ONLY_TIMEOUT_S,
+            )
             if warm.returncode != 0:
                 raise CellFailed(f"warm-up load failed: {warm.stderr.strip()[-500:]}")
-        result = run_load(*args, "--run-id", run_id, env=load_env,
-                          timeout_s=timeout_s or CALLS_ONLY_TIMEOUT_S)  # fmt: skip
+        result = run_load(
+            *args, "--run-id", run_id, env=load_env, timeout_s=timeout_s or CALLS_ONLY_TIMEOUT_S
+        )
         ended_ns = time.time_ns()
         if result.returncode != 0:
             raise CellFailed(f"load failed: {result.stderr.strip()[-500:]}")

@@ -66,8 +66,6 @@ from typing import Any
 from grpc_overhead.analyzer import rollup
 from grpc_overhead.analyzer.errors import AnalyzerError, BadInput, StoreLocked
 from grpc_overhead.analyzer.intake import (
-    DEFAULT_OTLP_PORT,
-    STANDARD_OTLP_HTTP_PORT,
     Intake,
     IntakeConfig,
 )
@@ -78,110 +76,29 @@ from grpc_overhead.analyzer.store import DEFAULT_STORE_DIR, Store, open_store
 from grpc_overhead.analyzer.store.owner import SERVE_INFO_FILE as SERVE_INFO_FILE
 from grpc_overhead.analyzer.store.owner import ServeInfo, remove_serve_info, write_serve_info
 from grpc_overhead.analyzer.store.owner import read_serve_info as read_serve_info
-from grpc_overhead.cli.ports import STANDARD_OTLP_PORT, optional_port, port_number
-from grpc_overhead.cli.serve_http import add_http_arguments, start_http
+from grpc_overhead.cli.serve_arguments import parser
+from grpc_overhead.cli.serve_http import start_http
 from grpc_overhead.cli.serve_ports import (
-    NOT_GIVEN,
     OtlpPorts,
     held_by,
-    optional_port_or_free,
     say_http_port,
     say_standard_port,
     standard_port_taken,
 )
 from grpc_overhead.cli.serve_retention import (
     StoreKeeper,
-    add_retention_arguments,
     retention_from_args,
 )
 from grpc_overhead.cli.serve_security import (
     Security,
-    add_security_arguments,
     exposure,
     refusal,
     security_from_args,
     warning,
 )
-from grpc_overhead.instrumentation import environment
 from grpc_overhead.processes import port_is_free
 
 EXIT_USAGE = 2
-DEFAULT_APP_PORT = 8501
-
-
-def parser() -> argparse.ArgumentParser:
-    result = argparse.ArgumentParser(
-        prog="grpc-overhead serve",
-        description="Receive OTLP spans, store them (embedded chDB or a ClickHouse server) "
-        "and serve the web app on them, in one process.",
-        epilog=f"Defaults that meet: OpenTelemetry SDKs send to localhost:{STANDARD_OTLP_PORT} "
-        "when no endpoint is configured, and the embedded collector config listens there and "
-        f"forwards to the intake on {DEFAULT_OTLP_PORT}. A plain serve therefore also takes OTLP "
-        f"on {STANDARD_OTLP_PORT} whenever no other process (a collector) holds it, so a service "
-        "started with no configuration reaches it directly; with a collector there, the "
-        f"collector forwards to the intake. With --otlp-port N, {STANDARD_OTLP_PORT} is left "
-        "alone unless --standard-otlp-port asks for it.",
-    )
-    where = result.add_mutually_exclusive_group()
-    where.add_argument(
-        "--store",
-        metavar="DIR",
-        help=f"chDB data directory (default {DEFAULT_STORE_DIR}); one process owns it",
-    )
-    where.add_argument(
-        "--clickhouse",
-        metavar="URL",
-        help="ClickHouse server, native protocol: clickhouse://user:password@host:9000/db",
-    )
-    result.add_argument(
-        "--otlp-port",
-        type=port_number,
-        metavar="N",
-        help=f"OTLP/gRPC port of the intake, where a collector forwards (default "
-        f"{DEFAULT_OTLP_PORT}; 0 picks a free one)",
-    )
-    result.add_argument(
-        "--standard-otlp-port",
-        type=optional_port,
-        metavar="N|off",
-        help=f"also take OTLP on this port, where OpenTelemetry SDKs send when no endpoint is "
-        f"configured. Default: {STANDARD_OTLP_PORT} when --otlp-port is not given and no other "
-        "process (a collector) holds it, off otherwise; given explicitly, a taken port is an "
-        "error",
-    )
-    result.add_argument(
-        "--otlp-http-port",
-        type=optional_port_or_free,
-        default=NOT_GIVEN,
-        metavar="N|off",
-        help=f"also take OTLP/HTTP (POST /v1/traces, protobuf or JSON, gzip) on this port, "
-        f"where the Java agent, Node and .NET send by default. Default: {STANDARD_OTLP_HTTP_PORT} "
-        "when --otlp-port is not given and no other process holds it, off otherwise; given "
-        "explicitly, a taken port is an error (0 picks a free one)",
-    )
-    result.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
-    )
-    app = result.add_mutually_exclusive_group()
-    app.add_argument(
-        "--app-port",
-        type=port_number,
-        default=DEFAULT_APP_PORT,
-        metavar="N",
-        help=f"port of the web app (default {DEFAULT_APP_PORT}; 0 picks a free one)",
-    )
-    app.add_argument("--no-app", action="store_true", help="do not start the web app")
-    result.add_argument(
-        "--jaeger-url",
-        metavar="URL",
-        default=os.environ.get(environment.JAEGER_URL, ""),
-        help="Jaeger UI base URL: the call explorer links each call to URL/trace/<trace id> "
-        f"(default ${environment.JAEGER_URL})",
-    )
-    add_http_arguments(result)
-    add_security_arguments(result)
-    add_retention_arguments(result)
-    return result
 
 
 def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = None) -> int:
@@ -212,9 +129,12 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
 
 
 def _start(
-    args: argparse.Namespace, ports: OtlpPorts, retention: Retention, security: Security,
+    args: argparse.Namespace,
+    ports: OtlpPorts,
+    retention: Retention,
+    security: Security,
     stop: threading.Event,
-) -> int:  # fmt: skip
+) -> int:
     """Open the store, start the intake, the HTTP interface and the app; serve until ``stop``."""
     if not args.no_app:
         from grpc_overhead.app.app_server import AppServerError, check_port
@@ -241,9 +161,13 @@ def _start(
         if http_port and not ports.http_required and not port_is_free(http_port, args.host):
             http_port = None  # the standard port is someone else's: said below
         config = IntakeConfig(
-            host=args.host, port=ports.intake, extra_ports=extra, http_port=http_port,
-            tls=security.tls, credentials=security.credentials,
-        )  # fmt: skip
+            host=args.host,
+            port=ports.intake,
+            extra_ports=extra,
+            http_port=http_port,
+            tls=security.tls,
+            credentials=security.credentials,
+        )
         intake = Intake(store, config)
         calls_options = CallsOptions.from_schema(intake.schema)  # the store's database
         try:
@@ -270,13 +194,24 @@ def _start(
             return EXIT_USAGE
         http_url = http.url if http else ""
         certificate = os.path.abspath(security.tls.certificate_path) if security.tls else ""
-        info = ServeInfo(os.getpid(), intake.address, "", store.description, http_url,
-                         intake.http_url, certificate)  # fmt: skip
+        info = ServeInfo(
+            os.getpid(),
+            intake.address,
+            "",
+            store.description,
+            http_url,
+            intake.http_url,
+            certificate,
+        )
         _write_serve_info(directory, info)  # before saying so: readers may start at once
-        guarded = [word for word, on in (("TLS", security.tls), ("tokens", security.credentials))
-                   if on]  # fmt: skip
-        print(f"intake listening on {intake.address}"
-              + (f" ({' and '.join(guarded)})" if guarded else ""), flush=True)  # fmt: skip
+        guarded = [
+            word for word, on in (("TLS", security.tls), ("tokens", security.credentials)) if on
+        ]
+        print(
+            f"intake listening on {intake.address}"
+            + (f" ({' and '.join(guarded)})" if guarded else ""),
+            flush=True,
+        )
         say_standard_port(args.host, ports, intake)
         say_http_port(args.host, ports, intake)
         print(f"store: {store.description}", flush=True)
@@ -297,8 +232,17 @@ def _start(
                 print("app: off (--no-app)", flush=True)
                 loop(stop)
                 return 0
-            return _serve_app(args, store, calls_options, loop, stop, info, directory,
-                              intake.stored_batches, security)  # fmt: skip
+            return _serve_app(
+                args,
+                store,
+                calls_options,
+                loop,
+                stop,
+                info,
+                directory,
+                intake.stored_batches,
+                security,
+            )
         finally:
             if directory:
                 remove_serve_info(directory)
@@ -357,9 +301,15 @@ def _serve_app(
     from grpc_overhead.app.app_server import AppServer, AppServerError
     from grpc_overhead.app.runtime import Served
 
-    served = Served(store, options, jaeger_url=args.jaeger_url, live=True,
-                    changes=stored_batches, password=security.app_password,
-                    oidc=security.app_oidc)  # fmt: skip
+    served = Served(
+        store,
+        options,
+        jaeger_url=args.jaeger_url,
+        live=True,
+        changes=stored_batches,
+        password=security.app_password,
+        oidc=security.app_oidc,
+    )
     server = AppServer(served, host=args.host, port=args.app_port, tls=security.tls)
 
     def ready(url: str) -> None:

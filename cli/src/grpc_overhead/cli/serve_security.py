@@ -51,20 +51,34 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
         help="PEM certificate chain: TLS on the intake, the HTTP interface and the app",
     )
     tls.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
-    tls.add_argument("--tls-client-ca", metavar="FILE",
-                     help="PEM CA: OTLP senders must present a client certificate it signed "
-                     "(mutual TLS)")  # fmt: skip
-    tls.add_argument("--auth-token-file", metavar="FILE",
-                     help="secrets OTLP senders must present, one per line: a bearer token, "
-                     "or user:password for basic auth; reread when it changes")  # fmt: skip
-    tls.add_argument("--app-password-file", metavar="FILE",
-                     help="file holding the team's password the app asks for")  # fmt: skip
-    tls.add_argument("--app-oidc-file", metavar="FILE",
-                     help="the app's login through an OpenID Connect identity provider: "
-                     "Streamlit's [auth] secrets (docs/team.md)")  # fmt: skip
-    tls.add_argument("--insecure", action="store_true",
-                     help="listen on a non-loopback address without TLS and authentication "
-                     "(warned at every start)")  # fmt: skip
+    tls.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="PEM CA: OTLP senders must present a client certificate it signed (mutual TLS)",
+    )
+    tls.add_argument(
+        "--auth-token-file",
+        metavar="FILE",
+        help="secrets OTLP senders must present, one per line: a bearer token, "
+        "or user:password for basic auth; reread when it changes",
+    )
+    tls.add_argument(
+        "--app-password-file",
+        metavar="FILE",
+        help="file holding the team's password the app asks for",
+    )
+    tls.add_argument(
+        "--app-oidc-file",
+        metavar="FILE",
+        help="the app's login through an OpenID Connect identity provider: "
+        "Streamlit's [auth] secrets (docs/team.md)",
+    )
+    tls.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen on a non-loopback address without TLS and authentication "
+        "(warned at every start)",
+    )
 
 
 @dataclass(frozen=True)
@@ -104,8 +118,9 @@ def app_login(
     discovery document read once), not both. ``prefix``: the flags' (``--app-`` for
     serve's ``--app-password-file``, ``--`` for the app command's)."""
     if password_path and oidc_path:
-        raise BadInput(f"give {prefix}password-file or {prefix}oidc-file, not both: "
-                       "one login for the app")  # fmt: skip
+        raise BadInput(
+            f"give {prefix}password-file or {prefix}oidc-file, not both: one login for the app"
+        )
     password = password_file(password_path, f"{prefix}password-file")
     if not oidc_path:
         return password, None
@@ -159,15 +174,22 @@ def is_loopback(host: str) -> bool:
 def exposure(args: argparse.Namespace, security: Security, *, http: bool) -> list[str]:
     """What would be reachable from other hosts without TLS and authentication (empty:
     nothing). ``http``: the HTTP interface will listen (an embedded store, no --no-http)."""
-    problems = _needs(f"the intake on --host {args.host}", args.host, tls=security.tls,
-                      **{"--auth-token-file": security.credentials})  # fmt: skip
+    problems = _needs(
+        f"the intake on --host {args.host}",
+        args.host,
+        tls=security.tls,
+        **{"--auth-token-file": security.credentials},
+    )
     if not args.no_app:
         login = security.app_password or security.app_oidc
         problems += app_exposure(args.host, security.tls, login, "--app-")
     if http:
-        problems += _needs(f"the HTTP interface on --http-host {args.http_host}",
-                           args.http_host, tls=security.tls,
-                           **{"--http-password-file": security.http_password})  # fmt: skip
+        problems += _needs(
+            f"the HTTP interface on --http-host {args.http_host}",
+            args.http_host,
+            tls=security.tls,
+            **{"--http-password-file": security.http_password},
+        )
     return problems
 
 
@@ -183,8 +205,9 @@ def _needs(listener: str, host: str, *, tls: object | None, **required: object |
     ``required`` whose value is missing; nothing on loopback."""
     if is_loopback(host):
         return []
-    missing = [flag for flag, present in (("--tls-cert/--tls-key", tls), *required.items())
-               if not present]  # fmt: skip
+    missing = [
+        flag for flag, present in (("--tls-cert/--tls-key", tls), *required.items()) if not present
+    ]
     return [f"{listener} needs {' and '.join(missing)}"] if missing else []
 
 

@@ -258,8 +258,9 @@ def _serve_rest(args: argparse.Namespace, config: ServiceConfig) -> int:
     }
     unsupported = [name for name, used in options.items() if used]
     if unsupported:
-        print(f"grpc-overhead service: --rest does not take {', '.join(unsupported)}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"grpc-overhead service: --rest does not take {', '.join(unsupported)}", file=sys.stderr
+        )
         return 2
     from grpc_overhead.prediction.rest_server import serve
 

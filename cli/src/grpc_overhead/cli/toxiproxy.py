@@ -136,8 +136,13 @@ class Toxiproxy:
     def add_toxic(self, proxy: Proxy, kind: str, stream: str, **attributes: int) -> str:
         """Add a ``kind`` toxic on ``stream``; its name (for ``remove_toxic``)."""
         name = f"{kind}-{stream}"
-        body = {"name": name, "type": kind, "stream": stream, "toxicity": 1.0,
-                "attributes": attributes}  # fmt: skip
+        body = {
+            "name": name,
+            "type": kind,
+            "stream": stream,
+            "toxicity": 1.0,
+            "attributes": attributes,
+        }
         self._request("POST", f"/proxies/{proxy.name}/toxics", body)
         return name
 

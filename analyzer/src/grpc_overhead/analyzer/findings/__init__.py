@@ -20,7 +20,13 @@ from __future__ import annotations
 from grpc_overhead.analyzer import compressibility, weighted
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.findings import clock as clock_kind
-from grpc_overhead.analyzer.findings import compression, spread, transfer, waits
+from grpc_overhead.analyzer.findings import (
+    compression,
+    compression_samples,
+    spread,
+    transfer,
+    waits,
+)
 from grpc_overhead.analyzer.findings.model import Checked, Finding, Findings, ranked
 from grpc_overhead.analyzer.findings.source import Reader, Source, per_method
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
@@ -73,9 +79,9 @@ def findings(
     results += [transfer.find(reader, rows), spread.find_imbalance(reader)]
     results.append(spread.find_tail(reader, rows))
 
-    def sampled() -> compression.Samples:  # read only where some call is large enough
+    def sampled() -> compression_samples.Samples:  # read only where some call is large enough
         frame = compressibility.by_method(store, filters, clock, options=options)
-        return compression.samples_by_key(frame)
+        return compression_samples.samples_by_key(frame)
 
     results.append(compression.find(reader, rows, sampled))
     if len(rows) and int(rows["cross_host_calls"].sum()):

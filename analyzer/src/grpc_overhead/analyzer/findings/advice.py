@@ -172,9 +172,12 @@ def upload_experiment(request_bytes: float, us_per_mb: float, saving_us: float =
     entities = max(1, round(request_bytes / BYTES_PER_ENTITY))
     kb_s = max(1, round(1e9 / us_per_mb)) if us_per_mb > 0 else 5000
     text = experiment_file(
-        "upload", _TOP + f"entities: {entities}\n", f"  bandwidth_kb_s: [null, {kb_s}]\n",
-        baseline=f"bandwidth_kb_s: {kb_s}", saving_us=saving_us,
-    )  # fmt: skip
+        "upload",
+        _TOP + f"entities: {entities}\n",
+        f"  bandwidth_kb_s: [null, {kb_s}]\n",
+        baseline=f"bandwidth_kb_s: {kb_s}",
+        saving_us=saving_us,
+    )
     return (
         f"{run_experiment('upload', text)}: the free cell must be faster than the limited one "
         "by about the saving (its expectation says whether it materialized; then fewer bytes "

@@ -50,8 +50,11 @@ def find(reader: Reader, source: Source) -> tuple[list[Finding], list[Checked]]:
         ratio = bound / one_way if one_way > 0 else float("inf")
         pair = f"{row.client_host} -> {row.server_host}"
         if best is None or ratio > best[0]:
-            best = (ratio, f"offset uncertainty {fmt_us(bound)} against one-way p50 "
-                           f"{fmt_us(one_way)} ({pair})")  # fmt: skip
+            best = (
+                ratio,
+                f"offset uncertainty {fmt_us(bound)} against one-way p50 "
+                f"{fmt_us(one_way)} ({pair})",
+            )
         if bound < UNCERTAIN_SHARE * one_way:
             continue
         findings.append(

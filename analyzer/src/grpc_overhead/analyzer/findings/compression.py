@@ -53,6 +53,11 @@ from grpc_overhead.analyzer.findings.advice import (
     experiment_file,
     run_experiment,
 )
+from grpc_overhead.analyzer.findings.compression_samples import (
+    Sample,
+    Samples,
+    sample_aggregates,
+)
 from grpc_overhead.analyzer.findings.model import (
     LOW,
     MEDIUM,
@@ -64,7 +69,7 @@ from grpc_overhead.analyzer.findings.model import (
     method_name,
 )
 from grpc_overhead.analyzer.findings.source import Columns, Reader, per_method
-from grpc_overhead.analyzer.sample_columns import ALGORITHMS, column, size_column
+from grpc_overhead.analyzer.sample_columns import ALGORITHMS
 
 HELP, COSTS = "compression_would_help", "compression_costs_more"
 KIND_NAMES: tuple[str, ...] = (HELP, COSTS)
@@ -88,8 +93,6 @@ MIN_SAMPLES = 3
 HIGH_SAMPLES = 10
 MIN_BYTES = transfer.MIN_BYTES
 MIN_SHARE, MIN_SAVING_US = transfer.MIN_SHARE, transfer.MIN_SAVING_US
-#: A ratio is never taken below this (a division by it prices the path).
-MIN_RATIO = 1e-3
 NO_SAMPLES = (
     "set GRPC_OVERHEAD_COMPRESSIBILITY_INTERVAL_S (default 5 s; 0 = off) on the sending "
     "services and run our instrumentation there: it samples a message per method now and "
@@ -115,68 +118,6 @@ def aggregates() -> list[str]:
 
 def _fit_aggregates(kind: str, direction: str) -> list[str]:
     return transfer.aggregates(PATHS[direction], among=CALLS[kind], prefix=f"{kind}__{direction}__")
-
-
-def _sample_aggregates(direction: str, algorithm: str) -> list[str]:
-    """Over ``grpc_call_phases`` only (the engine reads samples through ``by_method``, which
-    merges only sampled calls): the sampled messages' medians, for a finding's ``sql``."""
-    measures = [(name, column(direction, algorithm, name)) for name in
-                ("ratio", "compress_ns_per_mb", "decompress_ns_per_mb")]  # fmt: skip
-    ratio = measures[0][1]
-    out = [f"countIf({ratio} >= 0) AS samples"]
-    out += [f"quantileExactInclusiveIf(0.5)(toFloat64({x}), {x} >= 0) AS {n}_p50"
-            for n, x in measures]  # fmt: skip
-    size = size_column(direction)
-    return [
-        *out,
-        f"quantileExactInclusiveIf(0.5)(toFloat64({size}), {size} >= 0) AS sample_bytes_p50",
-    ]
-
-
-@dataclass(frozen=True)
-class Sample:
-    """What the sampled messages of one method, direction and algorithm measured."""
-
-    algorithm: str
-    samples: int
-    ratio: float
-    ratio_min: float
-    ratio_max: float
-    compress_ns_per_mb: float
-    decompress_ns_per_mb: float
-    bytes_p50: float
-
-    @property
-    def kept(self) -> float:
-        """The share of bytes still sent: gRPC core sends a message that grew as it is."""
-        return min(max(self.ratio, MIN_RATIO), 1.0)
-
-    @property
-    def cpu_us_per_mb(self) -> float:
-        """Compress on the sender, plus decompress on the receiver where it was compressed."""
-        decompress = self.decompress_ns_per_mb if self.ratio < 1 else 0.0
-        return (self.compress_ns_per_mb + decompress) / 1000
-
-
-#: Sampled messages by (service, method, direction, algorithm).
-Samples = dict[tuple[str, str, str, str], Sample]
-
-
-def samples_by_key(frame: pd.DataFrame) -> Samples:
-    """``compressibility.by_method``'s rows keyed by (service, method, direction, algorithm)."""
-    return {
-        (row.service, row.method, row.direction, row.algorithm): Sample(
-            row.algorithm,
-            int(row.samples),
-            float(row.ratio_p50),
-            float(row.ratio_min),
-            float(row.ratio_max),
-            float(row.compress_ns_per_mb_p50),
-            float(row.decompress_ns_per_mb_p50),
-            float(row.message_bytes_p50),
-        )
-        for row in frame.itertuples(index=False)
-    }
 
 
 @dataclass
@@ -215,17 +156,25 @@ def supersede(found: list[Finding], checked: list[Checked]) -> tuple[list[Findin
     """Drop a slow_upload / slow_download that compression_costs_more explains: on a path
     whose compressed calls pay the CPU inside it, transfer's fit reads that CPU as a
     narrow path, and its advice (fewer bytes, a faster path) would not help."""
-    costly = {(f.service, f.method, PATHS[f.evidence["direction"]]) for f in found
-              if f.kind == COSTS}  # fmt: skip
+    costly = {
+        (f.service, f.method, PATHS[f.evidence["direction"]]) for f in found if f.kind == COSTS
+    }
     dropped = [f for f in found if (f.service, f.method, f.kind) in costly]
     kept = [f for f in found if f not in dropped]
     for finding in dropped:
         if not any(f.kind == finding.kind for f in kept + dropped if f is not finding):
-            checked = [*checked, Checked(finding.kind, (
-                f"{transfer.DIRECTIONS[finding.kind][3]} "
-                f"{finding.evidence['us_per_mb']:,.0f} µs/MB "
-                f"({method_name(finding.service, finding.method)}) is compression CPU: "
-                "see compression_costs_more"))]  # fmt: skip
+            checked = [
+                *checked,
+                Checked(
+                    finding.kind,
+                    (
+                        f"{transfer.DIRECTIONS[finding.kind][3]} "
+                        f"{finding.evidence['us_per_mb']:,.0f} µs/MB "
+                        f"({method_name(finding.service, finding.method)}) is compression CPU: "
+                        "see compression_costs_more"
+                    ),
+                ),
+            ]
     return kept, checked
 
 
@@ -286,8 +235,10 @@ def _one(
     level = LOW
     spread = None
     if fitted:
-        subsets = [_priced(kind, weighted.line(moments)[0], sample, floor)[1] * p50
-                   for moments in row.moments_by_subset]  # fmt: skip
+        subsets = [
+            _priced(kind, weighted.line(moments)[0], sample, floor)[1] * p50
+            for moments in row.moments_by_subset
+        ]
         spread = Spread(saving[0], [max(0.0, value) for value in subsets])
         level = confidence(int(row.stored_calls), spread)
     # The samples' spread: the saving at the least favourable ratio sampled.
@@ -321,7 +272,7 @@ def _one(
         "saving_ci95_us": _interval(spread),
         "saving_p50_us_at_worst_ratio": worst_saving,
     }
-    shown = per_method(_fit_aggregates(kind, direction) + _sample_aggregates(direction, algorithm))
+    shown = per_method(_fit_aggregates(kind, direction) + sample_aggregates(direction, algorithm))
     return Finding(
         kind=kind,
         service=service,
@@ -399,8 +350,9 @@ def _verify(kind: str, direction: str, message_bytes: float, rate: float, saving
     path = f"bandwidth_kb_s: {max(1, round(1e9 / rate))}\n" if narrow else ""
     top = f"concurrency: 16\nentities: {entities}\n{path}"
     cell, now = ("gzip", "none") if kind == HELP else ("none", "gzip")
-    text = experiment_file(EXPERIMENT, top, MATRIX, baseline=f"compression: {now}",
-                           saving_us=saving_us)  # fmt: skip
+    text = experiment_file(
+        EXPERIMENT, top, MATRIX, baseline=f"compression: {now}", saving_us=saving_us
+    )
     return (
         f"{run_experiment(EXPERIMENT, text)}: the {cell} cell must be faster than the {now} "
         "one by about the saving (its expectation says whether it materialized)"

@@ -224,8 +224,10 @@ def find_tail(reader: Reader, rows: pd.DataFrame) -> tuple[list[Finding], list[C
         slow_calls = int(row.slow_calls)
         name = method_name(row.rpc_service, row.rpc_method)
         if best is None or p99 / max(p50, 1e-9) > best[0]:
-            best = (p99 / max(p50, 1e-9), f"p99 {fmt_us(p99)} is {p99 / max(p50, 1e-9):.1f} x "
-                                          f"p50 {fmt_us(p50)} ({name})")  # fmt: skip
+            best = (
+                p99 / max(p50, 1e-9),
+                f"p99 {fmt_us(p99)} is {p99 / max(p50, 1e-9):.1f} x p50 {fmt_us(p50)} ({name})",
+            )
         means = zip(TAIL_PHASES, row.slow_means, row.medians, strict=True)
         parts = {p: float(mean) - float(median) for p, mean, median in means}
         phase = max(parts, key=lambda p: parts[p])
@@ -288,13 +290,18 @@ def _correlates(row: Any) -> tuple[dict[str, Any], str | None]:
         for key, count in zip(*tuple_items(slow_map), strict=True):
             share, base = count / slow, totals.get(key, 0) / all_calls
             if share >= CORRELATED_SHARE and share >= OVER_REPRESENTED * base:
-                found[dimension] = {"value": _key(key), "share_of_slow": share,
-                                    "share_of_all": base}  # fmt: skip
+                found[dimension] = {
+                    "value": _key(key),
+                    "share_of_slow": share,
+                    "share_of_all": base,
+                }
                 if dimension == "instance":
                     instance = str(key)
     if float(row.slow_bytes_p50) >= OVER_REPRESENTED * max(float(row.bytes_p50), 1.0):
-        found["size"] = {"slow_bytes_p50": float(row.slow_bytes_p50),
-                         "bytes_p50": float(row.bytes_p50)}  # fmt: skip
+        found["size"] = {
+            "slow_bytes_p50": float(row.slow_bytes_p50),
+            "bytes_p50": float(row.bytes_p50),
+        }
     return found, instance
 
 

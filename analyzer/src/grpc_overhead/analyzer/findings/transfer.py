@@ -220,16 +220,26 @@ def supersede(found: list[Finding], checked: list[Checked]) -> tuple[list[Findin
     Only a finding made at p50 explains it: one made at p99 alone (saving 0 at p50) says
     nothing of the typical call, whose network time network_latency is about (a loaded
     machine's tail-only client_busy hid 6 ms of injected latency each way)."""
-    explained = {(f.service, f.method): f.kind for f in found
-                 if f.kind in EXPLAIN_NETWORK and f.saving_p50_us > 0}  # fmt: skip
-    dropped = [f for f in found
-               if f.kind == "network_latency" and (f.service, f.method) in explained]  # fmt: skip
+    explained = {
+        (f.service, f.method): f.kind
+        for f in found
+        if f.kind in EXPLAIN_NETWORK and f.saving_p50_us > 0
+    }
+    dropped = [
+        f for f in found if f.kind == "network_latency" and (f.service, f.method) in explained
+    ]
     kept = [f for f in found if f not in dropped]
     if dropped and not any(f.kind == "network_latency" for f in kept):
         first = dropped[0]
         by = explained[(first.service, first.method)]
-        checked = [*checked, Checked("network_latency", (
-            f"network round trip ({method_name(first.service, first.method)}): its time is "
-            f"{EXPLAIN_NETWORK[by]}: see {by}"
-        ))]  # fmt: skip
+        checked = [
+            *checked,
+            Checked(
+                "network_latency",
+                (
+                    f"network round trip ({method_name(first.service, first.method)}): its time is "
+                    f"{EXPLAIN_NETWORK[by]}: see {by}"
+                ),
+            ),
+        ]
     return kept, checked

@@ -280,14 +280,17 @@ def find(
             continue
         share = p50 / total[0] if total[0] else 0.0
         if best is None or share > best[0]:
-            line = (f"{fmt_share(p50, total[0])} of total at p50 ({fmt_us(p50)} of "
-                    f"{fmt_us(total[0])}, {name}, {int(row.calls):,} calls), ")  # fmt: skip
+            line = (
+                f"{fmt_share(p50, total[0])} of total at p50 ({fmt_us(p50)} of "
+                f"{fmt_us(total[0])}, {name}, {int(row.calls):,} calls), "
+            )
             if at_p50 or at_p99:  # material, but the calls are large: bytes, not latency
-                line += (f"but the calls carry {float(row.bytes_p50):,.0f} bytes at p50: "
-                         "slow_upload / slow_download judge them")  # fmt: skip
+                line += (
+                    f"but the calls carry {float(row.bytes_p50):,.0f} bytes at p50: "
+                    "slow_upload / slow_download judge them"
+                )
             elif kind.resolution_us and share >= kind.min_share:
-                line += (f"within the {fmt_us(kind.resolution_us)} the value is known to per "
-                         "call")  # fmt: skip
+                line += f"within the {fmt_us(kind.resolution_us)} the value is known to per call"
             else:
                 line += f"below the {kind.min_share:.0%} threshold"
                 line += " for calls under 64 KiB" if kind.small_calls_only else ""

@@ -28,9 +28,18 @@ _METHOD = "concat(rpc_service, '/', rpc_method) AS method"
 
 
 _FIELDS = (
-    "kind", "calls", "found", "saving_p50_us", "saving_p99_us", "p50_us", "p99_us",
-    "floor_us", "total_p50_us", "total_p99_us", "bytes_p50",
-)  # fmt: skip
+    "kind",
+    "calls",
+    "found",
+    "saving_p50_us",
+    "saving_p99_us",
+    "p50_us",
+    "p99_us",
+    "floor_us",
+    "total_p50_us",
+    "total_p99_us",
+    "bytes_p50",
+)
 
 
 def waits_sql() -> str:

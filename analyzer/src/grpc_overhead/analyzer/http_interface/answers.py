@@ -264,8 +264,9 @@ class Answerer:
                 return Answer(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
             return self._run(request, text, query_id, abandoned)
         except Refused as refused:
-            return self._error(refused.name, refused.message, query_id,
-                               retry_after=refused.retry_after)  # fmt: skip
+            return self._error(
+                refused.name, refused.message, query_id, retry_after=refused.retry_after
+            )
         except QueryError as error:
             return self._error(None, error.message, query_id, code=error.code or 1002)
         except BadInput as error:

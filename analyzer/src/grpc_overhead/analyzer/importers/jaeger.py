@@ -120,8 +120,12 @@ class JaegerQuery:
             )
             data = (answer or {}).get("result") or {"resourceSpans": []}
             request = otlp_json_request(data)
-            ids = {span.trace_id for rs in request.resource_spans for ss in rs.scope_spans
-                   for span in ss.spans}  # fmt: skip
+            ids = {
+                span.trace_id
+                for rs in request.resource_spans
+                for ss in rs.scope_spans
+                for span in ss.spans
+            }
             return len(ids), request
         micros = {"start": _micros(start), "end": _micros(end)}
         answer = self._get("/api/traces", {"service": service, "limit": PAGE, **micros})
@@ -212,8 +216,15 @@ def _span(span: dict[str, Any]) -> tuple[str, dict[str, Any]]:
                 "attributes": _attributes(fields, ("event",)),
             }
         )
-    reserved = ("span.kind", "otel.status_code", "otel.status_description", "error",
-                "otel.scope.name", "otel.scope.version", "w3c.tracestate")  # fmt: skip
+    reserved = (
+        "span.kind",
+        "otel.status_code",
+        "otel.status_description",
+        "error",
+        "otel.scope.name",
+        "otel.scope.version",
+        "w3c.tracestate",
+    )
     otlp = {
         "traceId": span["traceID"].rjust(32, "0"),
         "spanId": span["spanID"].rjust(16, "0"),
@@ -241,8 +252,9 @@ def v1_request(traces: list[dict[str, Any]]) -> Any:
             grouped.setdefault(span.get("processID", ""), {}).setdefault(scope, []).append(otlp)
         for process_id, scopes in grouped.items():
             process = processes.get(process_id) or {}
-            attributes = [{"key": "service.name",
-                           "value": {"stringValue": process.get("serviceName", "")}}]  # fmt: skip
+            attributes = [
+                {"key": "service.name", "value": {"stringValue": process.get("serviceName", "")}}
+            ]
             attributes += _attributes(process.get("tags") or [], ("service.name",))
             resources.append(
                 {

@@ -34,8 +34,14 @@ def phase_table(summary: pd.DataFrame) -> pd.DataFrame:
     if summary.empty:
         return pd.DataFrame({"phase": [], "raw_us": [], "corrected_us": []})
     call = summary.iloc[0]
-    names = (*CONSECUTIVE_PHASES, "unattributed", "total", "server_residence", "pool_wait",
-             *COARSE_PHASES)  # fmt: skip
+    names = (
+        *CONSECUTIVE_PHASES,
+        "unattributed",
+        "total",
+        "server_residence",
+        "pool_wait",
+        *COARSE_PHASES,
+    )
     records = []
     for name in names:
         corrected = call[f"{name}_us"]

@@ -70,8 +70,16 @@ def verdicts(cells_frame: pd.DataFrame) -> pd.DataFrame:
     """One row per cell compared with its baseline at run time (``grpc_runs.comparison``):
     ``label``, ``baseline``, ``verdict``, ``diff_us``, ``ci_low_us``, ``ci_high_us``,
     ``explained_by`` (the phase that moved, or ''), ``summary``."""
-    columns = ["label", "baseline", "verdict", "diff_us", "ci_low_us", "ci_high_us",
-               "explained_by", "summary"]  # fmt: skip
+    columns = [
+        "label",
+        "baseline",
+        "verdict",
+        "diff_us",
+        "ci_low_us",
+        "ci_high_us",
+        "explained_by",
+        "summary",
+    ]
     if cells_frame.empty or "comparison" not in cells_frame:
         return pd.DataFrame(columns=columns)
     labels = dict(zip(cells_frame["run_id"], cells_frame["label"], strict=True))
@@ -82,17 +90,33 @@ def verdicts(cells_frame: pd.DataFrame) -> pd.DataFrame:
             continue
         low, high = item.get("ci_us") or [None, None]
         cause = item.get("explained_by") or {}
-        rows.append([label, labels[item["baseline_run_id"]], item.get("verdict"),
-                     _float(item.get("diff_us")), _float(low), _float(high),
-                     cause.get("phase", ""), item.get("summary", "")])  # fmt: skip
+        rows.append(
+            [
+                label,
+                labels[item["baseline_run_id"]],
+                item.get("verdict"),
+                _float(item.get("diff_us")),
+                _float(low),
+                _float(high),
+                cause.get("phase", ""),
+                item.get("summary", ""),
+            ]
+        )
     return pd.DataFrame(rows, columns=columns)
 
 
 def verdict_phases(cells_frame: pd.DataFrame, label: str) -> pd.DataFrame:
     """The phases of one cell's comparison with its baseline: ``phase``, ``verdict``,
     ``diff_us``, ``ci_low_us``, ``ci_high_us``, ``baseline_p50_us``, ``p50_us``."""
-    columns = ["phase", "verdict", "diff_us", "ci_low_us", "ci_high_us", "baseline_p50_us",
-               "p50_us"]  # fmt: skip
+    columns = [
+        "phase",
+        "verdict",
+        "diff_us",
+        "ci_low_us",
+        "ci_high_us",
+        "baseline_p50_us",
+        "p50_us",
+    ]
     chosen = cells_frame[cells_frame["label"] == label] if "comparison" in cells_frame else None
     if chosen is None or chosen.empty:
         return pd.DataFrame(columns=columns)
@@ -100,9 +124,17 @@ def verdict_phases(cells_frame: pd.DataFrame, label: str) -> pd.DataFrame:
     rows = []
     for phase in item.get("phases", []):
         low, high = phase.get("ci_us") or [None, None]
-        rows.append([phase["phase"], phase["verdict"], _float(phase.get("diff_us")), _float(low),
-                     _float(high), _float(phase.get("baseline_p50_us")),
-                     _float(phase.get("p50_us"))])  # fmt: skip
+        rows.append(
+            [
+                phase["phase"],
+                phase["verdict"],
+                _float(phase.get("diff_us")),
+                _float(low),
+                _float(high),
+                _float(phase.get("baseline_p50_us")),
+                _float(phase.get("p50_us")),
+            ]
+        )
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -159,10 +159,14 @@ def by_algorithm(
     # Counts in whole calls: the calls made, estimated under sampling.
     counts = {"calls", "calls_with_events", *(f"{name}_calls" for name in FITTED_PHASES)}
     merged = [
-        (f"toUInt64(round({function}Merge{params}({name}_state)))" if name in counts
-         else f"{function}Merge{params}({name}_state)") + f" AS {name}"
+        (
+            f"toUInt64(round({function}Merge{params}({name}_state)))"
+            if name in counts
+            else f"{function}Merge{params}({name}_state)"
+        )
+        + f" AS {name}"
         for function, params, _, name in aggregates
-    ]  # fmt: skip
+    ]
     merged += [
         "request_compressed_bytes_sum / request_sent_sum AS request_compressed_ratio",
         "response_compressed_bytes_sum / response_sent_sum AS response_compressed_ratio",

@@ -189,8 +189,11 @@ class _Handler(BaseHTTPRequestHandler):
             if self.credentials is not None and not self.credentials.allows(
                 self.headers.get("Authorization")
             ):
-                self._error(_Answer(401, code_pb2.UNAUTHENTICATED, UNAUTHENTICATED), json_wanted,
-                            {"WWW-Authenticate": CHALLENGE})  # fmt: skip
+                self._error(
+                    _Answer(401, code_pb2.UNAUTHENTICATED, UNAUTHENTICATED),
+                    json_wanted,
+                    {"WWW-Authenticate": CHALLENGE},
+                )
                 return
             path = self.path.split("?", 1)[0]
             if path != TRACES_PATH:

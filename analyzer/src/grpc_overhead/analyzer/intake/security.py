@@ -140,9 +140,13 @@ class Credentials:
         """The last tokens stay for ``missing_grace_s``; then none (fail closed)."""
         if self._missing_since is None:
             self._missing_since = now
-            log.warning("grpc-overhead intake: cannot read the credentials file %s (%s): the "
-                        "tokens read before stay in force for %g s", self.path, reason,
-                        self.missing_grace_s)  # fmt: skip
+            log.warning(
+                "grpc-overhead intake: cannot read the credentials file %s (%s): the "
+                "tokens read before stay in force for %g s",
+                self.path,
+                reason,
+                self.missing_grace_s,
+            )
         elif now - self._missing_since >= self.missing_grace_s and (self._tokens or self._pairs):
             log.warning(
                 "grpc-overhead intake: the credentials file %s is still unreadable (%s): "
@@ -171,8 +175,9 @@ class Authenticating(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
         metadata = handler_call_details.invocation_metadata or ()
-        authorization = next((str(value) for key, value in metadata if key == "authorization"),
-                             None)  # fmt: skip
+        authorization = next(
+            (str(value) for key, value in metadata if key == "authorization"), None
+        )
         if self.credentials.allows(authorization):
             return continuation(handler_call_details)
         return self._refusal

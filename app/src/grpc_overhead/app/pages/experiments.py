@@ -91,35 +91,50 @@ if len(verdicts):
     )
     colors = {"faster": "#2ca02c", "slower": "#d62728", "no measurable difference": "#7f7f7f"}
     axes = {"diff_us": "p50 difference (µs), interval", "against": ""}
-    figure = px.scatter(chart, x="diff_us", y="against", color="verdict", error_x="error_plus",
-                        error_x_minus="error_minus", color_discrete_map=colors,
-                        labels=axes)  # fmt: skip
+    figure = px.scatter(
+        chart,
+        x="diff_us",
+        y="against",
+        color="verdict",
+        error_x="error_plus",
+        error_x_minus="error_minus",
+        color_discrete_map=colors,
+        labels=axes,
+    )
     figure.add_vline(x=0, line_dash="dot")
     st.plotly_chart(figure, width="stretch", key="experiments_verdicts")
     st.dataframe(
-        pd.DataFrame({
-            "cell": verdicts["label"],
-            "baseline": verdicts["baseline"],
-            "verdict": verdicts["verdict"],
-            "difference (µs)": verdicts["diff_us"].round(1),
-            "interval (µs)": interval_texts(verdicts),
-            "phase that moved": verdicts["explained_by"],
-        }),
-        hide_index=True, width="stretch", height=charts.ALL_ROWS,
-    )  # fmt: skip
+        pd.DataFrame(
+            {
+                "cell": verdicts["label"],
+                "baseline": verdicts["baseline"],
+                "verdict": verdicts["verdict"],
+                "difference (µs)": verdicts["diff_us"].round(1),
+                "interval (µs)": interval_texts(verdicts),
+                "phase that moved": verdicts["explained_by"],
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+        height=charts.ALL_ROWS,
+    )
     chosen = st.selectbox("Phases of", list(verdicts["label"]), key="experiments_verdict_cell")
     phases_of = insights.verdict_phases(cells, chosen)
     st.dataframe(
-        pd.DataFrame({
-            "phase": phases_of["phase"],
-            "baseline p50": phases_of["baseline_p50_us"].map(formatting.duration),
-            "p50": phases_of["p50_us"].map(formatting.duration),
-            "difference (µs)": phases_of["diff_us"].round(1),
-            "interval (µs)": interval_texts(phases_of),
-            "verdict": phases_of["verdict"],
-        }),
-        hide_index=True, width="stretch", height=charts.ALL_ROWS,
-    )  # fmt: skip
+        pd.DataFrame(
+            {
+                "phase": phases_of["phase"],
+                "baseline p50": phases_of["baseline_p50_us"].map(formatting.duration),
+                "p50": phases_of["p50_us"].map(formatting.duration),
+                "difference (µs)": phases_of["diff_us"].round(1),
+                "interval (µs)": interval_texts(phases_of),
+                "verdict": phases_of["verdict"],
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+        height=charts.ALL_ROWS,
+    )
     st.caption(
         "Interval of the difference of the p50s (cell minus baseline): the rounds and their "
         "calls resampled, paired round by round, and at least the rounds' t interval; "
@@ -151,26 +166,50 @@ st.dataframe(table, hide_index=True, width="stretch", height=charts.ALL_ROWS)
 left, right = st.columns(2)
 with left:
     st.markdown("**Throughput**")
-    throughput = px.bar(cells, x="calls_per_s", y="label", orientation="h",
-                        labels={"calls_per_s": "calls/s", "label": ""})  # fmt: skip
+    throughput = px.bar(
+        cells,
+        x="calls_per_s",
+        y="label",
+        orientation="h",
+        labels={"calls_per_s": "calls/s", "label": ""},
+    )
     st.plotly_chart(throughput, width="stretch", key="experiments_throughput")
 with right:
     st.markdown("**Latency (load generator's clock)**")
-    latency = cells.melt(id_vars="label", value_vars=["p50_us", "p99_us"], var_name="quantile",
-                         value_name="µs")  # fmt: skip
+    latency = cells.melt(
+        id_vars="label", value_vars=["p50_us", "p99_us"], var_name="quantile", value_name="µs"
+    )
     latency["quantile"] = latency["quantile"].str.replace("_us", "")
-    bars = px.bar(latency, x="µs", y="label", color="quantile", barmode="group",
-                  orientation="h", labels={"label": ""})  # fmt: skip
+    bars = px.bar(
+        latency,
+        x="µs",
+        y="label",
+        color="quantile",
+        barmode="group",
+        orientation="h",
+        labels={"label": ""},
+    )
     st.plotly_chart(bars, width="stretch", key="experiments_latency")
 
 st.markdown("**Phases, stacked (p50 µs of each phase, from the spans)**")
 present = [phase for phase in CONSECUTIVE_PHASES if f"{phase}_p50_us" in cells]
 if present:
-    stacked = cells.melt(id_vars="label", value_vars=[f"{phase}_p50_us" for phase in present],
-                         var_name="phase", value_name="µs").dropna()  # fmt: skip
+    stacked = cells.melt(
+        id_vars="label",
+        value_vars=[f"{phase}_p50_us" for phase in present],
+        var_name="phase",
+        value_name="µs",
+    ).dropna()
     stacked["phase"] = stacked["phase"].str.removesuffix("_p50_us")
-    phases = px.bar(stacked, x="µs", y="label", color="phase", orientation="h",
-                    category_orders={"phase": present}, labels={"label": ""})  # fmt: skip
+    phases = px.bar(
+        stacked,
+        x="µs",
+        y="label",
+        color="phase",
+        orientation="h",
+        category_orders={"phase": present},
+        labels={"label": ""},
+    )
     st.plotly_chart(phases, width="stretch", key="experiments_phases")
     st.caption(
         "Each phase's own p50: they need not add up to the total's p50 exactly "
@@ -188,8 +227,9 @@ if len(run_ids) < 2:
 def _pick(label: str, key: str, default: int) -> str:
     wanted = st.query_params.get(key)
     index = run_ids.index(wanted) if wanted in run_ids else default
-    chosen = st.selectbox(label, run_ids, index=index, format_func=lambda r: labels[r],
-                          key=f"experiments_{key}")  # fmt: skip
+    chosen = st.selectbox(
+        label, run_ids, index=index, format_func=lambda r: labels[r], key=f"experiments_{key}"
+    )
     st.query_params[key] = chosen
     return chosen
 

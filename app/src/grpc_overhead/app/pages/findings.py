@@ -53,9 +53,12 @@ def _grouped_bars(frame: pd.DataFrame, axes: tuple[str, str, str], key: str) -> 
 def _instances_chart(card: pd.Series, scoped) -> None:
     load = instances.summary(cached.load(instances.instance_load, scoped))
     figure = px.bar(
-        load, x="instance", y="calls", color="p50_total_us",
+        load,
+        x="instance",
+        y="calls",
+        color="p50_total_us",
         labels={"calls": "calls", "instance": "", "p50_total_us": "p50 total µs"},
-    )  # fmt: skip
+    )
     charts.legend_on_top(figure, 300)
     st.plotly_chart(figure, width="stretch", key=f"finding_instances_{card.name}")
 
@@ -63,12 +66,18 @@ def _instances_chart(card: pd.Series, scoped) -> None:
 def _sizes_chart(card: pd.Series, scoped) -> None:
     sample = cached.load(payload.payload_sample, scoped)
     upload = card["kind"] in ("slow_upload", "compression_would_help", "compression_costs_more")
-    size, phase = ("request_bytes", "request_network_us") if upload else (
-        "response_bytes", "response_network_us")  # fmt: skip
+    size, phase = (
+        ("request_bytes", "request_network_us")
+        if upload
+        else ("response_bytes", "response_network_us")
+    )
     figure = px.scatter(
-        sample, x=size, y=phase, color="algorithm",
+        sample,
+        x=size,
+        y=phase,
+        color="algorithm",
         labels={size: f"{size.split('_')[0]} bytes", phase: f"{phase[:-3]} µs"},
-    )  # fmt: skip
+    )
     charts.legend_on_top(figure, 300)
     st.plotly_chart(figure, width="stretch", key=f"finding_sizes_{card.name}")
 
@@ -105,10 +114,11 @@ def _card(rank: int, card: pd.Series) -> None:
         with st.expander("Evidence and the query behind it"):
             evidence = json.loads(card["evidence"])
             st.dataframe(
-                pd.DataFrame({"value": [json.dumps(v) for v in evidence.values()]},
-                             index=list(evidence)),
+                pd.DataFrame(
+                    {"value": [json.dumps(v) for v in evidence.values()]}, index=list(evidence)
+                ),
                 width="stretch",
-            )  # fmt: skip
+            )
             st.code(card["sql"] or "-- no query for this kind", language="sql")
             st.caption(f"Parameters: {card['parameters']}")
         st.page_link(
@@ -129,12 +139,17 @@ if found.empty:
 else:
     saving = found[(found["saving_p50_us"] > 0) | (found["saving_p99_us"] > 0)]
     labels = saving["kind"].str.replace("_", " ") + " · " + saving["method"]
-    bars = pd.DataFrame({"finding": labels, "p50": saving["saving_p50_us"],
-                         "p99": saving["saving_p99_us"]}).iloc[::-1]  # fmt: skip
+    bars = pd.DataFrame(
+        {"finding": labels, "p50": saving["saving_p50_us"], "p99": saving["saving_p99_us"]}
+    ).iloc[::-1]
     figure = px.bar(
-        bars, x=["p50", "p99"], y="finding", orientation="h", barmode="group",
+        bars,
+        x=["p50", "p99"],
+        y="finding",
+        orientation="h",
+        barmode="group",
         labels={"value": "time it would save, µs", "finding": "", "variable": ""},
-    )  # fmt: skip
+    )
     if len(bars):
         charts.legend_on_top(figure, 80 + 40 * len(bars))
         st.plotly_chart(figure, width="stretch", key="findings_savings")
@@ -143,10 +158,22 @@ else:
     if len(found) > CARDS:
         st.subheader("More findings")
         st.dataframe(
-            found.iloc[CARDS:][["kind", "service", "method", "instance", "saving_p50_us",
-                                 "saving_p99_us", "confidence", "action"]],
-            width="stretch", hide_index=True, height=charts.ALL_ROWS,
-        )  # fmt: skip
+            found.iloc[CARDS:][
+                [
+                    "kind",
+                    "service",
+                    "method",
+                    "instance",
+                    "saving_p50_us",
+                    "saving_p99_us",
+                    "confidence",
+                    "action",
+                ]
+            ],
+            width="stretch",
+            hide_index=True,
+            height=charts.ALL_ROWS,
+        )
 
 st.subheader("Checked, not found")
 st.dataframe(checked[["kind", "why_not"]], width="stretch", hide_index=True, height=charts.ALL_ROWS)

@@ -129,11 +129,26 @@ class AioStreamResponseCall:
 
 
 class _AioMultiCallable:
-    __slots__ = ("_call_type", "_channel", "_deserializer", "_method", "_plain", "_registered",
-                 "_serializer", "_unary_response")  # fmt: skip
+    __slots__ = (
+        "_call_type",
+        "_channel",
+        "_deserializer",
+        "_method",
+        "_plain",
+        "_registered",
+        "_serializer",
+        "_unary_response",
+    )
 
-    def __init__(self, channel: InstrumentedAioChannel, call_type: str, method: str,
-                 serializer: Any, deserializer: Any, registered: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        channel: InstrumentedAioChannel,
+        call_type: str,
+        method: str,
+        serializer: Any,
+        deserializer: Any,
+        registered: Any,
+    ) -> None:
         self._channel = channel
         self._call_type = call_type
         self._method = method
@@ -143,33 +158,59 @@ class _AioMultiCallable:
         self._plain: Any = None
         self._unary_response = call_type in ("unary_unary", "stream_unary")
 
-    def __call__(self, request=None, *, timeout=None, metadata=None, credentials=None,
-                 wait_for_ready=None, compression=None):  # fmt: skip
+    def __call__(
+        self,
+        request=None,
+        *,
+        timeout=None,
+        metadata=None,
+        credentials=None,
+        wait_for_ready=None,
+        compression=None,
+    ):
         channel = self._channel
         factory = getattr(channel._channel, self._call_type)
         if timeout is None:
             timeout = channel._recorder.timing_deadline_s
         record, outgoing = start_client_call(
-            channel._recorder, channel._target, self._method, self._call_type, metadata,
-            compression, timeout, channel._readiness, aio=True,
-        )  # fmt: skip
+            channel._recorder,
+            channel._target,
+            self._method,
+            self._call_type,
+            metadata,
+            compression,
+            timeout,
+            channel._readiness,
+            aio=True,
+        )
         if record is None:
             if self._plain is None:
-                self._plain = factory(self._method, self._serializer, self._deserializer,
-                                      _registered_method=self._registered)  # fmt: skip
+                self._plain = factory(
+                    self._method,
+                    self._serializer,
+                    self._deserializer,
+                    _registered_method=self._registered,
+                )
             bound = self._plain
         else:
             serialize, deserialize = bind_serializers(record, self._serializer, self._deserializer)
-            bound = factory(self._method, serialize, deserialize,
-                            _registered_method=self._registered)  # fmt: skip
+            bound = factory(
+                self._method, serialize, deserialize, _registered_method=self._registered
+            )
         tokens = None
         if record is not None and channel._recorder.folding:
             fold_enclosing(record)
             # The interceptors' task copies this context: their spans become our children.
             tokens = enter_client_call(record)
         try:
-            call = bound(request, timeout=timeout, metadata=outgoing, credentials=credentials,
-                         wait_for_ready=wait_for_ready, compression=compression)  # fmt: skip
+            call = bound(
+                request,
+                timeout=timeout,
+                metadata=outgoing,
+                credentials=credentials,
+                wait_for_ready=wait_for_ready,
+                compression=compression,
+            )
         finally:
             if tokens is not None:
                 leave_client_call(tokens)
@@ -209,25 +250,53 @@ class InstrumentedAioChannel(grpc.aio.Channel):
     async def channel_ready(self) -> None:
         await self._channel.channel_ready()
 
-    def unary_unary(self, method, request_serializer=None, response_deserializer=None,
-                    _registered_method=False):  # fmt: skip
-        return _AioMultiCallable(self, "unary_unary", method, request_serializer,
-                                 response_deserializer, _registered_method)  # fmt: skip
+    def unary_unary(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):
+        return _AioMultiCallable(
+            self,
+            "unary_unary",
+            method,
+            request_serializer,
+            response_deserializer,
+            _registered_method,
+        )
 
-    def unary_stream(self, method, request_serializer=None, response_deserializer=None,
-                     _registered_method=False):  # fmt: skip
-        return _AioMultiCallable(self, "unary_stream", method, request_serializer,
-                                 response_deserializer, _registered_method)  # fmt: skip
+    def unary_stream(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):
+        return _AioMultiCallable(
+            self,
+            "unary_stream",
+            method,
+            request_serializer,
+            response_deserializer,
+            _registered_method,
+        )
 
-    def stream_unary(self, method, request_serializer=None, response_deserializer=None,
-                     _registered_method=False):  # fmt: skip
-        return _AioMultiCallable(self, "stream_unary", method, request_serializer,
-                                 response_deserializer, _registered_method)  # fmt: skip
+    def stream_unary(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):
+        return _AioMultiCallable(
+            self,
+            "stream_unary",
+            method,
+            request_serializer,
+            response_deserializer,
+            _registered_method,
+        )
 
-    def stream_stream(self, method, request_serializer=None, response_deserializer=None,
-                      _registered_method=False):  # fmt: skip
-        return _AioMultiCallable(self, "stream_stream", method, request_serializer,
-                                 response_deserializer, _registered_method)  # fmt: skip
+    def stream_stream(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):
+        return _AioMultiCallable(
+            self,
+            "stream_stream",
+            method,
+            request_serializer,
+            response_deserializer,
+            _registered_method,
+        )
 
 
 def instrument_aio_channel(

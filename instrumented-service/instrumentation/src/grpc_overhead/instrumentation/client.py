@@ -30,6 +30,7 @@ from grpc_overhead.instrumentation.environment import instrumentation_disabled
 from grpc_overhead.instrumentation.pipeline import SpanPipeline
 from grpc_overhead.instrumentation.recorder import Recorder
 from grpc_overhead.instrumentation.records import CallRecord
+from grpc_overhead.instrumentation.streaming_call import LazyStreamingCall, StreamingCall
 
 _CALL_TYPES = {
     "unary_unary": "unary_unary",
@@ -66,25 +67,53 @@ class InstrumentedChannel(grpc.Channel):
         self._channel.close()
         return False
 
-    def unary_unary(self, method, request_serializer=None, response_deserializer=None,
-                    _registered_method=False):  # fmt: skip
-        return _UnaryResponse(self, "unary_unary", method, request_serializer,
-                              response_deserializer, _registered_method)  # fmt: skip
+    def unary_unary(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):
+        return _UnaryResponse(
+            self,
+            "unary_unary",
+            method,
+            request_serializer,
+            response_deserializer,
+            _registered_method,
+        )
 
-    def stream_unary(self, method, request_serializer=None, response_deserializer=None,
-                     _registered_method=False):  # fmt: skip
-        return _UnaryResponse(self, "stream_unary", method, request_serializer,
-                              response_deserializer, _registered_method)  # fmt: skip
+    def stream_unary(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):
+        return _UnaryResponse(
+            self,
+            "stream_unary",
+            method,
+            request_serializer,
+            response_deserializer,
+            _registered_method,
+        )
 
-    def unary_stream(self, method, request_serializer=None, response_deserializer=None,
-                     _registered_method=False):  # fmt: skip
-        return _StreamResponse(self, "unary_stream", method, request_serializer,
-                               response_deserializer, _registered_method)  # fmt: skip
+    def unary_stream(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):
+        return _StreamResponse(
+            self,
+            "unary_stream",
+            method,
+            request_serializer,
+            response_deserializer,
+            _registered_method,
+        )
 
-    def stream_stream(self, method, request_serializer=None, response_deserializer=None,
-                      _registered_method=False):  # fmt: skip
-        return _StreamResponse(self, "stream_stream", method, request_serializer,
-                               response_deserializer, _registered_method)  # fmt: skip
+    def stream_stream(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):
+        return _StreamResponse(
+            self,
+            "stream_stream",
+            method,
+            request_serializer,
+            response_deserializer,
+            _registered_method,
+        )
 
 
 def _slots(cls: type) -> tuple[str, ...]:
@@ -154,19 +183,36 @@ class _ThreadSlot:
 
 
 class _MultiCallable:
-    __slots__ = ("_call_type", "_channel", "_clone", "_deserializer", "_local", "_method",
-                 "_plain", "_registered", "_serializer")  # fmt: skip
+    __slots__ = (
+        "_call_type",
+        "_channel",
+        "_clone",
+        "_deserializer",
+        "_local",
+        "_method",
+        "_plain",
+        "_registered",
+        "_serializer",
+    )
 
-    def __init__(self, channel: InstrumentedChannel, call_type: str, method: str,
-                 serializer: Any, deserializer: Any, registered: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        channel: InstrumentedChannel,
+        call_type: str,
+        method: str,
+        serializer: Any,
+        deserializer: Any,
+        registered: Any,
+    ) -> None:
         self._channel = channel
         self._call_type = call_type
         self._method = method
         self._serializer = serializer
         self._deserializer = deserializer
         self._registered = registered
-        self._plain: Any = self._factory()(method, serializer, deserializer,
-                                           _registered_method=registered)  # fmt: skip
+        self._plain: Any = self._factory()(
+            method, serializer, deserializer, _registered_method=registered
+        )
         self._clone = _cloner(self._plain)
         # The slot path needs grpcio's own unary-unary multicallable (not another
         # instrumentation's interceptor in between) and no folding (coexistence.py).
@@ -182,9 +228,15 @@ class _MultiCallable:
         """(record, outgoing metadata, the multicallable to use for this call)."""
         channel = self._channel
         record, outgoing = start_client_call(
-            channel._recorder, channel._target, self._method, self._call_type, metadata,
-            compression, timeout, channel._readiness,
-        )  # fmt: skip
+            channel._recorder,
+            channel._target,
+            self._method,
+            self._call_type,
+            metadata,
+            compression,
+            timeout,
+            channel._readiness,
+        )
         if record is None:
             return None, outgoing, self._plain
         if channel._recorder.folding:
@@ -206,18 +258,21 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
 
     __slots__ = ()
 
-    def _invoke(self, request, timeout, metadata, credentials, wait_for_ready, compression,
-                with_call=True):  # fmt: skip
+    def _invoke(
+        self, request, timeout, metadata, credentials, wait_for_ready, compression, with_call=True
+    ):
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         if self._local is not None:
-            return self._call_blocking(request, timeout, metadata, credentials, wait_for_ready,
-                                  compression, with_call)  # fmt: skip
+            return self._call_blocking(
+                request, timeout, metadata, credentials, wait_for_ready, compression, with_call
+            )
         record, outgoing, bound = self._start(metadata, compression, timeout)
         if record is None:  # not sampled: grpcio's own call, with the traceparent added
             if with_call:
-                return bound.with_call(request, timeout, outgoing, credentials, wait_for_ready,
-                                       compression)  # fmt: skip
+                return bound.with_call(
+                    request, timeout, outgoing, credentials, wait_for_ready, compression
+                )
             return bound(request, timeout, outgoing, credentials, wait_for_ready, compression)
         tokens = enter_client_call(record) if self._channel._recorder.folding else None
         try:
@@ -236,21 +291,28 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
         finish_from_call(record, call)
         return (response, call) if with_call else response
 
-    def _call_blocking(self, request, timeout, metadata, credentials, wait_for_ready,
-                       compression, with_call):  # fmt: skip
+    def _call_blocking(
+        self, request, timeout, metadata, credentials, wait_for_ready, compression, with_call
+    ):
         """A blocking unary-unary call through this thread's slot, finished from grpcio's
         call state: no multicallable copy, no closures, no rendezvous unless asked for."""
         channel = self._channel
         record, outgoing = start_client_call(
-            channel._recorder, channel._target, self._method, "unary_unary", metadata,
-            compression, timeout, channel._readiness,
-        )  # fmt: skip
+            channel._recorder,
+            channel._target,
+            self._method,
+            "unary_unary",
+            metadata,
+            compression,
+            timeout,
+            channel._readiness,
+        )
         if record is None:  # not sampled: grpcio's own call, with the traceparent added
             if with_call:
-                return self._plain.with_call(request, timeout, outgoing, credentials,
-                                             wait_for_ready, compression)  # fmt: skip
-            return self._plain(request, timeout, outgoing, credentials, wait_for_ready,
-                               compression)  # fmt: skip
+                return self._plain.with_call(
+                    request, timeout, outgoing, credentials, wait_for_ready, compression
+                )
+            return self._plain(request, timeout, outgoing, credentials, wait_for_ready, compression)
         local = self._local
         try:
             slot = local.slot
@@ -271,28 +333,52 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
         finally:
             slot.record = outer
         code = state.code
-        finish_client_call(record, code, state.details if code is not _OK else None,
-                           state.trailing_metadata)  # fmt: skip
+        finish_client_call(
+            record, code, state.details if code is not _OK else None, state.trailing_metadata
+        )
         return _end_blocking(state, call, with_call, None)
 
-    def __call__(self, request, timeout=None, metadata=None, credentials=None,
-                 wait_for_ready=None, compression=None):  # fmt: skip
-        return self._invoke(request, timeout, metadata, credentials, wait_for_ready,
-                            compression, with_call=False)  # fmt: skip
+    def __call__(
+        self,
+        request,
+        timeout=None,
+        metadata=None,
+        credentials=None,
+        wait_for_ready=None,
+        compression=None,
+    ):
+        return self._invoke(
+            request, timeout, metadata, credentials, wait_for_ready, compression, with_call=False
+        )
 
-    def with_call(self, request, timeout=None, metadata=None, credentials=None,
-                  wait_for_ready=None, compression=None):  # fmt: skip
+    def with_call(
+        self,
+        request,
+        timeout=None,
+        metadata=None,
+        credentials=None,
+        wait_for_ready=None,
+        compression=None,
+    ):
         return self._invoke(request, timeout, metadata, credentials, wait_for_ready, compression)
 
-    def future(self, request, timeout=None, metadata=None, credentials=None,
-               wait_for_ready=None, compression=None):  # fmt: skip
+    def future(
+        self,
+        request,
+        timeout=None,
+        metadata=None,
+        credentials=None,
+        wait_for_ready=None,
+        compression=None,
+    ):
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         record, outgoing, bound = self._start(metadata, compression, timeout)
         tokens = enter_client_call(record) if record and self._channel._recorder.folding else None
         try:
-            future = bound.future(request, timeout, outgoing, credentials, wait_for_ready,
-                                  compression)  # fmt: skip
+            future = bound.future(
+                request, timeout, outgoing, credentials, wait_for_ready, compression
+            )
         finally:
             if tokens is not None:
                 leave_client_call(tokens)
@@ -301,14 +387,22 @@ class _UnaryResponse(_MultiCallable, grpc.UnaryUnaryMultiCallable, grpc.StreamUn
         return future
 
 
-class _StreamResponse(_MultiCallable, grpc.UnaryStreamMultiCallable,
-                      grpc.StreamStreamMultiCallable):  # fmt: skip
+class _StreamResponse(
+    _MultiCallable, grpc.UnaryStreamMultiCallable, grpc.StreamStreamMultiCallable
+):
     """unary_stream and stream_stream: finished when the reader reaches the end."""
 
     __slots__ = ()
 
-    def __call__(self, request, timeout=None, metadata=None, credentials=None,
-                 wait_for_ready=None, compression=None):  # fmt: skip
+    def __call__(
+        self,
+        request,
+        timeout=None,
+        metadata=None,
+        credentials=None,
+        wait_for_ready=None,
+        compression=None,
+    ):
         if timeout is None:
             timeout = self._channel._recorder.timing_deadline_s
         record, outgoing, bound = self._start(metadata, compression, timeout)
@@ -326,87 +420,6 @@ class _StreamResponse(_MultiCallable, grpc.UnaryStreamMultiCallable,
         if not isinstance(call, grpc.Call):  # an interceptor's generator: runs on first next()
             return LazyStreamingCall(call, record)
         return StreamingCall(call, record)
-
-
-class StreamingCall:
-    """The call object a streaming call returns, plus: the record ends with the stream.
-
-    Everything but iteration is delegated to grpcio's call object. A stream whose
-    reader stops early is finished when this object is garbage-collected.
-    """
-
-    __slots__ = ("_call", "_record")
-
-    def __init__(self, call: Any, record: CallRecord) -> None:
-        self._call = call
-        self._record = record
-
-    def __iter__(self) -> StreamingCall:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            return next(self._call)
-        except StopIteration:
-            finish_from_call(self._record, self._call)
-            raise
-        except grpc.RpcError as error:
-            finish_from_call(self._record, error)
-            raise
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._call, name)
-
-    def __del__(self) -> None:
-        record = self._record
-        done = getattr(self._call, "done", None)
-        if not record.finished and done is not None and done():
-            try:
-                finish_from_call(record, self._call)
-            except Exception:
-                pass
-
-
-class LazyStreamingCall(StreamingCall):
-    """A stream another instrumentation's client interceptor returned as a generator
-    (opentelemetry-instrumentation-grpc, unary-stream): it starts the call, and its span,
-    on the first ``next()``, so that one runs with our call current (coexistence.py).
-
-    Their generator keeps its span current from the first ``next()`` until the stream
-    ends, and then restores the context it found: ours. So ours is left only after
-    theirs (at the stream's end, an error, or when the reader drops the stream);
-    leaving it at the first ``next()`` would let their restore make our span current
-    in the caller for good.
-    """
-
-    __slots__ = ("_started", "_tokens")
-
-    def __init__(self, call: Any, record: CallRecord) -> None:
-        super().__init__(call, record)
-        self._started = False
-        self._tokens: tuple[object, object] | None = None
-
-    def __next__(self) -> Any:
-        if not self._started:
-            self._started = True
-            self._tokens = enter_client_call(self._record)
-        try:
-            return super().__next__()
-        except BaseException:
-            self._leave()
-            raise
-
-    def _leave(self) -> None:
-        tokens, self._tokens = self._tokens, None
-        if tokens is not None:
-            try:
-                leave_client_call(tokens)
-            except ValueError:  # dropped in another context (garbage collection)
-                pass
-
-    def __del__(self) -> None:
-        super().__del__()
-        self._leave()
 
 
 def instrument_channel(

@@ -253,7 +253,7 @@ def finish_from_call(record: CallRecord, call: Any) -> None:
     """Finish from a completed sync grpc.Call / Future (codes and trailers are ready).
 
     A generator another instrumentation returned instead of grpcio's call (see
-    client.LazyStreamingCall) has no status: having ended, the call was OK.
+    streaming_call.LazyStreamingCall) has no status: having ended, the call was OK.
     """
     if not hasattr(call, "code"):
         finish_client_call(record, None, None, None)

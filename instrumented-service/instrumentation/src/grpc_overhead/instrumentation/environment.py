@@ -274,8 +274,9 @@ def environment_number(
     except ValueError:
         value = math.nan
     if maximum is not None and not minimum <= value <= maximum:  # NaN fails both
-        _LOGGER.warning("%s=%r is not a number in [%g, %g]; using %g",
-                        name, raw, minimum, maximum, default)  # fmt: skip
+        _LOGGER.warning(
+            "%s=%r is not a number in [%g, %g]; using %g", name, raw, minimum, maximum, default
+        )
         return default
     if math.isnan(value):
         _LOGGER.warning("%s=%r is not a number; using %g", name, raw, default)

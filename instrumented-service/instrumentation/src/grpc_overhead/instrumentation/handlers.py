@@ -56,13 +56,20 @@ def replace_behavior(
 
     Positional construction: namedtuple._replace costs several times more per call.
     """
-    behaviors = [handler.unary_unary, handler.unary_stream, handler.stream_unary,
-                 handler.stream_stream]  # fmt: skip
+    behaviors = [
+        handler.unary_unary,
+        handler.unary_stream,
+        handler.stream_unary,
+        handler.stream_stream,
+    ]
     behaviors[BEHAVIOR_INDEX[attribute]] = behavior
     return RpcMethodHandler(
-        handler.request_streaming, handler.response_streaming, deserializer, serializer,
+        handler.request_streaming,
+        handler.response_streaming,
+        deserializer,
+        serializer,
         *behaviors,
-    )  # fmt: skip
+    )
 
 
 class Unsampled:

@@ -54,16 +54,27 @@ class GrpcOverheadInstrumentor(BaseInstrumentor):
 
         def patched_server(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
-            def server(thread_pool, handlers=None, interceptors=None, options=None,
-                       maximum_concurrent_rpcs=None, compression=None, xds=False):  # fmt: skip
+            def server(
+                thread_pool,
+                handlers=None,
+                interceptors=None,
+                options=None,
+                maximum_concurrent_rpcs=None,
+                compression=None,
+                xds=False,
+            ):
                 ours = ServerInterceptor(Recorder(pipeline, compression))
                 # Keywords, not positions: another instrumentor patched before us (the
                 # official grpc one) adds its interceptor to kwargs["interceptors"].
-                created = original(timed_executor(thread_pool),
-                                   handlers=time_generic_handlers(handlers, aio=False),
-                                   interceptors=[ours, *(interceptors or ())], options=options,
-                                   maximum_concurrent_rpcs=maximum_concurrent_rpcs,
-                                   compression=compression, xds=xds)  # fmt: skip
+                created = original(
+                    timed_executor(thread_pool),
+                    handlers=time_generic_handlers(handlers, aio=False),
+                    interceptors=[ours, *(interceptors or ())],
+                    options=options,
+                    maximum_concurrent_rpcs=maximum_concurrent_rpcs,
+                    compression=compression,
+                    xds=xds,
+                )
                 return time_servicers(created, aio=False)
 
             return server

@@ -75,8 +75,15 @@ class LagProbe:
     """
 
     __slots__ = (
-        "_count", "_floor", "_previous_floor", "_recent", "in_core", "lag", "last_use", "running"
-    )  # fmt: skip
+        "_count",
+        "_floor",
+        "_previous_floor",
+        "_recent",
+        "in_core",
+        "lag",
+        "last_use",
+        "running",
+    )
 
     def __init__(self) -> None:
         self.in_core = _DEFAULT_IN_CORE_NS

@@ -199,11 +199,29 @@ def _encode_described(record: CallRecord) -> bytes:
 # message attributes. Those are encoded once and cached (bounded); per call only the
 # ids, the timestamps and the few per-call integers are encoded. The result parses to
 # the same span as the general path (tests/instrumentation/test_otlp.py).
-_RESERVED = frozenset((RPC_SYSTEM, RPC_SERVICE, RPC_METHOD, RPC_GRPC_STATUS_CODE, CALL_TYPE,
-                       COMPRESSION, SERVER_ADDRESS, SERVER_PORT, PEER_ADDRESS, PEER_PORT,
-                       SERVER_RESIDENCE_NS, RUN_ID, DEADLINE_BUDGET_NS, CLIENT_CONNECT_NS,
-                       CLIENT_DISPATCH_NS, SAMPLING_WEIGHT, SAMPLING_REASON,
-                       SAMPLING_SERVER_INSTANCE, *ATTRIBUTE_KEYS))  # fmt: skip
+_RESERVED = frozenset(
+    (
+        RPC_SYSTEM,
+        RPC_SERVICE,
+        RPC_METHOD,
+        RPC_GRPC_STATUS_CODE,
+        CALL_TYPE,
+        COMPRESSION,
+        SERVER_ADDRESS,
+        SERVER_PORT,
+        PEER_ADDRESS,
+        PEER_PORT,
+        SERVER_RESIDENCE_NS,
+        RUN_ID,
+        DEADLINE_BUDGET_NS,
+        CLIENT_CONNECT_NS,
+        CLIENT_DISPATCH_NS,
+        SAMPLING_WEIGHT,
+        SAMPLING_REASON,
+        SAMPLING_SERVER_INSTANCE,
+        *ATTRIBUTE_KEYS,
+    )
+)
 _CACHE_LIMIT = 4096
 _heads: dict[tuple, bytes] = {}
 _events: dict[tuple, tuple[bytes, bytes]] = {}
@@ -218,8 +236,14 @@ _DISPATCH_KEY = _length_delimited(b"\x0a", CLIENT_DISPATCH_NS.encode())
 
 def _head(record: CallRecord) -> bytes:
     """Name, kind and the shared attributes of calls like this one."""
-    key = (record.method, record.client, record.call_type, record.compression, record.peer,
-           record.run_id)  # fmt: skip
+    key = (
+        record.method,
+        record.client,
+        record.call_type,
+        record.compression,
+        record.peer,
+        record.run_id,
+    )
     head = _heads.get(key)
     if head is None:
         head = (

@@ -89,8 +89,9 @@ class SpanPipeline:
         self.exported_spans = 0
         self.failed_spans = 0
         self._queue: collections.deque[CallRecord] = collections.deque()
-        self._wake_at = min(_ENCODE_CHUNK, self.export_batch_size) if self._encode else (
-            self.export_batch_size)  # fmt: skip
+        self._wake_at = (
+            min(_ENCODE_CHUNK, self.export_batch_size) if self._encode else (self.export_batch_size)
+        )
         self._encoded: list[bytes] = []  # encoded spans not sent yet
         self._sent_at = time.monotonic()  # a queued record waits at most the interval from here
         self._flush_requested = False

@@ -107,9 +107,14 @@ def instrumented_server(
     servicer methods timed (plain ``grpc.server`` when ``GRPC_OVERHEAD_DISABLED`` is set)."""
     if instrumentation_disabled():
         return _original_grpc_server()(
-            thread_pool, handlers=handlers, interceptors=interceptors, options=options,
-            maximum_concurrent_rpcs=maximum_concurrent_rpcs, compression=compression, **kwargs,
-        )  # fmt: skip
+            thread_pool,
+            handlers=handlers,
+            interceptors=interceptors,
+            options=options,
+            maximum_concurrent_rpcs=maximum_concurrent_rpcs,
+            compression=compression,
+            **kwargs,
+        )
     server = _original_grpc_server()(
         timed_executor(thread_pool),
         handlers=time_generic_handlers(handlers, aio=False),

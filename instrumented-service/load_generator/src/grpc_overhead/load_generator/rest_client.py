@@ -128,8 +128,9 @@ class TimedAdapter(HTTPAdapter):
         request.headers["Content-Type"] = content_type
         span = trace.get_current_span()
         try:
-            response = super().send(request, stream=stream, timeout=timeout, verify=verify,
-                                    cert=cert, proxies=proxies)  # fmt: skip
+            response = super().send(
+                request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
+            )
             content = response.content  # the whole body: "response arrived" = decoding starts
             arrived = rest.now()
             events.append(("clientReceivedResponse", arrived, {}))

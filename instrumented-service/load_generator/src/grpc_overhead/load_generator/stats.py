@@ -221,8 +221,17 @@ def format_text(summary: dict[str, Any]) -> str:
 def check_summary(summary: dict[str, Any]) -> list[str]:
     """Inconsistencies in a summary (empty when sound): counts add up, percentiles ordered."""
     problems = []
-    for key in ("run_id", "calls", "ok", "errors", "duration_s", "rps", "latency_ms",
-                "histogram", "status_codes"):  # fmt: skip
+    for key in (
+        "run_id",
+        "calls",
+        "ok",
+        "errors",
+        "duration_s",
+        "rps",
+        "latency_ms",
+        "histogram",
+        "status_codes",
+    ):
         if key not in summary:
             problems.append(f"missing key {key!r}")
     if problems:

@@ -159,10 +159,12 @@ def build_app(config: ServiceConfig, provider: Any) -> tuple[Any, futures.Thread
             "PredictImage", lambda: handler.image_request(body, request_id, started)
         )
 
-    app = Starlette(routes=[
-        Route(rest.PATH_PREDICT, predict, methods=["POST"]),
-        Route(rest.PATH_IMAGE, predict_image, methods=["POST"]),
-    ])  # fmt: skip
+    app = Starlette(
+        routes=[
+            Route(rest.PATH_PREDICT, predict, methods=["POST"]),
+            Route(rest.PATH_IMAGE, predict_image, methods=["POST"]),
+        ]
+    )
     traced = OpenTelemetryMiddleware(
         app, tracer_provider=provider, exclude_spans=["receive", "send"]
     )
