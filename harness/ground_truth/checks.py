@@ -122,17 +122,22 @@ class ScenarioResult:
         return "\n".join(lines)
 
 
+class MissingMeasurement(RuntimeError):
+    """A run's report lacks what a check reads (a method's calls, a phase's p50): the run
+    measured nothing to judge, which a scenario's test counts as a missed attempt."""
+
+
 def method(body: dict[str, Any], name: str = METHOD) -> dict[str, Any]:
     found = [m for m in body["methods"] if m["method"] == name]
     if not found:
-        raise RuntimeError(f"the report has no {name} calls: {body}")
+        raise MissingMeasurement(f"the report has no {name} calls: {body}")
     return found[0]
 
 
 def p50(body: dict[str, Any], phase: str) -> float:
     value = method(body)["phases"][phase]["p50_us"]
     if value is None:
-        raise RuntimeError(f"the report has no {phase} p50: {method(body)['phases'][phase]}")
+        raise MissingMeasurement(f"the report has no {phase} p50: {method(body)['phases'][phase]}")
     return float(value)
 
 

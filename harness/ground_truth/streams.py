@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.ground_truth.calibration import EchoServer, OneWay, probe
-from harness.ground_truth.checks import ScenarioResult, check, method
+from harness.ground_truth.checks import MissingMeasurement, ScenarioResult, check, method
 from harness.ground_truth.delay import latency
 from harness.ground_truth.pipeline import Pipeline
 from harness.ground_truth.profile import Profile
@@ -55,7 +55,7 @@ CHECKS = (
 def _p50(body: dict[str, Any], phase: str) -> float:
     value = method(body, STREAM_METHOD)["phases"][phase]["p50_us"]
     if value is None:
-        raise RuntimeError(f"the report has no {phase} p50 for {STREAM_METHOD}")
+        raise MissingMeasurement(f"the report has no {phase} p50 for {STREAM_METHOD}")
     return float(value)
 
 

@@ -14,7 +14,7 @@ import pytest
 from grpc_overhead.analyzer.calls import CallsOptions, create_calls
 from grpc_overhead.analyzer.schema import create_schema
 from grpc_overhead.analyzer.store import open_store
-from grpc_overhead.cli.experiment_run import wait_stored
+from grpc_overhead.cli.experiment_run import RoundOutcome, wait_rounds_stored, wait_stored
 
 pytestmark = pytest.mark.unit
 
@@ -84,3 +84,24 @@ def test_the_longest_wait_ends_a_trickle(tmp_path) -> None:
         stored = wait_stored(store, RUN, 1000, 1000, options, quiet_s=2.0, longest_s=1.0)
         arriving.join()
     assert 0 <= stored < 12
+
+
+def test_calls_the_load_could_not_trace_are_not_waited_for(tmp_path) -> None:
+    """The load generator said 3 of its 12 calls' spans never left it: the wait ends as
+    soon as the other 9 are stored. (Three more arriving 2 s later would be counted by a
+    wait for all 12, which returns only after its quiet window.)"""
+    spans = {"exported": 9, "failed": 2, "unsent": 1}
+    summary = {"calls": 12, "errors": 0, "rps": 100.0, "spans": spans}
+    outcome = RoundOutcome(0, summary, 0, 0)
+    assert outcome.untraced_calls == 3 and outcome.to_json()["untraced_calls"] == 3
+    with open_store(tmp_path / "store") as store:
+        create_schema(store)
+        options = CallsOptions()
+        create_calls(store, options)
+        _store_calls(store, 0, 9)
+        late = threading.Timer(2.0, _store_calls, (store, 9, 3))
+        late.start()
+        try:
+            assert wait_rounds_stored(store, RUN, [outcome], options) == 9
+        finally:
+            late.join()

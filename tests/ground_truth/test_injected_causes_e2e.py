@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness.ground_truth import SCENARIOS
+from harness.ground_truth.checks import MissingMeasurement
 from harness.ground_truth.profile import REDUCED
 
 pytestmark = pytest.mark.e2e
@@ -54,7 +55,15 @@ def test_injected_cause_is_recovered(tmp_path, name):
     for attempt in range(1, ATTEMPTS + 1):
         workdir = tmp_path / f"attempt-{attempt}"
         workdir.mkdir()
-        result = SCENARIOS[name](workdir, REDUCED)
+        try:
+            result = SCENARIOS[name](workdir, REDUCED)
+        except MissingMeasurement as error:
+            # A phase no call of the run measured (a cold channel's READY unseen on a
+            # loaded client): nothing to judge, so a miss like any other, not a verdict.
+            missed = [str(error)]
+            described.append(f"-- attempt {attempt} of {ATTEMPTS}: {error}")
+            print(described[-1])
+            continue
         described.append(f"-- attempt {attempt} of {ATTEMPTS}\n{result.describe()}")
         print(described[-1])  # visible with -s, and in the failure message below
         assert result.checks, "a scenario that checks nothing cannot fail"

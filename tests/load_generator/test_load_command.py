@@ -119,6 +119,8 @@ def test_json_run_in_process(capsys, target, own_default_pipeline) -> None:
     assert code == 0, err
     summary = json.loads(out)
     assert summary["run_id"] == "in-process" and summary["ok"] == 6
+    # flushed before the summary was printed: it says every client span left
+    assert summary["spans"] == {"exported": 6, "failed": 0, "dropped": 0, "unsent": 0}
     clients = [s for s in own_default_pipeline.get_finished_spans() if s.kind.name == "CLIENT"]
     assert len(clients) == 6
     assert {s.attributes["grpc_overhead.run_id"] for s in clients} == {"in-process"}
@@ -153,3 +155,19 @@ def test_bad_argument_subprocess() -> None:
     assert done.returncode == 2
     assert "--calls: must be > 0" in done.stderr.replace("argument ", "")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.e2e
+def test_spans_with_no_collector_are_counted_as_not_delivered(target) -> None:
+    """No collector listens: the load still reports its calls, and says in the JSON and
+    the text summary that none of their spans left."""
+    done = _load_subprocess("--target", target, "--calls", "5", "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    spans = summary["spans"]
+    assert summary["calls"] == 5 and spans["exported"] == 0
+    assert spans["failed"] + spans["dropped"] + spans["unsent"] == 5
+    assert "Traceback" not in done.stderr
+    text = _load_subprocess("--target", target, "--calls", "5", "--quiet")
+    assert text.returncode == 0, text.stderr
+    assert "Spans:        0 exported, 5 not delivered" in text.stdout

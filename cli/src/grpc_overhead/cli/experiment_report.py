@@ -66,6 +66,7 @@ def cell_json(result: Any, varied: dict[str, Any]) -> dict[str, Any]:
         "p50_us": None if record.p50_us is None else round(record.p50_us, 1),
         "p99_us": None if record.p99_us is None else round(record.p99_us, 1),
         "traced_calls": result.traced_calls,
+        "untraced_calls": sum(item.untraced_calls for item in result.rounds),
         "under_load": bool(record.under_load),
         "rounds": record.rounds,
         "connect_ms": _median([item.get("connect_ms") for item in record.rounds]),
@@ -332,6 +333,14 @@ def render_table(document: dict[str, Any]) -> str:
         console.print(document["explanation"])
     for warning in document["machine"]["warnings"]:
         console.print(f"[yellow]machine under load:[/] {warning}")
+    for cell in document["cells"]:
+        if cell.get("untraced_calls"):
+            console.print(
+                f"[yellow]{cell.get('label', cell['cell'])}: {cell['untraced_calls']:,} of "
+                f"{cell['calls']:,} calls' client spans never left the load generator[/] "
+                "(its export failed or timed out: is the intake keeping up?); the phases "
+                f"stand on the {cell['traced_calls']:,} traced calls"
+            )
     for failure in document["failed"]:
         console.print(
             f"[red]cell {failure['cell']} ({failure['label']}) failed:[/] {failure['error']}"

@@ -118,6 +118,15 @@ class RoundOutcome:
     machine: dict[str, Any] = field(default_factory=dict)  # the window's machine check
     connections: dict[str, int] = field(default_factory=dict)  # instance -> via the balancer
 
+    @property
+    def untraced_calls(self) -> int:
+        """Calls whose client spans the load generator could not deliver (its export
+        failed, its queue was full, or they were still queued when it gave up at exit):
+        they will never be stored, so the wait for the round's spans does not wait for
+        them and the report says how many there were."""
+        spans = self.summary.get("spans") or {}
+        return sum(int(spans.get(key) or 0) for key in ("failed", "dropped", "unsent"))
+
     def to_json(self) -> dict[str, Any]:
         latency = self.summary.get("latency_ms") or {}
         return {
@@ -130,6 +139,7 @@ class RoundOutcome:
             "p50_us": None if latency.get("p50") is None else round(latency["p50"] * 1000, 1),
             "p99_us": None if latency.get("p99") is None else round(latency["p99"] * 1000, 1),
             "connect_ms": self.summary.get("connect_ms"),
+            "untraced_calls": self.untraced_calls,
             "connections": self.connections,
             "under_load": bool(self.machine.get("under_load")),
         }
@@ -208,7 +218,8 @@ def wait_rounds_stored(
 ) -> int:
     """Wait for every round so far to be stored: a round's spans must be in before the next
     cell's load starts (their intake would otherwise share its CPU)."""
-    calls = sum(int(item.summary["calls"]) for item in rounds)
+    untraced = sum(item.untraced_calls for item in rounds)
+    calls = sum(int(item.summary["calls"]) for item in rounds) - untraced
     # Failed calls may never have reached the server: only the others must be complete.
     complete = calls - sum(int(item.summary["errors"]) for item in rounds)
     return wait_stored(store, run_id, calls, complete, options)

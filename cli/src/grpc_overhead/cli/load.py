@@ -14,6 +14,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from grpc_overhead.cli.busy import busy_threads
 from grpc_overhead.cli.numbers import non_negative_int, positive_float, positive_int
@@ -307,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = default_pipeline()
     config.pipeline = pipeline
     run = None
+    closed = False
     try:
         try:
             run = Run(config)
@@ -318,15 +320,33 @@ def main(argv: list[str] | None = None) -> int:
         with busy_threads(args.busy_threads):
             interrupted = _drive(run, config, show_progress=not args.quiet and sys.stderr.isatty())
         summary = run.summary(interrupted=interrupted)
+        # The spans leave before the summary is printed, so that it can say whether they
+        # all did: an experiment counts a call its spans never reached as untraced.
+        run.close()
+        closed = True
+        close_pipeline(pipeline, label="grpc-overhead load")
+        summary["spans"] = None if run.rest else span_delivery(pipeline)
         if args.json:
             print(json.dumps(summary, indent=2), flush=True)
         else:
             print(format_text(summary), end="", flush=True)
         return 130 if interrupted else 0
     finally:
-        if run is not None:
-            run.close()
-        close_pipeline(pipeline, label="grpc-overhead load")
+        if not closed:
+            if run is not None:
+                run.close()
+            close_pipeline(pipeline, label="grpc-overhead load")
+
+
+def span_delivery(pipeline: Any) -> dict[str, int]:
+    """What became of the load's client spans (one per call): exported, failed (the
+    exporter gave up), dropped (its queue was full) and unsent (still queued at exit)."""
+    return {
+        "exported": int(pipeline.exported_spans),
+        "failed": int(pipeline.failed_spans),
+        "dropped": int(pipeline.dropped_calls),
+        "unsent": int(pipeline.queued_calls),
+    }
 
 
 def _drive(run, config, show_progress: bool) -> bool:

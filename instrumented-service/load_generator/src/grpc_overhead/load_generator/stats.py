@@ -177,6 +177,18 @@ def format_text(summary: dict[str, Any]) -> str:
         ]
     lines.append(f"  Requests/sec: {summary['rps']:.2f}")
     lines.append(f"  Predictions/sec: {summary['predictions_per_s']:.1f}")
+    spans = summary.get("spans")
+    if spans is not None:
+        lost = spans["failed"] + spans["dropped"] + spans["unsent"]
+        lines.append(
+            f"  Spans:        {spans['exported']} exported"
+            + (
+                f", {lost} not delivered (export failed {spans['failed']}, queue full "
+                f"{spans['dropped']}, unsent at exit {spans['unsent']})"
+                if lost
+                else ""
+            )
+        )
     if summary["interrupted"]:
         lines.append("  (interrupted: partial results)")
     histogram_rows = summary["histogram"]
