@@ -43,6 +43,9 @@ STORE_WAIT_MAX_S = 300.0
 #: How long a cell's load may run beyond its own duration (start-up, the last deadlines).
 LOAD_MARGIN_S = 300.0
 CALLS_ONLY_TIMEOUT_S = 3600.0
+#: How long a stopped service may take to flush its last spans before it is killed: its
+#: flush lasts while they still leave, up to a minute (``prediction.telemetry``).
+SERVICE_STOP_S = 75.0
 
 
 class CellFailed(RuntimeError):
@@ -165,7 +168,11 @@ def run_round(cell: Cell, round_number: int, run_id: str, intake_endpoint: str) 
     with ExitStack() as stack:
         services = []
         for instance in range(config["instances"]):
-            service = ServiceProcess(service_args(config, instance, run_id), env=service_env)
+            service = ServiceProcess(
+                service_args(config, instance, run_id),
+                env=service_env,
+                stop_timeout_s=SERVICE_STOP_S,
+            )
             try:
                 services.append(stack.enter_context(service))
             except Exception as error:  # ServiceStartError, OSError: the cell cannot run

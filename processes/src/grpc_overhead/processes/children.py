@@ -91,12 +91,16 @@ class ServiceProcess:
         env: Mapping[str, str] | None = None,
         startup_timeout_s: float = 30.0,
         python: str = sys.executable,
+        stop_timeout_s: float = 15.0,
     ) -> None:
+        """``stop_timeout_s``: how long a stop waits before it kills; the service flushes
+        its last spans in that time, which takes longer from a loaded machine."""
         self.args = list(args)
         if "--port" not in self.args:
             self.args += ["--port", "0"]
         self.env = dict(os.environ if env is None else env)
         self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
         self.python = python
         self.process: subprocess.Popen[str] | None = None
         self.target = ""
@@ -159,14 +163,15 @@ class ServiceProcess:
             self._lines.put(line)
         self._lines.put(None)
 
-    def stop(self, timeout_s: float = 15.0, sig: int = signal.SIGTERM) -> int:
-        """Signal the service, wait for it; kill it if it outlives ``timeout_s``."""
+    def stop(self, timeout_s: float | None = None, sig: int = signal.SIGTERM) -> int:
+        """Signal the service, wait for it; kill it if it outlives ``timeout_s`` (default:
+        the ``stop_timeout_s`` it was made with)."""
         if self.process is None:
             return 0
         if self.process.poll() is None:
             self.process.send_signal(sig)
             try:
-                self.process.wait(timeout_s)
+                self.process.wait(self.stop_timeout_s if timeout_s is None else timeout_s)
             except subprocess.TimeoutExpired:
                 self.kill()
                 raise
