@@ -56,16 +56,33 @@ def stop_process(
     return process.returncode
 
 
+#: The OTLP settings that name where spans go: given one, the spans go somewhere real.
+ENDPOINT_SETTINGS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+#: Each export's bound toward the port where nothing listens: a refused export fails at
+#: once, so this only keeps a process's exit from waiting on retries that cannot succeed.
+DEAD_PORT_EXPORT_TIMEOUT_S = 0.5
+_UNSET: Any = object()
+
+
 def offline_env(
-    base: Mapping[str, str] | None = None, exporter_timeout_s: float | None = 0.5, **overrides: str
+    base: Mapping[str, str] | None = None,
+    exporter_timeout_s: float | None = _UNSET,
+    **overrides: str,
 ) -> dict[str, str]:
-    """An environment whose spans go nowhere: for tests and benchmarks without a collector.
+    """An environment that starts from nothing of the caller's telemetry settings: for
+    tests and benchmarks, with or without a collector.
 
     Drops inherited OTEL_* / GRPC_OVERHEAD_* settings and points the OTLP endpoint
     at a loopback port where nothing listens (never at a collector a developer
-    may be running on :4317); ``exporter_timeout_s`` bounds each export attempt
-    (None keeps the exporter's default, to test that default).
+    may be running on :4317), unless ``overrides`` name an endpoint.
+    ``exporter_timeout_s`` bounds each export attempt; None keeps the exporter's
+    default (10 s). Left out, it is 0.5 s toward the dead port and the exporter's
+    default toward an endpoint the caller named: a real collector or intake on a loaded
+    machine can take longer than half a second, and a batch that times out is lost.
     """
+    if exporter_timeout_s is _UNSET:
+        names_an_endpoint = any(name in overrides for name in ENDPOINT_SETTINGS)
+        exporter_timeout_s = None if names_an_endpoint else DEAD_PORT_EXPORT_TIMEOUT_S
     env = {
         name: value
         for name, value in (os.environ if base is None else base).items()
