@@ -156,11 +156,7 @@ def _write(stats: Path, kind: str, milliseconds: float) -> None:
     pipeline = default_pipeline()
     pipeline.force_flush(timeout_s=30)
     pipeline.shutdown()
-    spans = {
-        "exported": pipeline.exported_spans,
-        "failed": pipeline.failed_spans,
-        "dropped": pipeline.dropped_calls,
-    }
+    spans = pipeline.delivery()
     stats.write_text(
         json.dumps({"kind": kind, "sleep_ms": milliseconds, "slept_us": SLEPT_US, "spans": spans})
     )

@@ -8,13 +8,13 @@ summary), 2 for bad arguments or an unreachable target, 130 when interrupted
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from grpc_overhead.cli.busy import busy_threads
 from grpc_overhead.cli.numbers import non_negative_int, positive_float, positive_int
@@ -307,11 +307,12 @@ def main(argv: list[str] | None = None) -> int:
 
     pipeline = default_pipeline()
     config.pipeline = pipeline
-    run = None
-    closed = False
-    try:
+    # Unwound in reverse on any way out: the run's channels close, then the spans leave.
+    with contextlib.ExitStack() as closing:
+        closing.callback(close_pipeline, pipeline, label="grpc-overhead load")
         try:
             run = Run(config)
+            closing.callback(run.close)
             run.connect()
         except ConnectError as error:
             return _error(str(error))
@@ -322,31 +323,13 @@ def main(argv: list[str] | None = None) -> int:
         summary = run.summary(interrupted=interrupted)
         # The spans leave before the summary is printed, so that it can say whether they
         # all did: an experiment counts a call its spans never reached as untraced.
-        run.close()
-        closed = True
-        close_pipeline(pipeline, label="grpc-overhead load")
-        summary["spans"] = None if run.rest else span_delivery(pipeline)
+        closing.close()
+        summary["spans"] = None if run.rest else pipeline.delivery()
         if args.json:
             print(json.dumps(summary, indent=2), flush=True)
         else:
             print(format_text(summary), end="", flush=True)
         return 130 if interrupted else 0
-    finally:
-        if not closed:
-            if run is not None:
-                run.close()
-            close_pipeline(pipeline, label="grpc-overhead load")
-
-
-def span_delivery(pipeline: Any) -> dict[str, int]:
-    """What became of the load's client spans (one per call): exported, failed (the
-    exporter gave up), dropped (its queue was full) and unsent (still queued at exit)."""
-    return {
-        "exported": int(pipeline.exported_spans),
-        "failed": int(pipeline.failed_spans),
-        "dropped": int(pipeline.dropped_calls),
-        "unsent": int(pipeline.queued_calls),
-    }
 
 
 def _drive(run, config, show_progress: bool) -> bool:

@@ -266,6 +266,17 @@ class SpanPipeline:
     def queued_calls(self) -> int:
         return len(self._queue) + len(self._encoded)
 
+    def delivery(self) -> dict[str, int]:
+        """What became of the spans so far, the way a run's summary reports them:
+        exported, failed (the exporter gave up), dropped (the queue was full; a call
+        counts once here) and unsent (still queued)."""
+        return {
+            "exported": self.exported_spans,
+            "failed": self.failed_spans,
+            "dropped": self.dropped_calls,
+            "unsent": self.queued_calls,
+        }
+
 
 _default_pipeline: SpanPipeline | None = None
 _default_lock = threading.Lock()
