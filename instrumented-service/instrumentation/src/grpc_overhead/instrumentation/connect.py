@@ -16,6 +16,15 @@ span builder, off the hot path, turns that into the call's wait. The watch
 sees READY when its thread gets the GIL back after core's notification, so
 it reads late by that wake-up (tens of microseconds on an idle client); the
 analyzer bounds client_connect by the request gap.
+
+On a loaded client two more things made the watch late or blind, and both are
+kept out of it: the time is taken as soon as the watch wakes, before the state
+is read again (that read releases the GIL, and getting it back from a thread
+that took it meanwhile can take a switch interval, 5 ms); and a channel closed
+right after its call (a client that opens one per call) may be shut down by
+the time a late watch reads the state, so the time it woke from CONNECTING is
+kept too, and stands for READY when the call got a response (no response
+comes back without a READY transport).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import Any
 from grpc_overhead.instrumentation.clock import now
 
 # gRPC core's grpc_connectivity_state values (cygrpc.ConnectivityState).
+_CONNECTING = 1
 _READY = 2
 _SHUTDOWN = 4
 #: How often a watch wakes to check whether anyone still waits (seconds).
@@ -42,14 +52,18 @@ class ReadyWatch:
     """When one channel was seen READY after a call found it cold.
 
     ``ready_at`` is monotonic ns (0 = not seen yet, or never: the watch gave
-    up or the channel shut down). ``until`` is the latest deadline of the calls
-    waiting on it: past that, nobody needs the answer.
+    up or the channel shut down). ``left_connecting_at``: when the watch woke to
+    the channel leaving CONNECTING for READY or for a shutdown it could not see
+    past (0 = not that); a stand-in for ``ready_at`` for a call that got a
+    response. ``until`` is the latest deadline of the calls waiting on it: past
+    that, nobody needs the answer.
     """
 
-    __slots__ = ("done", "ready_at", "until")
+    __slots__ = ("done", "left_connecting_at", "ready_at", "until")
 
     def __init__(self, ready_at: int = 0) -> None:
         self.ready_at = ready_at
+        self.left_connecting_at = 0
         self.done = ready_at != 0
         self.until = 0
 
@@ -57,8 +71,9 @@ class ReadyWatch:
         """The call's wait from ``sent`` (request handed to gRPC): to READY, or, for a
         call that ended with no READY seen and no response, to its end. None when
         unknown (a response arrived but the watch has not reported READY)."""
-        if self.ready_at:
-            wait = self.ready_at - sent
+        ready_at = self.ready_at or (self.left_connecting_at if responded else 0)
+        if ready_at:
+            wait = ready_at - sent
             if responded:  # the transport was ready before the response came back
                 wait = min(wait, responded - sent)
             return max(0, wait)
@@ -169,31 +184,49 @@ _WATCHER_IDLE_S = 10.0
 _WATCHERS = _Watchers()
 
 
-def _seen(watch: ReadyWatch, state: int) -> bool:
-    """Record READY (or give up); True when the watch is over."""
+def _seen(watch: ReadyWatch, state: int, woke_at: int = 0) -> bool:
+    """Record READY (or give up); True when the watch is over. ``woke_at``: when the
+    watch woke to a change that led to ``state`` (0: the first look, no change)."""
     if state == _READY:
-        watch.ready_at = now()
+        watch.ready_at = woke_at or now()
         watch.done = True
     elif state == _SHUTDOWN or now() > watch.until:
         watch.done = True
+    elif woke_at:  # it left CONNECTING, if it did, for neither READY nor a shutdown
+        watch.left_connecting_at = 0
     return watch.done
+
+
+def _woke(watch: ReadyWatch, was: int, changed: bool) -> int:
+    """The time the watch woke (0 when it woke to no change), noted as the channel's
+    leaving CONNECTING when it was CONNECTING: the next read may find it closed."""
+    if not changed:
+        return 0
+    woke_at = now()
+    if was == _CONNECTING:
+        watch.left_connecting_at = woke_at
+    return woke_at
 
 
 def _watch_sync(core: Any, watch: ReadyWatch) -> None:
     try:
-        state = core.check_connectivity_state(False)
-        while not _seen(watch, state):
-            core.watch_connectivity_state(state, time.time() + _POLL_S)
+        state, woke_at = core.check_connectivity_state(False), 0
+        while not _seen(watch, state, woke_at):
+            event = core.watch_connectivity_state(state, time.time() + _POLL_S)
+            woke_at = _woke(watch, state, bool(event.success))  # False: timed out
             state = core.check_connectivity_state(False)
-    except Exception:  # the channel was closed under us: nothing to report
+    except Exception:  # the channel was closed under us: nothing more to see
         watch.done = True
 
 
 async def _watch_aio(core: Any, watch: ReadyWatch) -> None:
     try:
-        state = core.check_connectivity_state(False)
-        while not _seen(watch, state):
-            await core.watch_connectivity_state(state, time.time() + _POLL_S)
+        state, woke_at = core.check_connectivity_state(False), 0
+        while not _seen(watch, state, woke_at):
+            deadline = time.time() + _POLL_S
+            await core.watch_connectivity_state(state, deadline)
+            # (The aio watch says True on a timeout too: a change is a wake before it.)
+            woke_at = _woke(watch, state, time.time() < deadline)
             state = core.check_connectivity_state(False)
     except Exception:
         watch.done = True

@@ -1,0 +1,134 @@
+"""The READY watch on a loaded client: a channel closed by its caller before a late watch
+reads the state again still yields the call's connection wait, sync and aio.
+
+The interleaving is made, not waited for: the real core channel is wrapped so that, as
+soon as a watch wakes to the channel's turning READY, the channel is closed (what a
+client that opens a channel per call does after its response, while the watch's
+thread waits for the GIL). Before, such a call carried no client_connect at all, and its
+connection wait read as request network (issue 28: none of 25 cold TLS calls at load 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from grpc_overhead.instrumentation.clock import now
+from grpc_overhead.instrumentation.connect import (
+    ReadyWatch,
+    _seen,
+    _watch_aio,
+    _watch_sync,
+    core_channel,
+)
+
+CONNECTING, READY, TRANSIENT_FAILURE = 1, 2, 3
+ATTEMPTS = 20  # each a new channel; the first look finds it READY only if connecting won
+
+
+def _watch(until_s: float = 10.0) -> ReadyWatch:
+    watch = ReadyWatch()
+    watch.until = now() + int(until_s * 1e9)
+    return watch
+
+
+class _ClosedOnReady:
+    """The real gRPC core channel under ``channel``; a watch that wakes from CONNECTING to
+    READY returns only after ``close`` shut the channel."""
+
+    def __init__(self, channel: Any, close: Any) -> None:
+        self.core = core_channel(channel)
+        self.close = close
+        self.closed_on_ready = False
+
+    def check_connectivity_state(self, try_to_connect: bool) -> int:
+        return self.core.check_connectivity_state(try_to_connect)
+
+    def _turned_ready(self, state: int) -> bool:
+        return state == CONNECTING and self.core.check_connectivity_state(False) == READY
+
+
+class _SyncClosedOnReady(_ClosedOnReady):
+    def watch_connectivity_state(self, state: int, deadline: float) -> Any:
+        event = self.core.watch_connectivity_state(state, deadline)
+        if event.success and self._turned_ready(state):
+            self.close()
+            self.closed_on_ready = True
+        return event
+
+
+class _AioClosedOnReady(_ClosedOnReady):
+    async def watch_connectivity_state(self, state: int, deadline: float) -> bool:
+        changed = await self.core.watch_connectivity_state(state, deadline)
+        if self._turned_ready(state):
+            await self.close()
+            self.closed_on_ready = True
+        return changed
+
+
+def _check_the_wait(watch: ReadyWatch, sent: int) -> None:
+    assert watch.done and watch.ready_at == 0  # READY was never read: the channel closed
+    assert sent < watch.left_connecting_at <= now()
+    responded = now()
+    # A response came back, so the transport was READY when the watch woke from CONNECTING.
+    assert watch.wait_ns(sent, responded, responded) == watch.left_connecting_at - sent
+    # No response (the call failed as the channel closed): the whole call is unknown wait.
+    assert watch.wait_ns(sent, responded, 0) == responded - sent
+
+
+@pytest.mark.e2e
+def test_a_channel_closed_before_the_watch_looked_again_keeps_the_wait(sync_server):
+    for _ in range(ATTEMPTS):
+        channel = grpc.insecure_channel(sync_server)
+        core = _SyncClosedOnReady(channel, channel.close)
+        watch, sent = _watch(), now()
+        core.check_connectivity_state(True)  # what the call's start does
+        _watch_sync(core, watch)
+        channel.close()
+        if core.closed_on_ready:
+            break
+    assert core.closed_on_ready, f"the channel was READY at the first look {ATTEMPTS} times"
+    _check_the_wait(watch, sent)
+
+
+async def _aio_attempts(target: str) -> tuple[_AioClosedOnReady, ReadyWatch, int]:
+    for _ in range(ATTEMPTS):
+        channel = grpc.aio.insecure_channel(target)
+        core = _AioClosedOnReady(channel, channel.close)
+        watch, sent = _watch(), now()
+        core.check_connectivity_state(True)
+        await _watch_aio(core, watch)
+        await channel.close()
+        if core.closed_on_ready:
+            break
+    return core, watch, sent
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("aio_server", ["async_handlers"], indirect=True)
+def test_an_aio_channel_closed_before_the_watch_looked_again_keeps_the_wait(aio_server):
+    core, watch, sent = asyncio.run(_aio_attempts(aio_server))
+    assert core.closed_on_ready, f"the channel was READY at the first look {ATTEMPTS} times"
+    _check_the_wait(watch, sent)
+
+
+@pytest.mark.unit
+def test_what_stands_for_ready_and_when():
+    watch = _watch()
+    watch.left_connecting_at = 5_000
+    # Leaving CONNECTING for a transient failure is not READY: forgotten.
+    assert not _seen(watch, TRANSIENT_FAILURE, woke_at=5_000)
+    assert watch.left_connecting_at == 0
+    # READY read after a wake: the wake's time, not the later read's.
+    assert _seen(watch, READY, woke_at=7_000) and watch.ready_at == 7_000
+    watch.left_connecting_at = 6_000
+    assert watch.wait_ns(sent=1_000, end=20_000, responded=9_000) == 6_000  # READY first
+    # The response bounds the wait: the transport was ready before it came back.
+    late = ReadyWatch()
+    late.left_connecting_at = 30_000
+    assert late.wait_ns(sent=1_000, end=40_000, responded=9_000) == 8_000
+    assert late.wait_ns(sent=1_000, end=40_000, responded=0) == 39_000
+    assert ReadyWatch().wait_ns(sent=1_000, end=40_000, responded=9_000) is None
