@@ -22,10 +22,11 @@ from grpc_overhead.instrumentation.connect import (
     _seen,
     _watch_aio,
     _watch_sync,
+    _woke,
     core_channel,
 )
 
-CONNECTING, READY, TRANSIENT_FAILURE = 1, 2, 3
+IDLE, CONNECTING, READY, TRANSIENT_FAILURE = 0, 1, 2, 3
 ATTEMPTS = 20  # each a new channel; the first look finds it READY only if connecting won
 
 
@@ -122,7 +123,17 @@ def test_what_stands_for_ready_and_when():
     # Leaving CONNECTING for a transient failure is not READY: forgotten.
     assert not _seen(watch, TRANSIENT_FAILURE, woke_at=5_000)
     assert watch.left_connecting_at == 0
-    # READY read after a wake: the wake's time, not the later read's.
+    # A wake from IDLE (connecting began) is not READY's time: READY came at some point
+    # before the read that found it, which is then the time taken.
+    assert _woke(watch, IDLE, changed=True) == 0 and watch.left_connecting_at == 0
+    before = now()
+    assert _seen(_watch(), READY, woke_at=0) and before <= now()
+    ready = _watch()
+    assert _seen(ready, READY) and before <= ready.ready_at <= now()
+    # READY read after a wake from CONNECTING: the wake's time, not the later read's.
+    assert _woke(watch, CONNECTING, changed=False) == 0  # a timeout, no change
+    woke_at = _woke(watch, CONNECTING, changed=True)
+    assert woke_at == watch.left_connecting_at >= before
     assert _seen(watch, READY, woke_at=7_000) and watch.ready_at == 7_000
     watch.left_connecting_at = 6_000
     assert watch.wait_ns(sent=1_000, end=20_000, responded=9_000) == 6_000  # READY first

@@ -186,7 +186,9 @@ _WATCHERS = _Watchers()
 
 def _seen(watch: ReadyWatch, state: int, woke_at: int = 0) -> bool:
     """Record READY (or give up); True when the watch is over. ``woke_at``: when the
-    watch woke to a change that led to ``state`` (0: the first look, no change)."""
+    watch woke to the channel's leaving CONNECTING, the change that led to ``state``
+    (0: the first look, a timeout, or a wake from another state, e.g. IDLE, after
+    which READY may have come at any time before this read)."""
     if state == _READY:
         watch.ready_at = woke_at or now()
         watch.done = True
@@ -198,14 +200,12 @@ def _seen(watch: ReadyWatch, state: int, woke_at: int = 0) -> bool:
 
 
 def _woke(watch: ReadyWatch, was: int, changed: bool) -> int:
-    """The time the watch woke (0 when it woke to no change), noted as the channel's
-    leaving CONNECTING when it was CONNECTING: the next read may find it closed."""
-    if not changed:
+    """The time the watch woke to the channel's leaving CONNECTING (0 when it woke to
+    no change or from another state), noted at once: the next read may find it closed."""
+    if not changed or was != _CONNECTING:
         return 0
-    woke_at = now()
-    if was == _CONNECTING:
-        watch.left_connecting_at = woke_at
-    return woke_at
+    watch.left_connecting_at = now()
+    return watch.left_connecting_at
 
 
 def _watch_sync(core: Any, watch: ReadyWatch) -> None:
