@@ -43,7 +43,7 @@ COMPONENTS = {
 LAYERS: dict[str, set[str]] = {
     "instrumentation": set(),
     "processes": set(),  # the process toolkit: commands, harness, bench and tests share it
-    "collector": {"instrumentation"},  # its environment variables only
+    "collector": {"instrumentation", "processes"},  # the former's environment variables only
     "analyzer": set(),
     "app": {"analyzer"},
     "prediction": {"instrumentation"},

@@ -1,29 +1,9 @@
-"""What the collector's child process needs from the OS: ports, and dying with its parent."""
+"""What the collector's child process needs from the OS: dying with its parent."""
 
 from __future__ import annotations
 
 import ctypes
 import signal
-import socket
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # Like the collector (Go sets SO_REUSEADDR): a port left in TIME_WAIT
-        # by a previous run is free, only a listener makes it busy.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
 
 _PR_SET_PDEATHSIG = 1
 

@@ -23,10 +23,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from grpc_overhead.collector.child import free_port as _free_port
-from grpc_overhead.collector.child import port_is_free as _port_is_free
 from grpc_overhead.collector.child import terminate_with_parent as _terminate_with_parent
 from grpc_overhead.instrumentation import environment
+from grpc_overhead.processes.ports import free_port as _free_port
+from grpc_overhead.processes.ports import port_is_free as _port_is_free
 
 #: Overrides the binary location, for a collector built or installed elsewhere.
 ENV_BIN = environment.COLLECTOR_BIN

@@ -10,17 +10,67 @@ the holder is simply unknown and the message says less).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
+import random
 import socket
 from pathlib import Path
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 
 
+#: Where ``free_port`` looks: from here up to the kernel's ephemeral range.
+LOWEST_PICKED_PORT = 10000
+#: Linux's default ephemeral range, for when ``/proc`` does not say.
+_EPHEMERAL_DEFAULT = (32768, 60999)
+_PICK_ATTEMPTS = 200
+#: Ports this process handed out, newest last: never handed out twice in a row.
+_handed_out: collections.deque[int] = collections.deque(maxlen=4096)
+#: The OS's randomness: processes (test workers) that seed ``random`` alike still differ.
+_random = random.SystemRandom()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A loopback TCP port nothing listens on (at the time of asking)."""
+    """A loopback TCP port nothing uses (at the time of asking), for a child to listen on.
+
+    Picked at random below the kernel's ephemeral range, not by binding port 0: a port
+    from the ephemeral range can be taken as the local port of any outgoing connection
+    in the seconds before the child binds it (a busy test run lost a collector's OTLP
+    port that way), while ports below the range only go to whoever binds them by
+    number. A port still in TIME_WAIT counts as used, and one process never gets the
+    same port twice from here while it may still be in use."""
+    low, high = LOWEST_PICKED_PORT, ephemeral_range()[0] - 1
+    if high - low < 1000:  # a machine whose ephemeral range starts low: let the kernel pick
+        return _kernel_picked(host)
+    for _ in range(_PICK_ATTEMPTS):
+        port = _random.randint(low, high)
+        if port not in _handed_out and _bindable(host, port):
+            _handed_out.append(port)
+            return port
+    return _kernel_picked(host)
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux; else its default)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return _EPHEMERAL_DEFAULT
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))  # no SO_REUSEADDR: TIME_WAIT leftovers count as used
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_picked(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
