@@ -94,12 +94,17 @@ def calls_shown(page: Any) -> int:
 
 
 def choose(page: Any, label: str, option: str) -> None:
-    """Pick ``option`` in the sidebar selectbox labelled ``label``, then wait for the rerun."""
+    """Pick ``option`` in the sidebar selectbox labelled ``label``, then wait for the rerun.
+
+    The rerun writes the choice into the URL (query parameter ``label.lower()``); waiting
+    for that first means a rerun a loaded machine starts late is not mistaken for one
+    already over (run9d read the old URL at load 5)."""
     box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').filter(
         has_text=label
     )
     box.click()
     page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_url(lambda url: query_params(url).get(label.lower()) == option, timeout=60_000)
     wait_loaded(page)
 
 

@@ -24,16 +24,32 @@ from tests.instrumentation import echo_service
 pytestmark = pytest.mark.e2e
 
 
+#: Each served server's thread pool, for ``stop_after_workers``.
+_POOLS: dict[grpc.Server, futures.ThreadPoolExecutor] = {}
+
+
 def serve(pipeline: SpanPipeline, workers: int = 4, handlers=None, **kwargs):
+    pool = futures.ThreadPoolExecutor(max_workers=workers)
     server = instrumented_server(
-        futures.ThreadPoolExecutor(max_workers=workers),
+        pool,
         handlers=[handlers or echo_service.sync_handlers()],
         pipeline=pipeline,
         **kwargs,
     )
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    _POOLS[server] = pool
     return server, f"127.0.0.1:{port}"
+
+
+def stop_after_workers(server: grpc.Server) -> None:
+    """Stop ``server`` and wait until its workers are done.
+
+    A sync server's worker submits the call's record after handing the response to the
+    transport, so the client can have its answer first; ``Server.stop(grace)`` returns
+    at once and waits for no worker (run9d flushed before the server span came)."""
+    server.stop(None)
+    _POOLS.pop(server).shutdown(wait=True)
 
 
 def test_handler_exception_is_an_error_on_both_sides_and_never_breaks_the_call(
@@ -207,7 +223,7 @@ def test_head_sampling_keeps_both_halves_together(sampling, expect_spans):
     server, target = serve(pipeline)
     channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=pipeline)
     assert echo_service.multicallables(channel)["Echo"](BytesValue(value=b"x")).value == b"x"
-    server.stop(0)  # waits for the server side to finish
+    stop_after_workers(server)
     pipeline.force_flush()
     assert len(exporter.get_finished_spans()) == expect_spans
     channel.close()
@@ -224,7 +240,7 @@ def test_ratio_sampling_is_decided_once_per_trace():
     echo = echo_service.multicallables(channel)["Echo"]
     for _ in range(60):
         echo(BytesValue(value=b"x"))
-    server.stop(1)
+    stop_after_workers(server)
     pipeline.force_flush()
     spans = exporter.get_finished_spans()
     clients = {s.context.trace_id for s in spans if s.kind.name == "CLIENT"}
@@ -268,7 +284,7 @@ def test_a_full_export_queue_drops_and_counts_without_blocking_calls():
     echo = echo_service.multicallables(channel)["Echo"]
     replies = [echo(BytesValue(value=b"x")).value for _ in range(40)]
     assert replies == [b"x"] * 40
-    server.stop(1)
+    stop_after_workers(server)
     assert pipeline.dropped_calls > 0
     pipeline.shutdown(timeout_s=15)
     assert pipeline.dropped_calls + pipeline.exported_spans + pipeline.failed_spans == 80
@@ -295,7 +311,7 @@ def test_spans_travel_over_real_otlp_with_resource_identity(otlp_sink, monkeypat
     server, target = serve(pipeline)
     channel = instrument_channel(grpc.insecure_channel(target), target, pipeline=pipeline)
     echo_service.multicallables(channel)["Echo"](BytesValue(value=b"x"))
-    server.stop(1)
+    stop_after_workers(server)
     pipeline.shutdown()
     spans = sink.wait_for_spans(2)
     assert len(spans) == 2
