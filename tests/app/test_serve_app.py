@@ -88,12 +88,10 @@ def test_a_page_opened_before_the_first_call_shows_it_without_a_reload(tmp_path:
             assert (
                 "No calls stored yet" in page.locator('[data-testid="stAlert"]').first.inner_text()
             )
-            # The exporters' own 10 s timeout: a first store on a busy machine may take longer
-            # than offline_env's 0.5 s, and a lost half would be a call never shown.
+            # Naming the endpoint keeps the exporters' own 10 s timeout (offline_env): a first
+            # store on a busy machine may take longer than 0.5 s.
             endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{intake_port}"}
-            service_env = offline_env(
-                exporter_timeout_s=None, OTEL_SERVICE_NAME="predictor", **endpoint
-            )
+            service_env = offline_env(OTEL_SERVICE_NAME="predictor", **endpoint)
             with ServiceProcess(["--workers", "2"], env=service_env) as service:
                 result = run_load(
                     "--target",
@@ -104,9 +102,7 @@ def test_a_page_opened_before_the_first_call_shows_it_without_a_reload(tmp_path:
                     "1",
                     "--run-id",
                     RUN,
-                    env=offline_env(
-                        exporter_timeout_s=None, OTEL_SERVICE_NAME="loadgen", **endpoint
-                    ),
+                    env=offline_env(OTEL_SERVICE_NAME="loadgen", **endpoint),
                 )
                 assert result.returncode == 0, result.stderr
             shown = None

@@ -26,7 +26,7 @@ from grpc_overhead.instrumentation.connect import (
     core_channel,
 )
 
-IDLE, CONNECTING, READY, TRANSIENT_FAILURE = 0, 1, 2, 3
+IDLE, CONNECTING, READY, TRANSIENT_FAILURE, SHUTDOWN = 0, 1, 2, 3, 4
 ATTEMPTS = 20  # each a new channel; the first look finds it READY only if connecting won
 #: A channel of its own subchannels: from the process-wide pool a new channel can get an
 #: earlier channel's connected subchannel, READY at the first look (run9d, at load 5).
@@ -146,3 +146,12 @@ def test_what_stands_for_ready_and_when():
     assert late.wait_ns(sent=1_000, end=40_000, responded=9_000) == 8_000
     assert late.wait_ns(sent=1_000, end=40_000, responded=0) == 39_000
     assert ReadyWatch().wait_ns(sent=1_000, end=40_000, responded=9_000) is None
+    # Past the calls' deadline, a wake to a transient failure still forgets the stand-in.
+    expired = _watch(until_s=-1.0)
+    expired.left_connecting_at = 5_000
+    assert _seen(expired, TRANSIENT_FAILURE, woke_at=5_000)
+    assert expired.left_connecting_at == 0
+    # A shutdown keeps it: READY may have come before the channel closed.
+    closed = _watch()
+    closed.left_connecting_at = 5_000
+    assert _seen(closed, SHUTDOWN, woke_at=5_000) and closed.left_connecting_at == 5_000

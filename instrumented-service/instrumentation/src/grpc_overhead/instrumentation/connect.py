@@ -68,8 +68,9 @@ class ReadyWatch:
         self.until = 0
 
     def wait_ns(self, sent: int, end: int, responded: int) -> int | None:
-        """The call's wait from ``sent`` (request handed to gRPC): to READY, or, for a
-        call that ended with no READY seen and no response, to its end. None when
+        """The call's wait from ``sent`` (request handed to gRPC): to READY (for a call
+        that got a response, ``left_connecting_at`` when READY itself went unseen), or,
+        for a call that ended with no READY seen and no response, to its end. None when
         unknown (a response arrived but the watch has not reported READY)."""
         ready_at = self.ready_at or (self.left_connecting_at if responded else 0)
         if ready_at:
@@ -192,10 +193,13 @@ def _seen(watch: ReadyWatch, state: int, woke_at: int = 0) -> bool:
     if state == _READY:
         watch.ready_at = woke_at or now()
         watch.done = True
-    elif state == _SHUTDOWN or now() > watch.until:
+    elif state == _SHUTDOWN:  # maybe READY first: left_connecting_at stands for it
         watch.done = True
-    elif woke_at:  # it left CONNECTING, if it did, for neither READY nor a shutdown
-        watch.left_connecting_at = 0
+    else:
+        if woke_at:  # it left CONNECTING for neither READY nor a shutdown
+            watch.left_connecting_at = 0
+        if now() > watch.until:
+            watch.done = True
     return watch.done
 
 
