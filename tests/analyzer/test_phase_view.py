@@ -8,7 +8,15 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from grpc_overhead.analyzer.phase_view import IDENTITY, PHASES_VIEW, create_call_tables
+from grpc_overhead.analyzer.messages import MESSAGES_VIEW
+from grpc_overhead.analyzer.options import CallsOptions
+from grpc_overhead.analyzer.phase_view import (
+    IDENTITY,
+    PHASES_VIEW,
+    create_call_tables,
+    schema_fingerprint,
+    schema_is_current,
+)
 from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.report import build_report
 from grpc_overhead.analyzer.result_columns import ALL_PHASES
@@ -117,6 +125,31 @@ def test_the_view_is_created_and_upgraded_with_the_store(store):
     create_call_tables(store)  # an older definition is replaced
     columns = set(store.query(f"DESCRIBE TABLE {PHASES_VIEW}")["name"])
     assert {f"{name}_us" for name in ALL_PHASES} <= columns and "old_column" not in columns
+
+
+def test_a_ready_store_is_left_as_it_is_and_a_broken_one_is_mended(store, monkeypatch):
+    create_call_tables(store)
+    ran: list[str] = []
+    command = store.command
+    monkeypatch.setattr(store, "command", lambda sql, *args: ran.append(sql) or command(sql, *args))
+    assert schema_is_current(store, CallsOptions())
+    assert create_call_tables(store) is False and ran == []  # one query, no statement
+    # Anything missing or made otherwise is made again, as before the fingerprint.
+    for broken in (
+        "DROP TABLE grpc_runs",
+        "DROP VIEW grpc_calls_mv",
+        f"CREATE OR REPLACE VIEW {MESSAGES_VIEW} AS SELECT 1 AS old_column",
+    ):
+        command(broken)
+        assert not schema_is_current(store, CallsOptions())
+        ran.clear()
+        create_call_tables(store)
+        assert len(ran) > 3 and schema_is_current(store, CallsOptions())
+    assert table_exists(store, "grpc_runs") and table_exists(store, "grpc_calls_mv")
+    # Other options (another calls table): other statements, another fingerprint.
+    other = CallsOptions(calls_table="grpc_calls_other", view="grpc_calls_other_mv")
+    assert schema_fingerprint(other) != schema_fingerprint(CallsOptions())
+    assert not schema_is_current(store, other)
 
 
 @pytest.mark.parametrize(

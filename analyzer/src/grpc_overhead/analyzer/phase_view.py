@@ -20,17 +20,20 @@ never user input; users filter with their own ``WHERE``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
 from grpc_overhead.analyzer.call_rollup import ALGORITHM
-from grpc_overhead.analyzer.calls import create_calls
+from grpc_overhead.analyzer.calls import create_calls, create_calls_table_sql
+from grpc_overhead.analyzer.calls import create_view_sql as create_calls_view_sql
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
 from grpc_overhead.analyzer.messages import MESSAGES_VIEW, messages_sql
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import per_call_sql
 from grpc_overhead.analyzer.result_columns import ALL_PHASES, CALL_WEIGHT
-from grpc_overhead.analyzer.runs import create_runs
+from grpc_overhead.analyzer.runs import ADDED_COLUMNS as RUNS_ADDED_COLUMNS
+from grpc_overhead.analyzer.runs import RUNS_TABLE, create_runs, create_runs_sql
 from grpc_overhead.analyzer.sample_columns import sample_view_columns
 from grpc_overhead.analyzer.store.base import Store, table_exists
 
@@ -191,10 +194,12 @@ def create_messages_view_sql(options: CallsOptions | None = None) -> str:
 
 def create_phase_view(store: Store, options: CallsOptions | None = None) -> None:
     """Create ``grpc_call_phases`` and ``grpc_message_phases``, or replace ones an older
-    version made (cheap: a view holds no data, and ``CREATE OR REPLACE`` swaps it
-    atomically for readers)."""
-    store.command(create_view_sql(options))
-    store.command(create_messages_view_sql(options))
+    version made (a view holds no data, and ``CREATE OR REPLACE`` swaps it atomically for
+    readers). Each carries the schema's fingerprint as its comment (``schema_is_current``)."""
+    options = options or CallsOptions()
+    comment = f"\nCOMMENT '{_SCHEMA_COMMENT}{schema_fingerprint(options)}'"
+    store.command(create_view_sql(options) + comment)
+    store.command(create_messages_view_sql(options) + comment)
 
 
 def ensure_phase_view(store: Store, options: CallsOptions | None = None) -> bool:
@@ -220,17 +225,59 @@ def ensure_phase_view(store: Store, options: CallsOptions | None = None) -> bool
 def create_call_tables(
     store: Store, options: CallsOptions | None = None, *, backfill: bool = True
 ) -> bool:
-    """``create_calls``, the phase view and ``grpc_runs`` (empty until an experiment runs):
+    """``create_calls``, ``grpc_runs`` (empty until an experiment runs) and the phase views:
     everything readers of calls need, idempotent. ``grpc_runs`` is created here because the
     experiments dashboard reads it, and a Grafana panel on a missing table shows an error
-    where an empty one shows "no data".
+    where an empty one shows "no data". A store this version already made ready is left
+    as it is (``schema_is_current``); the views come last, so their fingerprint is only
+    written once everything before them exists.
 
     Returns True when the calls' materialized view was created now (``create_calls``).
     """
+    options = options or CallsOptions()
+    if schema_is_current(store, options):
+        return False
     created = create_calls(store, options, backfill=backfill)
-    create_phase_view(store, options)
     create_runs(store, options)
+    create_phase_view(store, options)
     return created
+
+
+#: The phase views' comment: this, then the fingerprint of the statements that made them.
+_SCHEMA_COMMENT = "grpc-overhead schema "
+
+
+def schema_fingerprint(options: CallsOptions) -> str:
+    """A digest of every statement ``create_call_tables`` runs for ``options``: equal
+    fingerprints, the same tables and views (columns, engines, view queries)."""
+    statements = (
+        create_calls_table_sql(options),
+        create_calls_view_sql(options),
+        create_runs_sql(options),
+        repr(RUNS_ADDED_COLUMNS),
+        create_view_sql(options),
+        create_messages_view_sql(options),
+    )
+    return hashlib.sha256("\n;\n".join(statements).encode()).hexdigest()[:32]
+
+
+def schema_is_current(store: Store, options: CallsOptions) -> bool:
+    """Whether the calls' tables and views exist and both phase views carry this version's
+    fingerprint. One query where the statements would take seconds: a view's statement
+    is analyzed in full even when it changes nothing, and every command that opens a
+    store runs them (``readiness.prepare_for_reading``)."""
+    found = store.query(
+        "SELECT name, comment FROM system.tables WHERE database = "
+        "if({database:String} = '', currentDatabase(), {database:String})",
+        {"database": options.database},
+    )
+    comments = dict(zip(found["name"], found["comment"], strict=True))
+    wanted = _SCHEMA_COMMENT + schema_fingerprint(options)
+    return (
+        {options.calls_table, options.view, RUNS_TABLE} <= comments.keys()
+        and comments.get(PHASES_VIEW) == wanted
+        and comments.get(MESSAGES_VIEW) == wanted
+    )
 
 
 def view_columns() -> list[tuple[str, str]]:
