@@ -146,9 +146,11 @@ def test_a_ready_store_is_left_as_it_is_and_a_broken_one_is_mended(store, monkey
         create_call_tables(store)
         assert len(ran) > 3 and schema_is_current(store, CallsOptions())
     assert table_exists(store, "grpc_runs") and table_exists(store, "grpc_calls_mv")
+    # The current database named or not: the same objects, the same fingerprint.
+    assert schema_is_current(store, CallsOptions(database="default"))
     # Other options (another calls table): other statements, another fingerprint.
     other = CallsOptions(calls_table="grpc_calls_other", view="grpc_calls_other_mv")
-    assert schema_fingerprint(other) != schema_fingerprint(CallsOptions())
+    assert schema_fingerprint(other, "default") != schema_fingerprint(CallsOptions(), "default")
     assert not schema_is_current(store, other)
 
 

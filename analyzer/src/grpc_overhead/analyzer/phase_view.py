@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 from typing import Any
 
 from grpc_overhead.analyzer.call_rollup import ALGORITHM
@@ -197,7 +198,11 @@ def create_phase_view(store: Store, options: CallsOptions | None = None) -> None
     version made (a view holds no data, and ``CREATE OR REPLACE`` swaps it atomically for
     readers). Each carries the schema's fingerprint as its comment (``schema_is_current``)."""
     options = options or CallsOptions()
-    comment = f"\nCOMMENT '{_SCHEMA_COMMENT}{schema_fingerprint(options)}'"
+    database = store.query(
+        "SELECT if({database:String} = '', currentDatabase(), {database:String}) AS name",
+        {"database": options.database},
+    )["name"].iloc[0]
+    comment = f"\nCOMMENT '{_SCHEMA_COMMENT}{schema_fingerprint(options, str(database))}'"
     store.command(create_view_sql(options) + comment)
     store.command(create_messages_view_sql(options) + comment)
 
@@ -247,9 +252,11 @@ def create_call_tables(
 _SCHEMA_COMMENT = "grpc-overhead schema "
 
 
-def schema_fingerprint(options: CallsOptions) -> str:
-    """A digest of every statement ``create_call_tables`` runs for ``options``: equal
-    fingerprints, the same tables and views (columns, engines, view queries)."""
+def schema_fingerprint(options: CallsOptions, database: str) -> str:
+    """A digest of every statement ``create_call_tables`` runs for ``options`` in
+    ``database`` (the one an empty ``options.database`` stands for: the same objects
+    whether a command names it or not): equal fingerprints, the same tables and views."""
+    options = replace(options, database=database)
     statements = (
         create_calls_table_sql(options),
         create_calls_view_sql(options),
@@ -267,12 +274,14 @@ def schema_is_current(store: Store, options: CallsOptions) -> bool:
     is analyzed in full even when it changes nothing, and every command that opens a
     store runs them (``readiness.prepare_for_reading``)."""
     found = store.query(
-        "SELECT name, comment FROM system.tables WHERE database = "
+        "SELECT name, comment, database FROM system.tables WHERE database = "
         "if({database:String} = '', currentDatabase(), {database:String})",
         {"database": options.database},
     )
+    if found.empty:
+        return False
     comments = dict(zip(found["name"], found["comment"], strict=True))
-    wanted = _SCHEMA_COMMENT + schema_fingerprint(options)
+    wanted = _SCHEMA_COMMENT + schema_fingerprint(options, str(found["database"].iloc[0]))
     return (
         {options.calls_table, options.view, RUNS_TABLE} <= comments.keys()
         and comments.get(PHASES_VIEW) == wanted
