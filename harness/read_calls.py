@@ -2,8 +2,10 @@
 call (``phases.calls``: identity, sources, sizes and every ``<phase>_us``, null where the
 phase is undefined), with the raw event times the network phases are differences of
 (``EVENT_COLUMNS``, Unix ns, 0 where absent: a test tells a phase its events put out of
-order from one that is missing). A subprocess, because a chDB directory belongs to one
-process and the caller may already own another.
+order from one that is missing), taken from the very rows the phases are computed from
+(``calls.calls_source``: an A72 call's attempts folded into its chosen one, whose events
+are the phases'; the call span's own row has none of the message events). A subprocess,
+because a chDB directory belongs to one process and the caller may already own another.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from grpc_overhead.analyzer.calls import create_calls
+from grpc_overhead.analyzer.calls import calls_source, create_calls
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import calls
 from grpc_overhead.analyzer.store import open_store
@@ -36,10 +38,12 @@ def main(argv: list[str]) -> int:
         create_calls(store, CallsOptions())
         # A stopped store: no half is in flight, so nothing is held back (a client-only
         # call to no server is a call at once, not after the live grace period).
-        frame = calls(store, CallFilters().at_rest())
+        at_rest = CallFilters().at_rest()
+        frame = calls(store, at_rest)
         events = store.query(
-            f"SELECT TraceId, ClientSpanId, {', '.join(f'max({c}) AS {c}' for c in EVENT_COLUMNS)}"
-            " FROM grpc_calls GROUP BY TraceId, ClientSpanId"
+            f"SELECT TraceId, ClientSpanId, {', '.join(EVENT_COLUMNS)}"
+            f" FROM ({calls_source(CallsOptions())})",
+            at_rest.parameters(),
         )
     frame = frame.merge(events, on=["TraceId", "ClientSpanId"], how="left", validate="1:1")
     frame = frame.drop(columns=["start"]).astype(object).where(frame.notna(), None)
