@@ -46,7 +46,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return _kernel_picked(host)
     for _ in range(_PICK_ATTEMPTS):
         port = _random.randint(low, high)
-        if port not in _handed_out and _bindable(host, port):
+        if port not in _handed_out and _bind_error(host, port, reuse_address=False) is None:
             _handed_out.append(port)
             return port
     return _kernel_picked(host)
@@ -61,13 +61,20 @@ def ephemeral_range() -> tuple[int, int]:
         return _EPHEMERAL_DEFAULT
 
 
-def _bindable(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+def _bind_error(host: str, port: int, *, reuse_address: bool) -> OSError | None:
+    """Why a listener could not bind ``host:port`` now, or None if it could.
+
+    With ``reuse_address`` a port whose only users are connections in TIME_WAIT binds
+    (a listener started now would get it); without, those leftovers count as used."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        if reuse_address:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))  # no SO_REUSEADDR: TIME_WAIT leftovers count as used
-        except OSError:
-            return False
-    return True
+            probe.bind((host, port))
+        except OSError as error:
+            return error
+    return None
 
 
 def _kernel_picked(host: str) -> int:
@@ -78,14 +85,8 @@ def _kernel_picked(host: str) -> int:
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """True when a listener could bind ``host:port`` now (TIME_WAIT leftovers do not count)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            return error.errno != errno.EADDRINUSE
-    return True
+    error = _bind_error(host, port, reuse_address=True)
+    return error is None or error.errno != errno.EADDRINUSE
 
 
 def holder(port: int) -> str | None:
