@@ -37,7 +37,7 @@ from grpc_overhead.analyzer.clock_offsets import ClockOptions
 from grpc_overhead.analyzer.options import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import per_call_sql
 from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
-from grpc_overhead.analyzer.store.base import Store, table_exists
+from grpc_overhead.analyzer.store.base import NAMED_OR_CURRENT_DATABASE, Store, table_exists
 
 #: Bump when a rollup table's columns or meaning change: the rollups are rebuilt.
 #: 1: phase and offset rollups (no version table); 2: + grpc_settled_calls; 3: A72 status
@@ -157,7 +157,7 @@ def settled_columns(store: Store, options: CallsOptions, *, estimates: bool = Fa
     ``ESTIMATE_COLUMNS``), quoted for a select list."""
     found = store.query(
         "SELECT name FROM system.columns WHERE table = {table:String}"
-        " AND database = if({database:String} = '', currentDatabase(), {database:String})"
+        f" AND database = {NAMED_OR_CURRENT_DATABASE}"
         " ORDER BY position",
         {"table": SETTLED_CALLS_TABLE, "database": options.database},
     )

@@ -53,7 +53,12 @@ from grpc_overhead.analyzer.options import (
     ROW_START_INDEX,
     CallsOptions,
 )
-from grpc_overhead.analyzer.store.base import Store, quote_identifier, table_exists
+from grpc_overhead.analyzer.store.base import (
+    NAMED_OR_CURRENT_DATABASE,
+    Store,
+    quote_identifier,
+    table_exists,
+)
 
 #: Timestamps and counts: rows are ordered by trace id, so a column's values
 #: are in random order and LZ4 alone barely compresses them (about 17 %);
@@ -127,7 +132,7 @@ def _view_is_current(store: Store, options: CallsOptions) -> bool:
     """Whether the existing view fills every column this version knows (and takes REST spans)."""
     found = store.query(
         "SELECT create_table_query AS query FROM system.tables WHERE name = {name:String}"
-        " AND database = if({database:String} = '', currentDatabase(), {database:String})",
+        f" AND database = {NAMED_OR_CURRENT_DATABASE}",
         {"database": options.database, "name": options.view},
     )
     if found.empty:

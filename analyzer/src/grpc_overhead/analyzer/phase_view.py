@@ -36,7 +36,7 @@ from grpc_overhead.analyzer.result_columns import ALL_PHASES, CALL_WEIGHT
 from grpc_overhead.analyzer.runs import ADDED_COLUMNS as RUNS_ADDED_COLUMNS
 from grpc_overhead.analyzer.runs import RUNS_TABLE, create_runs, create_runs_sql
 from grpc_overhead.analyzer.sample_columns import sample_view_columns
-from grpc_overhead.analyzer.store.base import Store, table_exists
+from grpc_overhead.analyzer.store.base import NAMED_OR_CURRENT_DATABASE, Store, table_exists
 
 PHASES_VIEW = "grpc_call_phases"
 
@@ -193,16 +193,21 @@ def create_messages_view_sql(options: CallsOptions | None = None) -> str:
     )
 
 
-def create_phase_view(store: Store, options: CallsOptions | None = None) -> None:
+def create_phase_view(
+    store: Store, options: CallsOptions | None = None, *, database: str | None = None
+) -> None:
     """Create ``grpc_call_phases`` and ``grpc_message_phases``, or replace ones an older
     version made (a view holds no data, and ``CREATE OR REPLACE`` swaps it atomically for
-    readers). Each carries the schema's fingerprint as its comment (``schema_is_current``)."""
+    readers). Each carries the schema's fingerprint as its comment (``schema_is_current``):
+    ``database`` is the one ``options.database`` stands for, asked of the store if None."""
     options = options or CallsOptions()
-    database = store.query(
-        "SELECT if({database:String} = '', currentDatabase(), {database:String}) AS name",
-        {"database": options.database},
-    )["name"].iloc[0]
-    comment = f"\nCOMMENT '{_SCHEMA_COMMENT}{schema_fingerprint(options, str(database))}'"
+    if database is None:
+        database = str(
+            store.query(
+                f"SELECT {NAMED_OR_CURRENT_DATABASE} AS name", {"database": options.database}
+            )["name"].iloc[0]
+        )
+    comment = f"\nCOMMENT '{_SCHEMA_COMMENT}{schema_fingerprint(options, database)}'"
     store.command(create_view_sql(options) + comment)
     store.command(create_messages_view_sql(options) + comment)
 
@@ -240,11 +245,12 @@ def create_call_tables(
     Returns True when the calls' materialized view was created now (``create_calls``).
     """
     options = options or CallsOptions()
-    if schema_is_current(store, options):
+    current, database = _schema_state(store, options)
+    if current:
         return False
     created = create_calls(store, options, backfill=backfill)
     create_runs(store, options)
-    create_phase_view(store, options)
+    create_phase_view(store, options, database=database)
     return created
 
 
@@ -273,20 +279,28 @@ def schema_is_current(store: Store, options: CallsOptions) -> bool:
     fingerprint. One query where the statements would take seconds: a view's statement
     is analyzed in full even when it changes nothing, and every command that opens a
     store runs them (``readiness.prepare_for_reading``)."""
+    return _schema_state(store, options)[0]
+
+
+def _schema_state(store: Store, options: CallsOptions) -> tuple[bool, str | None]:
+    """(``schema_is_current``, the database ``options.database`` stands for: None when it
+    holds no tables yet, so the one query that answers the first cannot name it)."""
     found = store.query(
-        "SELECT name, comment, database FROM system.tables WHERE database = "
-        "if({database:String} = '', currentDatabase(), {database:String})",
+        "SELECT name, comment, database FROM system.tables "
+        f"WHERE database = {NAMED_OR_CURRENT_DATABASE}",
         {"database": options.database},
     )
     if found.empty:
-        return False
+        return False, None
+    database = str(found["database"].iloc[0])
     comments = dict(zip(found["name"], found["comment"], strict=True))
-    wanted = _SCHEMA_COMMENT + schema_fingerprint(options, str(found["database"].iloc[0]))
-    return (
+    wanted = _SCHEMA_COMMENT + schema_fingerprint(options, database)
+    current = (
         {options.calls_table, options.view, RUNS_TABLE} <= comments.keys()
         and comments.get(PHASES_VIEW) == wanted
         and comments.get(MESSAGES_VIEW) == wanted
     )
+    return current, database
 
 
 def view_columns() -> list[tuple[str, str]]:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from grpc_overhead.analyzer.insights.rows import sides
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
-from grpc_overhead.analyzer.store.base import Store, table_exists
+from grpc_overhead.analyzer.store.base import NAMED_OR_CURRENT_DATABASE, Store, table_exists
 
 #: ``store_size`` columns: one row per table, biggest first, then ``TOTAL``.
 SIZE_COLUMNS = (
@@ -47,7 +47,7 @@ _PARTS_SQL = (
     "SELECT table, count() AS part_count, sum(rows) AS row_count,"
     " sum(bytes_on_disk) AS disk_bytes, sum(data_uncompressed_bytes) AS raw_bytes\n"
     "FROM system.parts\n"
-    "WHERE active AND database = if({database:String} = '', currentDatabase(), {database:String})\n"
+    f"WHERE active AND database = {NAMED_OR_CURRENT_DATABASE}\n"
     "GROUP BY table ORDER BY disk_bytes DESC, table"
 )
 _RENAMED = {

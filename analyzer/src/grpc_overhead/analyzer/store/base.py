@@ -108,6 +108,9 @@ ENGINE_SETTINGS: dict[str, int] = {
 #: Where serve's HTTP interface answers its store's snapshot (JSON ``moment_ns``, ``now_ns``),
 #: for readers in other processes (``ClickHouseHttpStore.known_snapshot``).
 SNAPSHOT_PATH = "/grpc-overhead/snapshot"
+#: The database a ``{database:String}`` parameter names, or the current one when it is
+#: empty: how a query of ``system.tables`` or ``system.parts`` follows ``--database``.
+NAMED_OR_CURRENT_DATABASE = "if({database:String} = '', currentDatabase(), {database:String})"
 
 
 @dataclass(frozen=True)
@@ -272,8 +275,7 @@ class Store(abc.ABC):
 def table_exists(store: Store, name: str, database: str = "") -> bool:
     """Whether ``database.name`` exists (``database`` empty: the store's current one)."""
     found = store.query(
-        "SELECT count() AS n FROM system.tables WHERE database = "
-        "if({database:String} = '', currentDatabase(), {database:String}) "
+        f"SELECT count() AS n FROM system.tables WHERE database = {NAMED_OR_CURRENT_DATABASE} "
         "AND name = {name:String}",
         {"database": database, "name": name},
     )
