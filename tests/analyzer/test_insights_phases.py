@@ -97,6 +97,28 @@ def test_tail_against_the_median(store):
     assert tail.loc["total", "median_calls"] == 198
 
 
+def test_tail_ranks_unary_calls_only(store):
+    """Ten long streams (5 % of the calls, each longer than any unary call) set no
+    threshold: before, they held the p99 and left the slowest band with no unary call."""
+    seed_tail(store)
+    streams = []
+    for index in range(10):
+        client, server = seed.synthetic_call(
+            replace(Truth(), start=seed.BASE_NS + (300 + index) * MS), method="Chat"
+        )
+        for span in (client, server):
+            span.attributes["grpc_overhead.call_type"] = "stream_stream"
+        client.end = client.start + 1_000 * MS
+        streams += [client, server]
+    seed.insert_spans(store, streams)
+    tail = phases.tail(store).set_index("phase")
+    assert tail.loc["total", "slowest_calls"] == 2
+    assert tail.loc["total", "slowest_from_us"] == 22_629.0
+    assert tail.loc["server_queue", "slowest_us"] == 20_000.0
+    assert tail.loc["total", "median_us"] == 3189.0
+    assert tail.loc["total", "median_calls"] == 198
+
+
 def test_tail_filters_and_bad_input(store):
     seed_tail(store)
     assert phases.tail(store, CallFilters(method="Other")).empty

@@ -65,6 +65,13 @@ def test_the_overview_stacks_no_stream_and_gives_streams_their_own_figure(served
     assert not any("no transport events" in caption.value for caption in at.caption)
 
 
+#: Signed by definition: the tail table's slowest unary calls' mean minus the median ones'
+#: (a phase the slowest calls spend less on is below 0). No stream is in either band: the
+#: thresholds rank unary calls only (CI's stop 48 saw -1,004 µs here when the connection's
+#: first call was the slowest of the two Echo calls).
+DIFFERENCES = {"extra_us"}
+
+
 def test_the_phases_page_shows_no_negative_value_for_a_stream(served_store, spans):
     seed(served_store, spans)
     at = run_page("phases")
@@ -74,6 +81,8 @@ def test_the_phases_page_shows_no_negative_value_for_a_stream(served_store, span
     for table in at.dataframe:
         frame = table.value
         for column in frame.columns:
+            if column in DIFFERENCES:
+                continue
             if str(column).endswith("_us") or "µs" in str(column):
                 numbers = frame[column].dropna()
                 assert not (numbers.astype(float) < 0).any(), column

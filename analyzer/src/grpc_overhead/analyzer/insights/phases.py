@@ -38,6 +38,7 @@ from grpc_overhead.analyzer.options import (
 )
 from grpc_overhead.analyzer.result_columns import DESIGN_PHASES, QUANTILE_STATE_FUNCTION
 from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.stream_phases import IS_STREAM
 
 #: The phases the page shows: the design's, then the server-side extras.
 SHOWN_PHASES: tuple[str, ...] = (
@@ -245,8 +246,10 @@ def tail(
     """Per phase of ``STACKED_PHASES`` (plus ``total``): the mean over the slowest
     calls and over the calls around the median, and where the extra time goes.
 
-    Thresholds are quantiles of ``total`` over every call with a client span
-    (exact, weighted by the calls each stands for: the element at rank ``floor(level * n)``);
+    Thresholds are quantiles of ``total`` over every unary call with a client span
+    (exact, weighted by the calls each stands for: the element at rank ``floor(level * n)``;
+    a stream's duration is no latency to rank unary calls by: a few long streams would
+    set the p99 above every unary call and leave the slowest band empty);
     the means are over the calls that record every event (so the phases add
     up to total): *slowest* = ``total`` >= the ``1 - slowest`` quantile (p99
     by default), *median* = ``total`` within p45..p55. ``extra_us`` = slowest - median,
@@ -270,7 +273,7 @@ def tail(
         " run_id, toUInt64(round(greatest(client_sampling_weight, 1))) AS weight,"
         " client_service, server_service"
         f" FROM {options.calls} WHERE {ROW_FILTER} AND client_start_ns != 0"
-        f" AND client_end_ns != 0) WHERE {TIME_FILTER} AND {CALL_FILTER}"
+        f" AND client_end_ns != 0 AND NOT {IS_STREAM}) WHERE {TIME_FILTER} AND {CALL_FILTER}"
     )
     low, high = MEDIAN_BAND
     # Weighted (each client half counts as the calls it stands for under sampling); the
