@@ -61,3 +61,12 @@ def test_a_machine_whose_ephemeral_range_starts_low_gets_a_kernel_picked_port(mo
     real_low, _ = ports.ephemeral_range()
     monkeypatch.setattr(ports, "ephemeral_range", lambda: (10500, 60999))
     assert ports.free_port() >= real_low  # from the kernel's own (real) range
+
+
+@pytest.mark.unit
+def test_an_ipv6_host_gets_a_kernel_picked_port_of_its_own_family(monkeypatch):
+    if not socket.has_ipv6 or ports._bind_error("::1", 0, reuse_address=False) is not None:
+        pytest.fail("this machine has no IPv6 loopback; the test needs ::1")
+    monkeypatch.setattr(ports, "ephemeral_range", lambda: (10500, 60999))
+    port = ports.free_port("::1")  # an IPv4 socket cannot bind ::1 (it raised before)
+    assert ports.port_is_free(port, "::1")

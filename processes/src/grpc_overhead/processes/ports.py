@@ -61,13 +61,17 @@ def ephemeral_range() -> tuple[int, int]:
         return _EPHEMERAL_DEFAULT
 
 
+def _family(host: str) -> socket.AddressFamily:
+    """IPv6 for an address with a colon (``::1``), else IPv4: a socket binds its own kind."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def _bind_error(host: str, port: int, *, reuse_address: bool) -> OSError | None:
     """Why a listener could not bind ``host:port`` now, or None if it could.
 
     With ``reuse_address`` a port whose only users are connections in TIME_WAIT binds
     (a listener started now would get it); without, those leftovers count as used."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
         if reuse_address:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -78,7 +82,7 @@ def _bind_error(host: str, port: int, *, reuse_address: bool) -> OSError | None:
 
 
 def _kernel_picked(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
