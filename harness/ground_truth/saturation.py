@@ -6,8 +6,7 @@ with load: whatever a saturated run adds to ``request_network`` or
 
 * ``server_saturation``: the prediction service with a CPU-bound model (it
   holds the GIL) and about 2-4x as many closed-loop callers as ``--workers``,
-  sync and aio, model costs from 1 to 10 ms, a small and a large payload, the service
-  and the load generator on separate CPUs (as they would be on separate hosts).
+  sync and aio, model costs from 1 to 10 ms, a small and a large payload.
   Before ``server_dispatch`` the serving thread's wait for the GIL (about the
   5 ms switch interval) showed up as request network. Checks, per case:
   request_network and response_network within max(200 us, 10 %) of the idle
@@ -102,10 +101,6 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
     result = ScenarioResult("server_saturation", profile.name)
     pipeline = Pipeline(workdir / "store")
     summaries: dict[str, list[dict]] = {}
-    # The model burns the service's CPU; on one shared pair of cores the callers then wait
-    # for a CPU too, and that wait is theirs, not the server's (at load 4-5, 1.7 ms of the
-    # callers' 6.2 ms growth with a large payload): the two run on CPUs of their own.
-    server_cpus, client_cpus = split_cpus()
     with pipeline:
         for case in cases(profile):
             payload = SMALL if case.payload == "small" else LARGE
@@ -113,14 +108,12 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
             flags = ["--workers", str(case.workers), "--model-cost-ms", str(case.model_cost_ms)]
             if case.aio:
                 flags.append("--aio")
-            with contextlib.ExitStack() as stack:
-                with on_cpus(server_cpus):
-                    service = stack.enter_context(pipeline.service(*flags))
+            with pipeline.service(*flags) as service:
                 for _ in range(profile.rounds):
                     for label, callers in (("idle", 1), ("saturated", case.callers)):
                         run_id = f"{case.name}-{label}"
-                        with on_cpus(client_cpus):
-                            summary = pipeline.load(
+                        summaries.setdefault(run_id, []).append(
+                            pipeline.load(
                                 service.target,
                                 run_id,
                                 "--calls",
@@ -129,7 +122,7 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
                                 str(callers),
                                 *payload,
                             )
-                        summaries.setdefault(run_id, []).append(summary)
+                        )
     bodies = pipeline.reports(list(summaries))
     for case in cases(profile):
         idle, busy = bodies[f"{case.name}-idle"], bodies[f"{case.name}-saturated"]
