@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -171,3 +172,46 @@ def test_spans_with_no_collector_are_counted_as_not_delivered(target) -> None:
     text = _load_subprocess("--target", target, "--calls", "5", "--quiet")
     assert text.returncode == 0, text.stderr
     assert "Spans:        0 exported, 5 not delivered" in text.stdout
+
+
+def _ignore_sigint() -> None:
+    """What a shell does to a background job (``make demo &``, ``nohup``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "stop, background",
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
+    ids=["ctrl-c", "sigterm", "sigterm-in-a-background-job"],
+)
+def test_a_stopped_run_finishes_its_calls_flushes_and_summarizes(
+    target, otlp_sink, stop: int, background: bool
+) -> None:
+    """Stopped halfway, the load still prints its partial summary and every span of the
+    calls it made reaches the collector, whichever way it was started and stopped."""
+    sink, port = otlp_sink
+    options = ["--json", "--quiet", "--duration", "600", "--rps", "50", "--concurrency", "2"]
+    load = subprocess.Popen(
+        [sys.executable, "-m", "grpc_overhead", "load", "--target", target, *options],
+        env=offline_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignore_sigint if background else None,
+    )
+    try:
+        # The first batch of client spans arrives once calls flow (the run is driven).
+        assert sink.wait_for_spans(1, timeout_s=60), "no span within 60 s"
+        load.send_signal(stop)
+        out, err = load.communicate(timeout=60)
+    finally:
+        if load.poll() is None:
+            load.kill()
+    assert load.returncode == 130, err
+    assert "Traceback" not in err
+    summary = json.loads(out)
+    assert summary["interrupted"] is True and summary["calls"] > 0
+    assert summary["spans"]["exported"] == summary["calls"], summary["spans"]
+    assert len(sink.spans()) == summary["calls"]

@@ -33,7 +33,7 @@ from tests.app.conftest import run_page
 pytestmark = pytest.mark.e2e
 
 RUN = "live-views"
-#: The load's bound: it is stopped (SIGINT: it finishes its calls and flushes) once the
+#: The load's bound: it is stopped (SIGTERM: it finishes its calls and flushes) once the
 #: readings are done, so this only has to outlast them on a slow machine.
 LOAD_S = 120
 READINGS = 2
@@ -150,7 +150,7 @@ def test_live_pages_and_report_match_after_stop(tmp_path):
                     live_keys.append(_keys(store))
                 interrupted = load.poll() is None
                 if interrupted:
-                    load.send_signal(signal.SIGINT)
+                    load.send_signal(signal.SIGTERM)
                 code = load.wait(timeout=LOAD_S + 60)
                 assert code == (130 if interrupted else 0), load.stderr.read()
             finally:

@@ -315,8 +315,9 @@ class Demo:
         try:
             while load.running:
                 if self.stop_event.wait(0.2):
-                    # SIGINT: the load generator finishes its calls and flushes its spans.
-                    load.stop(signal.SIGINT)
+                    # SIGTERM: the load generator finishes its calls and flushes its spans
+                    # (SIGINT would be ignored when the demo runs as a background job).
+                    load.stop(signal.SIGTERM)
                     break
         finally:
             self.load = None
@@ -349,7 +350,7 @@ class Demo:
     def shutdown(self) -> None:
         """Stop everything, newest first: no span is lost on the way to the store."""
         if self.load is not None:
-            self.load.stop(signal.SIGINT)
+            self.load.stop(signal.SIGTERM)
         for child in reversed(self.children):
             if child.name == "serve":
                 continue

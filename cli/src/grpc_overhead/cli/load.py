@@ -3,6 +3,11 @@
 Exit codes: 0 when the run completed (RPC errors are data, reported in the
 summary), 2 for bad arguments or an unreachable target, 130 when interrupted
 (the partial summary is still printed).
+
+Ctrl-C and SIGTERM stop a run the same way: the calls in flight finish, the spans are
+flushed, the partial summary is printed. SIGTERM matters because a shell starts a
+background job with SIGINT ignored (``make demo &``, ``nohup``), and a parent stopping
+its load generator must not have to guess how it was started.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -318,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             return _error(str(error))
         except (OSError, ValueError) as error:
             return _error(str(error))
-        with busy_threads(args.busy_threads):
+        with busy_threads(args.busy_threads), _sigterm_interrupts():
             interrupted = _drive(run, config, show_progress=not args.quiet and sys.stderr.isatty())
         summary = run.summary(interrupted=interrupted)
         # The spans leave before the summary is printed, so that it can say whether they
@@ -332,8 +339,28 @@ def main(argv: list[str] | None = None) -> int:
         return 130 if interrupted else 0
 
 
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """While the run is driven, SIGTERM raises KeyboardInterrupt as Ctrl-C does.
+
+    Only the main thread can set a handler; ``main`` called from another thread (a
+    test, an embedding program) keeps the process's own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _drive(run, config, show_progress: bool) -> bool:
-    """Run to completion, showing progress on stderr; True if interrupted by Ctrl-C."""
+    """Run to completion, showing progress on stderr; True if stopped by Ctrl-C or SIGTERM."""
     progress = _Progress(config) if show_progress else None
     try:
         run.start()
