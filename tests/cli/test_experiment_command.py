@@ -4,37 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from grpc_overhead.analyzer.runs import list_runs
 from grpc_overhead.analyzer.store import open_store
-from grpc_overhead.processes import offline_env
+from tests.cli.experiment_runs import command, run_experiment
 
 pytestmark = pytest.mark.e2e
-
-
-def _command(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "grpc_overhead", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        stdin=subprocess.DEVNULL,
-        env=offline_env(),
-    )
-
-
-def _experiment(tmp_path: Path, text: str) -> dict:
-    """Run an experiment file with this text on a fresh store; its JSON document."""
-    spec = tmp_path / "experiment.yaml"
-    spec.write_text(text)
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format", "json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +28,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         "expect: {saving_us: 4500, phase: processing}\n"
     )
     store = workdir / "store"
-    done = _command("experiment", str(spec), "--store", str(store), "--format", "json")
+    done = command("experiment", str(spec), "--store", str(store), "--format", "json")
     assert done.returncode == 0, done.stderr
     return store, json.loads(done.stdout)
 
@@ -114,7 +92,7 @@ def test_every_cell_is_a_run_with_its_phases(experiment) -> None:
 def test_compare_finds_the_phase_that_differs(experiment) -> None:
     store, document = experiment
     cheap, costly = (cell["run_id"] for cell in document["cells"])
-    done = _command(
+    done = command(
         "compare", cheap, costly, "--store", str(store), "--format", "json", "--resamples", "200"
     )
     assert done.returncode == 0, done.stderr
@@ -128,7 +106,7 @@ def test_compare_finds_the_phase_that_differs(experiment) -> None:
     assert "5 rounds" in comparison["basis"] and "paired" in comparison["basis"]
     assert comparison["explained_by"]["phase"] == "processing"
     assert comparison["throughput"]["calls_per_s_ratio"] < 1
-    table = _command("compare", cheap, costly, "--store", str(store))
+    table = command("compare", cheap, costly, "--store", str(store))
     assert table.returncode == 0 and "; processing " in table.stdout
 
 
@@ -136,17 +114,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, experiment) -> None:
     store, document = experiment
     spec = tmp_path / "bad.yaml"
     spec.write_text("matrix: {concurrency: [0]}\n")
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "s"))
+    done = command("experiment", str(spec), "--store", str(tmp_path / "s"))
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "grpc-overhead experiment: matrix.concurrency[0]: expected an integer >= 1, got 0"
     )
-    missing = _command(
+    missing = command(
         "compare", document["cells"][0]["run_id"], "no-such-run", "--store", str(store)
     )
     assert missing.returncode == 2 and "no calls of run 'no-such-run'" in missing.stderr
     assert "Traceback" not in missing.stderr
-    one = _command("compare", "only-one", "--store", str(store))
+    one = command("compare", "only-one", "--store", str(store))
     assert one.returncode == 2 and "at least two runs" in one.stderr
 
 
@@ -160,7 +138,7 @@ def test_rest_and_grpc_cells_split_into_the_same_phases(tmp_path) -> None:
         "matrix:\n  transport: [grpc, rest]\n  rest_body: [json, binary]\n"
         "exclude:\n  - {transport: grpc, rest_body: binary}\n"
     )
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format", "json")
+    done = command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format", "json")
     assert done.returncode == 0, done.stderr
     cells = json.loads(done.stdout)["cells"]
     assert [(c["config"]["transport"], c["config"]["rest_body"]) for c in cells] == [
@@ -199,7 +177,7 @@ def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
     spec.write_text(
         "name: path\ncalls: 10\nrounds: 1\nconcurrency: 1\nentities: 10\nlatency_ms: 15\n"
     )
-    done = _command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format", "json")
+    done = command("experiment", str(spec), "--store", str(tmp_path / "store"), "--format", "json")
     assert done.returncode == 0, done.stderr
     (cell,) = json.loads(done.stdout)["cells"]
     phases = cell["phases"]
@@ -211,7 +189,7 @@ def test_a_cell_can_run_over_a_slowed_path(tmp_path) -> None:
 def test_an_a_a_experiment_finds_no_difference(tmp_path) -> None:
     """The same cell twice (``copy: [1, 2]``), five interleaved rounds: no measurable
     difference on the total and on every phase, and a predicted saving that does not show."""
-    document = _experiment(
+    document = run_experiment(
         tmp_path,
         "name: a-a\ncalls: 100\nconcurrency: 2\nentities: 20\nworkers: 2\n"
         "matrix:\n  copy: [1, 2]\nexpect: {saving_us: 300}\n",
@@ -226,7 +204,7 @@ def test_an_a_a_experiment_finds_no_difference(tmp_path) -> None:
     assert "no measurable difference" in comparison["summary"]
     (expected,) = document["expectation"]
     assert expected["outcome"] == "did not materialize"
-    table = _command(
+    table = command(
         "compare",
         comparison["baseline_run_id"],
         comparison["run_id"],
@@ -238,24 +216,3 @@ def test_an_a_a_experiment_finds_no_difference(tmp_path) -> None:
     assert table.returncode == 0, table.stderr
     (again,) = json.loads(table.stdout)["comparisons"]
     assert again["phases"]["total"]["verdict"] == "no measurable difference"
-
-
-def test_instances_behind_one_address_stay_pinned_without_a_connection_age(tmp_path) -> None:
-    """DoorDash's case: three instances behind one balancer address, two channels. Without
-    a connection age each round makes exactly its two connections (they stay where they
-    landed); with one, clients reconnect and the balancer sees many more."""
-    pinned, recycled = _experiment(
-        tmp_path,
-        "name: age\nrounds: 2\nduration: 3\nconcurrency: 4\nchannels: 2\ninstances: 3\n"
-        "one_address: true\nworkers: 2\nentities: 10\nmatrix:\n  max_connection_age_s: [null, 1]\n",
-    )["cells"]
-    assert sum(pinned["connections"].values()) == 4  # 2 channels x 2 rounds, never recycled
-    assert sum(recycled["connections"].values()) > 6
-    for cell in (pinned, recycled):
-        assert cell["errors"] == 0 and len(cell["instances"]) == 2
-        assert all(len(calls) == 3 for calls in cell["instances"])  # idle instances count too
-        assert sum(map(sum, cell["instances"])) == cell["traced_calls"] == cell["calls"]
-        assert cell["imbalance"] >= 1.0
-    # two connections reach at most two of the three instances: one gets nothing per round
-    assert all(calls[-1] == 0 for calls in pinned["instances"])
-    assert pinned["imbalance"] >= 1.5
