@@ -17,7 +17,6 @@ from grpc_overhead.instrumentation import (
     SpanPipeline,
     instrument_channel,
     instrumented_aio_server,
-    instrumented_server,
 )
 from tests.instrumentation import echo_service
 
@@ -56,14 +55,8 @@ def captured() -> Iterator[Captured]:
 
 @pytest.fixture
 def sync_server(captured: Captured) -> Iterator[str]:
-    server = instrumented_server(
-        futures.ThreadPoolExecutor(max_workers=4),
-        handlers=[echo_service.sync_handlers()],
-        pipeline=captured.pipeline,
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
+    server, target = echo_service.start_sync_server(captured.pipeline, workers=4)
+    yield target
     server.stop(0)
 
 

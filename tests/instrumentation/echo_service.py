@@ -11,11 +11,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent import futures
 
 import grpc
 from google.protobuf.wrappers_pb2 import BytesValue
 
-from grpc_overhead.instrumentation import annotate_call, mark_predictions_made
+from grpc_overhead.instrumentation import (
+    SpanPipeline,
+    annotate_call,
+    instrumented_server,
+    mark_predictions_made,
+)
 
 SERVICE = "test.Echo"
 METHODS = {
@@ -110,6 +116,21 @@ def _handlers(functions: dict[str, object]) -> grpc.GenericRpcHandler:
 
 def sync_handlers() -> grpc.GenericRpcHandler:
     return _handlers({"Echo": echo, "Split": split, "Join": join, "Chat": chat})
+
+
+def start_sync_server(
+    pipeline: SpanPipeline, handlers: grpc.GenericRpcHandler | None = None, workers: int = 2
+) -> tuple[grpc.Server, str]:
+    """An instrumented sync server (these handlers unless others are given) on a free
+    loopback port, started: the server and its target."""
+    server = instrumented_server(
+        futures.ThreadPoolExecutor(max_workers=workers),
+        handlers=[handlers or sync_handlers()],
+        pipeline=pipeline,
+    )
+    target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    return server, target
 
 
 def async_handlers() -> grpc.GenericRpcHandler:

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
@@ -24,9 +23,9 @@ from grpc_overhead.instrumentation import (
     Sampling,
     SpanPipeline,
     instrument_channel,
-    instrumented_server,
 )
 from grpc_overhead.instrumentation.vocabulary import REQUEST_START_HEADER
+from tests.instrumentation import echo_service
 from tests.instrumentation.conftest import AioServerThread
 
 pytestmark = pytest.mark.e2e
@@ -87,13 +86,7 @@ def hops() -> Iterator[list]:
             server = AioServerThread(hop.handlers(aio=True), pipeline)
             target = f"127.0.0.1:{server.port}"
         else:
-            server = instrumented_server(
-                futures.ThreadPoolExecutor(max_workers=2),
-                handlers=[hop.handlers()],
-                pipeline=pipeline,
-            )
-            target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-            server.start()
+            server, target = echo_service.start_sync_server(pipeline, hop.handlers())
         started.append((server, pipeline))
         return hop, target
 

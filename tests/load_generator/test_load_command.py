@@ -179,6 +179,12 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _default_sigint() -> None:
+    """A job in a terminal's foreground, whatever this suite was started as (it inherits
+    SIGINT ignored when it runs in the background itself)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     "stop, background",
@@ -199,7 +205,7 @@ def test_a_stopped_run_finishes_its_calls_flushes_and_summarizes(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_ignore_sigint if background else None,
+        preexec_fn=_ignore_sigint if background else _default_sigint,
     )
     try:
         # The first batch of client spans arrives once calls flow (the run is driven).

@@ -4,7 +4,10 @@ Every event is recorded as ``time.perf_counter_ns()``: precise, ordered and chea
 Exported spans need wall-clock nanoseconds, so the export worker converts with
 one (wall, monotonic) anchor pair. The worker re-anchors periodically, so the
 converted times follow NTP slewing of the wall clock without ever making two
-events of one call disagree in order (both use the same anchor).
+events of one call disagree in order (both use the same anchor). A wall clock that
+is stepped (a virtual machine resumed, NTP or an operator setting it) is followed
+at the worker's next wake (``stepped``): until then, every span would carry times
+off by the step, and phases between processes (network) would read it as latency.
 """
 
 from __future__ import annotations
@@ -51,6 +54,21 @@ def reanchor() -> None:
     global _offset_ns
     with _anchor_lock:
         _offset_ns = _anchored_offset()
+
+
+#: How far the wall clock may move from where the anchor puts it before the worker
+#: re-anchors at once instead of at its interval: far above a slew (NTP slews at most
+#: 0.5 ms a second) and a preempted reading's error, far below a step worth seeing.
+STEP_NS = 2_000_000
+
+
+def stepped() -> bool:
+    """Whether the wall clock moved ``STEP_NS`` or more from where the anchor puts it.
+
+    One unbracketed reading (about 100 ns): cheap enough for every wake of the worker. A
+    thread preempted between its two reads can make it say yes; a re-anchor costs only
+    a few microseconds, so that is harmless."""
+    return abs(time.time_ns() - time.perf_counter_ns() - _offset_ns) >= STEP_NS
 
 
 def wall_offset_ns() -> int:

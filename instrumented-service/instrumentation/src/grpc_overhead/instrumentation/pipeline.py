@@ -125,7 +125,7 @@ class SpanPipeline:
                 timeout = max(0.0, self._sent_at + timeout - time.monotonic())
             self._wake.wait(timeout)
             self._wake.clear()
-            if time.monotonic() - last_anchor > _REANCHOR_INTERVAL_S:
+            if time.monotonic() - last_anchor > _REANCHOR_INTERVAL_S or clock.stepped():
                 clock.reanchor()
                 last_anchor = time.monotonic()
             if self._encode is None:
