@@ -242,18 +242,30 @@ def _expected_calls(method: dict, phase: str) -> int:
 
 
 def test_transport_phases_are_present_with_both_sides_attached(matrix):
+    """Every call has every phase, except a one-way network phase whose two events came
+    out in reverse order on the shared clock (a preempted thread stamped its "sent"
+    late: on a busy machine, 2 of 4 calls once). The analyzer leaves that value out
+    by design, so those calls are counted from their events apart and taken off."""
     _, _, pages = matrix
     for name in [p.name for p in PAIRS if p.server_attached and p.client_attached]:
         per_run = pages[name]["report"]
+        out_of_order = pages[name]["out_of_order"]
         for method in per_run["methods"]:
             phases = method["phases"]
+            reversed_events = out_of_order.get(method["method"], {})
             for phase in (*SERVER_PHASES, *CLIENT_PHASES, *BOTH_SIDES):
                 expected = _expected_calls(method, phase)
+                if expected:
+                    expected -= reversed_events.get(phase, 0)
                 assert phases[phase]["calls"] == expected, (name, method["method"], phase)
             if method["shape"] != "unary":  # a stream: described by its messages instead
                 for phase in ("request_message_transfer", "stream_duration"):
                     assert phases[phase]["calls"] == method["calls"], (name, method, phase)
-        unary = sum(m["calls"] for m in per_run["methods"] if m["shape"] == "unary")
+        unary = sum(
+            m["calls"] - out_of_order.get(m["method"], {}).get("request_network", 0)
+            for m in per_run["methods"]
+            if m["shape"] == "unary"
+        )
         assert pages[name]["phase_calls"]["request_network"] == unary, name
 
 
