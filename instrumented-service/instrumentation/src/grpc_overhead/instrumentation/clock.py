@@ -3,7 +3,7 @@
 Every event is recorded as ``time.perf_counter_ns()``: precise, ordered and cheap.
 Exported spans need wall-clock nanoseconds, so the export worker converts with
 one (wall, monotonic) anchor pair. The worker re-anchors periodically, so the
-converted times follow NTP slewing of the wall clock without ever making two
+converted times follow the wall clock without ever making two
 events of one call disagree in order (both use the same anchor). A wall clock that
 is stepped (a virtual machine resumed, NTP or an operator setting it) is followed
 at the worker's next wake (``stepped``): until then, every span would carry times
@@ -57,17 +57,17 @@ def reanchor() -> None:
 
 
 #: How far the wall clock may move from where the anchor puts it before the worker
-#: re-anchors at once instead of at its interval: far above a slew (NTP slews at most
-#: 0.5 ms a second) and a preempted reading's error, far below a step worth seeing.
+#: re-anchors at once instead of at its interval. On Linux a slew (adjtime, NTP) changes
+#: the monotonic clock's rate too, so only a step moves one against the other. 2 ms is
+#: far below a step worth seeing; a reading preempted longer than that costs a needless
+#: re-anchor (a few microseconds), no more.
 STEP_NS = 2_000_000
 
 
 def stepped() -> bool:
     """Whether the wall clock moved ``STEP_NS`` or more from where the anchor puts it.
 
-    One unbracketed reading (about 100 ns): cheap enough for every wake of the worker. A
-    thread preempted between its two reads can make it say yes; a re-anchor costs only
-    a few microseconds, so that is harmless."""
+    One unbracketed reading (about 100 ns): cheap enough for every wake of the worker."""
     return abs(time.time_ns() - time.perf_counter_ns() - _offset_ns) >= STEP_NS
 
 
