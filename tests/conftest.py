@@ -38,6 +38,7 @@ SLOW_FILES = (
     "tests/reliability/test_fault_suite.py",  # 49 s
     "tests/reliability/test_memory_flood.py",  # 44 s
     "tests/analyzer/test_insights_settled_calls.py",  # 43 s
+    "tests/cli/test_experiment_connections.py",  # 42 s (run13r)
     "tests/test_quickstart.py",  # 41 s
     "tests/app/test_oidc_login.py",  # 41 s
     "tests/jaeger/test_jaeger.py",  # 40 s
