@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from grpc_overhead.analyzer import rollup
+from grpc_overhead.analyzer import call_rollup, rollup
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, pair_offsets, query_parameters
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import breakdown_sql, phase_breakdown
@@ -136,6 +136,24 @@ def test_settle_works_in_bounded_rounds(store):
     assert rollup.settle(store, now_ns=end, delay=timedelta(0), max_rows_per_round=12) == 10
     assert rollup.settled_until(store) == end
     same(rollup.breakdown(store), raw)
+
+
+@pytest.mark.e2e
+def test_a_round_stopped_before_its_marker_is_rolled_up_once(store):
+    """A process killed between a round's INSERTs left its settled calls but no marker: the
+    next settle rolls the round again, and neither its calls nor their phases count twice
+    (the phases are summed from the settled calls)."""
+    four_minutes(store)
+    raw = phase_breakdown(store)
+    options = CallsOptions()
+    killed = rollup._settle_parameters(START, START + 2 * MINUTE)
+    rollup.create_rollups(store, options)
+    call_rollup.insert_settled_calls(store, options, killed)
+    assert rollup.settled_until(store) == 0  # no marker: nothing settled yet
+    assert rollup.settle(store, now_ns=START + 10 * MINUTE, delay=timedelta(0)) == 10
+    same(rollup.breakdown(store), raw)
+    settled = f"SELECT count() AS n FROM {options.qualified(call_rollup.SETTLED_CALLS_TABLE)}"
+    assert int(store.query(settled)["n"].iloc[0]) == 48
 
 
 @pytest.mark.e2e

@@ -29,6 +29,11 @@ from grpc_overhead.analyzer.call_rollup import ALGORITHM
 from grpc_overhead.analyzer.calls import create_calls, create_calls_table_sql
 from grpc_overhead.analyzer.calls import create_view_sql as create_calls_view_sql
 from grpc_overhead.analyzer.clock_offsets import ClockOptions, query_parameters
+from grpc_overhead.analyzer.declared_columns import (
+    MESSAGES_VIEW_COLUMNS,
+    PHASES_VIEW_COLUMNS,
+    column_list,
+)
 from grpc_overhead.analyzer.messages import MESSAGES_VIEW, messages_sql
 from grpc_overhead.analyzer.options import CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import per_call_sql
@@ -177,19 +182,29 @@ def _fixed(sql: str) -> str:
 
 
 def create_view_sql(options: CallsOptions | None = None) -> str:
+    """Its columns declared (``declared_columns``): the engine skips analyzing the SELECT."""
     options = options or CallsOptions()
     return (
-        f"CREATE OR REPLACE VIEW {options.qualified(PHASES_VIEW)}{options.on_cluster()} AS\n"
+        f"CREATE OR REPLACE VIEW {options.qualified(PHASES_VIEW)}{options.on_cluster()}"
+        + column_list(PHASES_VIEW_COLUMNS)
+        + " AS\n"
         + view_select_sql(options)
     )
+
+
+def messages_view_select_sql(options: CallsOptions | None = None) -> str:
+    """``grpc_message_phases``' SELECT: ``messages_sql`` with ``VIEW_DEFAULTS`` fixed."""
+    return _fixed(messages_sql(options))
 
 
 def create_messages_view_sql(options: CallsOptions | None = None) -> str:
     """``grpc_message_phases``: one row per message (``messages``), same fixed defaults."""
     options = options or CallsOptions()
     return (
-        f"CREATE OR REPLACE VIEW {options.qualified(MESSAGES_VIEW)}{options.on_cluster()} AS\n"
-        + _fixed(messages_sql(options))
+        f"CREATE OR REPLACE VIEW {options.qualified(MESSAGES_VIEW)}{options.on_cluster()}"
+        + column_list(MESSAGES_VIEW_COLUMNS)
+        + " AS\n"
+        + messages_view_select_sql(options)
     )
 
 

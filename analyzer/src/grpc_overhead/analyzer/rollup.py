@@ -76,7 +76,7 @@ from grpc_overhead.analyzer.options import (
     time_parameters,
 )
 from grpc_overhead.analyzer.phase_aggregates import state_aggregates
-from grpc_overhead.analyzer.phases import per_call_sql, phase_breakdown
+from grpc_overhead.analyzer.phases import phase_breakdown
 from grpc_overhead.analyzer.result_columns import ALL_PHASES, QUANTILE_STATE_TYPE
 from grpc_overhead.analyzer.store.base import Store, table_exists
 
@@ -218,12 +218,19 @@ def settle_sql(options: CallsOptions) -> tuple[str, str]:
     window = f"intDiv(call_start_ns, {WINDOW_NS}) * {WINDOW_NS}"
     states = ",\n    ".join(state_aggregates())
     empty_states = ",\n    ".join(state_aggregates(empty=True))
+    # The round's calls as ``insert_settled_calls`` just stored them, phases computed: the
+    # same rows ``per_call_sql`` would compute again for these parameters, without the
+    # engine analyzing every phase expression a second time (0.7 s a round).
+    settled = (
+        f"SELECT * FROM {options.qualified(call_rollup.SETTLED_CALLS_TABLE)}"
+        " WHERE call_start_ns >= {since_ns:Int64} AND call_start_ns < {until_ns:Int64}"
+    )
     phases = (
         f"INSERT INTO {options.qualified(options.rollup_table)}\n"
         f"SELECT {window} AS window_start_ns, service, method, run_id, sum(weight) AS calls,"
         " count() AS stored_calls,\n"
         f"    {states}\n"
-        f"FROM ({per_call_sql(options)})\n"
+        f"FROM ({settled})\n"
         "GROUP BY window_start_ns, service, method, run_id\n"
         "UNION ALL\n"
         "SELECT {marker_ns:Int64} AS window_start_ns, '' AS service, '' AS method,"
@@ -299,6 +306,11 @@ def _roll(store: Store, options: CallsOptions, start: int, end: int) -> None:
     offsets, phases = settle_sql(options)
     parameters = _settle_parameters(start, end)
     store.command(offsets, parameters)
+    # A round stopped before its marker (a killed process) left its calls stored: the
+    # phases are summed from what is stored, so those go first (a cheap check on the
+    # table's sorting key; a DELETE only in that rare case).
+    if call_rollup.settled_calls_in(store, options, parameters):
+        call_rollup.delete_settled_calls(store, options, {"start": start, "end": end})
     call_rollup.insert_settled_calls(store, options, parameters)
     store.command(phases, parameters)  # last: its marker row moves the watermark
 
