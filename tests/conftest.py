@@ -31,23 +31,23 @@ TIMING_FILES = frozenset(
 #: the short ones fill in at the end: no worker is left alone on a long file while the
 #: other idles (about 20 s of wall time on two workers).
 SLOW_FILES = (
-    "tests/app/test_demo.py",  # 101 s
+    "tests/app/test_demo.py",  # 104 s (run14a)
     "tests/app/test_browser.py",  # 91 s
-    "tests/app/test_app_command.py",  # 78 s
-    "tests/cli/test_serve_security.py",  # 50 s
-    "tests/reliability/test_fault_suite.py",  # 49 s
-    "tests/reliability/test_memory_flood.py",  # 44 s
-    "tests/analyzer/test_insights_settled_calls.py",  # 43 s
-    "tests/cli/test_experiment_connections.py",  # 42 s (run13r)
-    "tests/test_quickstart.py",  # 41 s
-    "tests/app/test_oidc_login.py",  # 41 s
-    "tests/jaeger/test_jaeger.py",  # 40 s
-    "tests/dashboards/test_dashboards.py",  # 39 s
-    "tests/pipeline/test_coexistence_e2e.py",  # 39 s
+    "tests/app/test_app_command.py",  # 71 s
+    "tests/reliability/test_fault_suite.py",  # 61 s
+    "tests/cli/test_serve_security.py",  # 48 s
+    "tests/reliability/test_memory_flood.py",  # 47 s
+    "tests/app/test_oidc_login.py",  # 40 s
+    "tests/jaeger/test_jaeger.py",  # 39 s
+    "tests/test_quickstart.py",  # 37 s
+    "tests/dashboards/test_dashboards.py",  # 35 s
+    "tests/cli/test_experiment_connections.py",  # 35 s
     "tests/prediction/test_prediction_e2e.py",  # 35 s
-    "tests/app/test_streamlit_run.py",  # 33 s
-    "tests/cli/test_serve_retention_e2e.py",  # 30 s
-    "tests/analyzer/test_phase_view.py",  # 28 s
+    "tests/pipeline/test_coexistence_e2e.py",  # 35 s
+    "tests/analyzer/test_insights_settled_calls.py",  # 33 s
+    "tests/app/test_streamlit_run.py",  # 28 s
+    "tests/pipeline/test_tail_sampling_e2e.py",  # 26 s
+    "tests/cli/test_serve_retention_e2e.py",  # 24 s
 )
 
 

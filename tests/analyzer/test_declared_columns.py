@@ -21,7 +21,7 @@ from tests.analyzer.seed import module_store_fixture, store_fixture  # noqa: F40
 
 pytestmark = pytest.mark.e2e
 
-REGENERATE = "run: .venv/bin/python -m grpc_overhead.analyzer.declared_columns"
+REGENERATE = "run: .venv/bin/python -m grpc_overhead.analyzer.declared_columns_writer"
 
 
 def _settled_calls(store) -> str:

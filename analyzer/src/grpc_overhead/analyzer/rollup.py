@@ -28,12 +28,12 @@ watermark kept in the phase rollup itself: each run also writes a marker
 row (``calls = 0``) for its last minute in the same INSERT as the states, so
 the watermark moves exactly when the states land.
 
-Settling is incremental: each round covers at most ``MAX_ROWS_PER_ROUND``
-call halves (at least one minute), as its own pair of INSERTs, so a first
-settle over millions of stored calls is many short store operations, not
-one long one (on chDB the store's connection is held per statement; the
-intake writes through sessions of its own anyway), and an interrupted
-settle resumes at the watermark.
+Settling is incremental: each round covers at most ``MAX_ROWS_PER_ROUND`` call
+halves (at least one minute), as its own INSERTs (offsets, the settled calls with
+their phases, then the phase states summed from those rows), so a first settle over
+millions of stored calls is many short store operations, not one long one (on chDB
+the store's connection is held per statement; the intake writes through sessions of
+its own anyway), and an interrupted settle resumes at the watermark.
 
 Late spans: a half row that lands in ``grpc_calls`` is recorded, with the
 engine's clock, in ``grpc_call_arrivals`` by a materialized view (its minute;
@@ -60,12 +60,7 @@ from typing import Any
 import pandas as pd
 
 from grpc_overhead.analyzer import call_rollup
-from grpc_overhead.analyzer.clock_offsets import (
-    OFFSET_CTES,
-    ClockOptions,
-    merged_cte,
-    pair_offsets,
-)
+from grpc_overhead.analyzer.clock_offsets import OFFSET_CTES, ClockOptions, merged_cte, pair_offsets
 from grpc_overhead.analyzer.options import (
     CALL_START,
     HALF_MARGIN_NS,
@@ -218,9 +213,8 @@ def settle_sql(options: CallsOptions) -> tuple[str, str]:
     window = f"intDiv(call_start_ns, {WINDOW_NS}) * {WINDOW_NS}"
     states = ",\n    ".join(state_aggregates())
     empty_states = ",\n    ".join(state_aggregates(empty=True))
-    # The round's calls as ``insert_settled_calls`` just stored them, phases computed: the
-    # same rows ``per_call_sql`` would compute again for these parameters, without the
-    # engine analyzing every phase expression a second time (0.7 s a round).
+    # The round's calls as ``insert_settled_calls`` just stored them: ``per_call_sql``'s
+    # rows, without the engine analyzing every phase expression again (0.7 s a round).
     settled = (
         f"SELECT * FROM {options.qualified(call_rollup.SETTLED_CALLS_TABLE)}"
         " WHERE call_start_ns >= {since_ns:Int64} AND call_start_ns < {until_ns:Int64}"
@@ -306,9 +300,8 @@ def _roll(store: Store, options: CallsOptions, start: int, end: int) -> None:
     offsets, phases = settle_sql(options)
     parameters = _settle_parameters(start, end)
     store.command(offsets, parameters)
-    # A round stopped before its marker (a killed process) left its calls stored: the
-    # phases are summed from what is stored, so those go first (a cheap check on the
-    # table's sorting key; a DELETE only in that rare case).
+    # A round killed before its marker left its calls stored: they go first, since the
+    # phases are summed from the stored calls (a DELETE only in that rare case).
     if call_rollup.settled_calls_in(store, options, parameters):
         call_rollup.delete_settled_calls(store, options, {"start": start, "end": end})
     call_rollup.insert_settled_calls(store, options, parameters)
