@@ -6,11 +6,19 @@ soon as a watch wakes to the channel's turning READY, the channel is closed (wha
 client that opens a channel per call does after its response, while the watch's
 thread waits for the GIL). Before, such a call carried no client_connect at all, and its
 connection wait read as request network (issue 28: none of 25 cold TLS calls at load 4).
+The channels connect through a relay that holds the server's first bytes (``HeldRelay``),
+so the watch's first look comes while the channel is still CONNECTING, even on a busy
+machine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -31,6 +39,69 @@ ATTEMPTS = 20  # each a new channel; the first look finds it READY only if conne
 #: A channel of its own subchannels: from the process-wide pool a new channel can get an
 #: earlier channel's connected subchannel, READY at the first look (run9d, at load 5).
 OWN_SUBCHANNELS = [("grpc.use_local_subchannel_pool", 1)]
+
+
+#: How long the relay holds the server's first bytes: connecting lasts at least this long.
+HOLD_S = 0.5
+
+
+class HeldRelay:
+    """A real TCP relay to ``target`` that holds the server's first bytes for ``HOLD_S``.
+
+    A gRPC channel turns READY only once the server's HTTP/2 SETTINGS arrive, so through
+    this relay connecting lasts ``HOLD_S``, and the watch's first look, taken right after
+    the call's start, finds CONNECTING however busy the machine. Straight to the server,
+    connecting won all 20 races at load 5-9 (run14d)."""
+
+    def __init__(self, target: str) -> None:
+        self.upstream = target.rsplit(":", 1)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                server = socket.create_connection((self.upstream[0], int(self.upstream[1])))
+            except OSError:
+                return  # closed
+            self.sockets += [client, server]
+            threading.Thread(target=_pump, args=(client, server, 0.0), daemon=True).start()
+            threading.Thread(target=_pump, args=(server, client, HOLD_S), daemon=True).start()
+
+    def close(self) -> None:
+        for each in self.sockets:
+            with contextlib.suppress(OSError):
+                each.close()
+
+
+def _pump(source: socket.socket, destination: socket.socket, hold_s: float) -> None:
+    """Copy ``source`` to ``destination``, the first bytes ``hold_s`` late."""
+    with contextlib.suppress(OSError):
+        data = source.recv(65536)
+        time.sleep(hold_s)
+        while data:
+            destination.sendall(data)
+            data = source.recv(65536)
+    for each in (source, destination):
+        with contextlib.suppress(OSError):
+            each.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def held_sync_server(sync_server: str) -> Iterator[str]:
+    relay = HeldRelay(sync_server)
+    yield relay.address
+    relay.close()
+
+
+@pytest.fixture
+def held_aio_server(aio_server: str) -> Iterator[str]:
+    relay = HeldRelay(aio_server)
+    yield relay.address
+    relay.close()
 
 
 def _watch(until_s: float = 10.0) -> ReadyWatch:
@@ -84,9 +155,9 @@ def _check_the_wait(watch: ReadyWatch, sent: int) -> None:
 
 
 @pytest.mark.e2e
-def test_a_channel_closed_before_the_watch_looked_again_keeps_the_wait(sync_server):
+def test_a_channel_closed_before_the_watch_looked_again_keeps_the_wait(held_sync_server):
     for _ in range(ATTEMPTS):
-        channel = grpc.insecure_channel(sync_server, OWN_SUBCHANNELS)
+        channel = grpc.insecure_channel(held_sync_server, OWN_SUBCHANNELS)
         core = _SyncClosedOnReady(channel, channel.close)
         watch, sent = _watch(), now()
         core.check_connectivity_state(True)  # what the call's start does
@@ -113,8 +184,8 @@ async def _aio_attempts(target: str) -> tuple[_AioClosedOnReady, ReadyWatch, int
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("aio_server", ["async_handlers"], indirect=True)
-def test_an_aio_channel_closed_before_the_watch_looked_again_keeps_the_wait(aio_server):
-    core, watch, sent = asyncio.run(_aio_attempts(aio_server))
+def test_an_aio_channel_closed_before_the_watch_looked_again_keeps_the_wait(held_aio_server):
+    core, watch, sent = asyncio.run(_aio_attempts(held_aio_server))
     assert core.closed_on_ready, f"the channel was READY at the first look {ATTEMPTS} times"
     _check_the_wait(watch, sent)
 
