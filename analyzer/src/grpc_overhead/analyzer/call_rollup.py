@@ -34,11 +34,16 @@ from collections.abc import Collection
 from typing import Any
 
 from grpc_overhead.analyzer.clock_offsets import ClockOptions
-from grpc_overhead.analyzer.declared_columns import SETTLED_CALLS_COLUMNS
+from grpc_overhead.analyzer.declared_columns import SETTLED_CALLS_COLUMNS, column_list
 from grpc_overhead.analyzer.options import CALL_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.phases import per_call_sql
 from grpc_overhead.analyzer.result_columns import CALL_WEIGHT
-from grpc_overhead.analyzer.store.base import NAMED_OR_CURRENT_DATABASE, Store, table_exists
+from grpc_overhead.analyzer.store.base import (
+    NAMED_OR_CURRENT_DATABASE,
+    Store,
+    any_row,
+    table_exists,
+)
 
 #: Bump when a rollup table's columns or meaning change: the rollups are rebuilt.
 #: 1: phase and offset rollups (no version table); 2: + grpc_settled_calls; 3: A72 status
@@ -105,13 +110,12 @@ def create_settled_calls_sql(options: CallsOptions) -> str:
     """The table, its columns declared (``declared_columns``: the engine would analyze
     ``settled_calls_select_sql`` to learn them, 0.18 s) and compressed with ZSTD at
     ``CODEC_LEVEL``; keyed by call start so a time range reads only its parts."""
-    columns = ",\n    ".join(
-        f"`{name}` {kind}" + ("" if name == "call_start_ns" else f" CODEC(ZSTD({CODEC_LEVEL}))")
-        for name, kind in SETTLED_CALLS_COLUMNS  # the sorting key keeps the default codec
+    columns = column_list(
+        SETTLED_CALLS_COLUMNS, codec=f"ZSTD({CODEC_LEVEL})", uncompressed=("call_start_ns",)
     )
     return (
         f"CREATE TABLE IF NOT EXISTS {options.qualified(SETTLED_CALLS_TABLE)}"
-        f"{options.on_cluster()} (\n    {columns}\n)\n"
+        f"{options.on_cluster()}{columns}\n"
         f"ENGINE = {_plain_engine(options)}\nORDER BY call_start_ns"
     )
 
@@ -184,12 +188,13 @@ def insert_settled_calls(store: Store, options: CallsOptions, parameters: dict[s
 
 def settled_calls_in(store: Store, options: CallsOptions, parameters: dict[str, Any]) -> bool:
     """Whether any call of the round's ``[since_ns, until_ns)`` is stored already."""
-    found = store.query(
-        f"SELECT count() AS n FROM (SELECT 1 FROM {options.qualified(SETTLED_CALLS_TABLE)}"
-        " WHERE call_start_ns >= {since_ns:Int64} AND call_start_ns < {until_ns:Int64} LIMIT 1)",
+    return any_row(
+        store,
+        options.qualified(SETTLED_CALLS_TABLE),
+        "call_start_ns >= {since_ns:Int64} AND call_start_ns < {until_ns:Int64}",
         parameters,
+        readonly=False,
     )
-    return bool(int(found["n"].iloc[0]))
 
 
 def delete_settled_calls(store: Store, options: CallsOptions, parameters: dict[str, Any]) -> None:

@@ -56,6 +56,7 @@ from grpc_overhead.analyzer.options import (
 from grpc_overhead.analyzer.store.base import (
     NAMED_OR_CURRENT_DATABASE,
     Store,
+    any_row,
     quote_identifier,
     table_exists,
 )
@@ -188,8 +189,7 @@ def _has_spans(store: Store, options: CallsOptions) -> bool:
     """Whether ``otel_traces`` holds any span: on a fresh store (each ``serve`` start on a
     new directory) the backfill's statement would cost 0.1 s of analysis for no row. A span
     stored after this check went through the view, which already existed."""
-    found = store.query(f"SELECT count() AS n FROM (SELECT 1 FROM {options.traces} LIMIT 1)")
-    return bool(int(found["n"].iloc[0]))
+    return any_row(store, options.traces, readonly=False)
 
 
 def backfill_calls(store: Store, options: CallsOptions | None = None) -> None:
@@ -243,9 +243,4 @@ def calls_source(options: CallsOptions | None = None, keys: str = "") -> str:
 def rows_to_scan(store: Store, options: CallsOptions, parameters: dict[str, Any]) -> bool:
     """Whether any half row passes ``ROW_FILTER``: a cheap check (two columns, no
     merging) that lets a query read settled minutes from the rollups alone."""
-    found = store.query(
-        f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls} PREWHERE {ROW_FILTER} LIMIT 1)",
-        parameters,
-        readonly=True,
-    )
-    return bool(int(found["n"].iloc[0]))
+    return any_row(store, options.calls, ROW_FILTER, parameters, prewhere=True)

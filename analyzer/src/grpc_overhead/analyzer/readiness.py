@@ -13,7 +13,7 @@ from __future__ import annotations
 from grpc_overhead.analyzer.options import CallsOptions
 from grpc_overhead.analyzer.phase_view import create_call_tables
 from grpc_overhead.analyzer.rollup import settle, settled_until
-from grpc_overhead.analyzer.store.base import Store, table_exists
+from grpc_overhead.analyzer.store.base import Store, any_row, table_exists
 
 
 def prepare_for_reading(store: Store, options: CallsOptions, *, settle_now: bool = True) -> str:
@@ -36,8 +36,7 @@ def settle_where_ours(store: Store, options: CallsOptions) -> None:
 
 def has_calls(store: Store, options: CallsOptions) -> bool:
     """Whether any call (or half of one) is stored: read one row, not a count."""
-    found = store.query(f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls} LIMIT 1)")
-    return bool(int(found["n"].iloc[0]))
+    return any_row(store, options.calls, readonly=False)
 
 
 def unsettled_halves(store: Store, options: CallsOptions) -> int:

@@ -13,7 +13,7 @@ import pandas as pd
 from grpc_overhead.analyzer.clock_offsets import merged_cte, query_parameters
 from grpc_overhead.analyzer.options import CALL_FILTER, ROW_FILTER, CallFilters, CallsOptions
 from grpc_overhead.analyzer.result_columns import ALL_PHASES, CALL_WEIGHT, STREAM_PHASES
-from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.base import Store, any_row
 from grpc_overhead.analyzer.stream_phases import CALL_SHAPE, STREAM_SHAPES, UNARY_ONLY
 
 #: What a stream leaves undefined: the unary-only phases and those derived from them.
@@ -68,10 +68,9 @@ def any_streams(
     come from a call the other filters leave out; the caller then asks the full question."""
     options = options or CallsOptions()
     shapes = ", ".join(f"'{shape}'" for shape in STREAM_SHAPES)
-    found = store.query(
-        f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls}"
-        f" WHERE {ROW_FILTER} AND {CALL_SHAPE} IN ({shapes}) LIMIT 1)",
+    return any_row(
+        store,
+        options.calls,
+        f"{ROW_FILTER} AND {CALL_SHAPE} IN ({shapes})",
         query_parameters(filters, None),
-        readonly=True,
     )
-    return int(found["n"].iloc[0]) > 0

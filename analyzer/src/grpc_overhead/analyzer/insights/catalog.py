@@ -19,7 +19,7 @@ from grpc_overhead.analyzer.options import (
     CallFilters,
     CallsOptions,
 )
-from grpc_overhead.analyzer.store.base import Store
+from grpc_overhead.analyzer.store.base import Store, any_row
 
 #: At most this many (service, method, run) choices: a filter list, not a report.
 MAX_CHOICES = 500
@@ -97,13 +97,7 @@ def check_run(store: Store, run_id: str, *, options: CallsOptions | None = None)
     ``run_id`` has calls: a mistyped ``--run`` is a mistake to name, not an empty
     report that looks like a quiet period."""
     options = options or CallsOptions()
-    found = store.query(
-        f"SELECT count() AS n FROM (SELECT 1 FROM {options.calls}"
-        " WHERE run_id = {run:String} LIMIT 1)",
-        {"run": run_id},
-        readonly=True,
-    )
-    if int(found["n"].iloc[0]):
+    if any_row(store, options.calls, "run_id = {run:String}", {"run": run_id}):
         return
     runs = store.query(
         "SELECT run_id FROM (SELECT run_id,"

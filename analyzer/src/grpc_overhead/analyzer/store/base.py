@@ -282,6 +282,29 @@ def table_exists(store: Store, name: str, database: str = "") -> bool:
     return bool(int(found["n"].iloc[0]))
 
 
+def any_row(
+    store: Store,
+    table: str,
+    condition: str = "",
+    parameters: Parameters | None = None,
+    *,
+    prewhere: bool = False,
+    readonly: bool = True,
+) -> bool:
+    """Whether ``table`` holds a row matching ``condition``: the engine stops at the first
+    one (``LIMIT 1``) where ``count()`` would read the whole table. ``prewhere`` reads the
+    condition's columns first, for a condition on a few columns of a wide table.
+    ``readonly=False`` keeps a writer's check on its own connection (the embedded
+    backend's read-only one is a second connection)."""
+    clause = f" {'PREWHERE' if prewhere else 'WHERE'} {condition}" if condition else ""
+    found = store.query(
+        f"SELECT count() AS n FROM (SELECT 1 FROM {table}{clause} LIMIT 1)",
+        parameters,
+        readonly=readonly,
+    )
+    return bool(int(found["n"].iloc[0]))
+
+
 def quote_identifier(name: str) -> str:
     """Backquote a ClickHouse identifier (``Events.Timestamp`` stays one name)."""
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
