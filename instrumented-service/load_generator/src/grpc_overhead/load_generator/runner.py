@@ -34,6 +34,7 @@ import grpc
 import numpy as np
 
 from grpc_overhead.instrumentation import call_attributes, default_pipeline, instrument_channel
+from grpc_overhead.load_generator.cpu_wait import ReaderWaits, own_run_delay_ns
 from grpc_overhead.load_generator.rest_client import RestCallError, RestChannels
 from grpc_overhead.load_generator.rest_client import shutdown as rest_shutdown
 from grpc_overhead.load_generator.stats import Outcome, summarize
@@ -178,8 +179,9 @@ class Run:
         self.stop = threading.Event()
         self._outcomes: list[Outcome] = []
         self._outcomes_lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
         self._ended: list[threading.Event] = []  # one per thread: see ``join``
+        self._reader_waits = ReaderWaits()
+        self._reader_waits_ns: int | None = None
         self._started = 0.0
         self._finished: float | None = None
         self.connect_s: float | None = None  # how long connect() waited for every channel
@@ -218,6 +220,7 @@ class Run:
     def start(self) -> None:
         self._started = time.perf_counter()
         self._started_unix_ns = time.time_ns()
+        self._reader_waits.start()
         if self.config.rps:
             targets = [self._dispatch]
         else:
@@ -228,7 +231,6 @@ class Run:
                 target=_then_set, args=(target, ended), name=f"load-{index}", daemon=True
             )
             thread.start()
-            self._threads.append(thread)
             self._ended.append(ended)
 
     def done(self) -> bool:
@@ -264,6 +266,7 @@ class Run:
     def summary(self, interrupted: bool = False) -> dict[str, Any]:
         if self._finished is None:
             self._finished = time.perf_counter()
+            self._reader_waits_ns = self._reader_waits.total_ns()
         total = Outcome()
         with self._outcomes_lock:
             for outcome in self._outcomes:
@@ -281,6 +284,7 @@ class Run:
             payload=payload,
             open_loop=open_loop,
             interrupted=interrupted,
+            grpc_readers_wait_ns=self._reader_waits_ns or 0,
         )
         if self.connect_s is not None:
             result["connect_ms"] = round(self.connect_s * 1000, 3)
@@ -302,6 +306,7 @@ class Run:
     def _one_call(self, outcome: Outcome, index: int, worker: int) -> None:
         stub = self._stub(index, worker)
         timeout = self.config.timeout_s
+        waited = own_run_delay_ns()  # the caller's own wait for a CPU, outside the timing
         start = time.perf_counter_ns()
         try:
             predictions, instance = self.workload.call(stub, index, timeout)
@@ -325,6 +330,10 @@ class Run:
             outcome.status_codes["OK"] += 1
             outcome.predictions += predictions
             outcome.server_instances[instance] += 1
+        if waited >= 0:
+            outcome.cpu_wait_ns += own_run_delay_ns() - waited
+        else:
+            outcome.cpu_wait_unknown = True
         outcome.done += 1
 
     def _closed_worker(self, worker: int) -> None:

@@ -13,6 +13,9 @@ JSON keys (stable; new keys may be added, none renamed):
     server_instances {instance id: OK calls}   which server answered (round-robin check)
     open_loop {rps_target, late_calls, late_threshold_ms, start_lag_ms {p50, p99, max}}
                                    (null for closed-loop runs)
+    cpu_wait_ms {per_call, callers, grpc_readers}   the load generator's own wait for a
+                                   CPU (cpu_wait.py), inside its latency; null where the
+                                   kernel does not count it
     config {...}, payload {...}    what was run
 
 Latency is a call's whole duration as the client sees it: from starting the
@@ -27,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from grpc_overhead.load_generator import cpu_wait
 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
 HISTOGRAM_BUCKETS = 10
@@ -43,6 +48,8 @@ class Outcome:
     start_lags_ns: list[int] = field(default_factory=list)  # open loop only
     server_instances: collections.Counter = field(default_factory=collections.Counter)
     done: int = 0  # calls finished, read by the progress display
+    cpu_wait_ns: int = 0  # the callers' run-queue wait during their calls (cpu_wait)
+    cpu_wait_unknown: bool = False  # the kernel did not say, for some call
 
     def merge(self, other: Outcome) -> None:
         self.latencies_ns.extend(other.latencies_ns)
@@ -52,6 +59,8 @@ class Outcome:
         self.start_lags_ns.extend(other.start_lags_ns)
         self.server_instances.update(other.server_instances)
         self.done += other.done
+        self.cpu_wait_ns += other.cpu_wait_ns
+        self.cpu_wait_unknown |= other.cpu_wait_unknown
 
     @property
     def calls(self) -> int:
@@ -108,6 +117,7 @@ def summarize(
     payload: dict[str, Any],
     open_loop: dict[str, Any] | None = None,
     interrupted: bool = False,
+    grpc_readers_wait_ns: int = 0,
 ) -> dict[str, Any]:
     calls = outcome.calls
     ok = int(outcome.status_codes.get("OK", 0))
@@ -140,6 +150,9 @@ def summarize(
         "predictions_per_s": _round(outcome.predictions / duration, 1) if calls else 0.0,
         "server_instances": dict(sorted(outcome.server_instances.items())),
         "open_loop": lags,
+        "cpu_wait_ms": cpu_wait.summary(
+            None if outcome.cpu_wait_unknown else outcome.cpu_wait_ns, grpc_readers_wait_ns, calls
+        ),
         "interrupted": interrupted,
         "config": config,
         "payload": payload,
@@ -150,6 +163,31 @@ def _bar(count: int, largest: int, width: int = 40) -> str:
     if largest <= 0 or count <= 0:
         return ""
     return "∎" * max(1, math.ceil(width * count / largest))
+
+
+#: A load generator waiting this share of its mean latency for a CPU is told so.
+CPU_WAIT_WARNING_SHARE = 0.05
+
+
+def cpu_wait_lines(summary: dict[str, Any]) -> list[str]:
+    """The load generator's own wait for a CPU, and a warning where it is a visible part
+    of the latency it reports (it is in response_network too: cpu_wait.py)."""
+    waited = summary.get("cpu_wait_ms")
+    if waited is None:
+        return []
+    lines = [
+        f"  CPU wait:     {waited['per_call']:.3f} ms per call (the load generator's callers "
+        f"{waited['callers']:.1f} ms, gRPC's readers {waited['grpc_readers']:.1f} ms in all)"
+    ]
+    mean = (summary.get("latency_ms") or {}).get("mean")
+    if mean and waited["per_call"] > CPU_WAIT_WARNING_SHARE * mean:
+        share = waited["per_call"] / mean
+        lines.append(
+            f"  (the load generator waited for a CPU for {share:.0%} of its mean latency: "
+            "its latency and response_network include that wait. Give it a CPU of its own "
+            "(taskset), a quieter host, or fewer --concurrency)"
+        )
+    return lines
 
 
 def format_text(summary: dict[str, Any]) -> str:
@@ -177,6 +215,7 @@ def format_text(summary: dict[str, Any]) -> str:
         ]
     lines.append(f"  Requests/sec: {summary['rps']:.2f}")
     lines.append(f"  Predictions/sec: {summary['predictions_per_s']:.1f}")
+    lines += cpu_wait_lines(summary)
     spans = summary.get("spans")
     if spans is not None:
         lost = spans["failed"] + spans["dropped"] + spans["unsent"]
