@@ -149,17 +149,20 @@ def _load(target: str, cpu: int, *flags: str) -> dict:
 
 @pytest.mark.e2e
 def test_a_starved_load_generator_says_so(target) -> None:
-    """The load generator behind a busy process on its CPU reports the wait, most of what
-    its latency grew by, and warns that its latency includes it; beside it, the same load
-    with the CPU to itself (interleaved: whatever else the machine does hits both)."""
+    """The load generator behind a busy process on its CPU reports the wait and warns that
+    its latency includes it; beside it, the same load with the CPU to itself (interleaved:
+    whatever else the machine does hits both). Not how much of the latency's growth it
+    explains: a thread that waits for the CPU holding the GIL keeps the callers waiting
+    for the GIL, which no run-queue count holds (at load 5-6, with the workers' tests
+    beside it, latency grew 78 ms a call and the count 18 ms)."""
     cpu = _one_cpu()
     for _ in range(2):
         quiet = _load(target, cpu, "--json")
         with _hogs(cpu, 1):
             starved = _load(target, cpu, "--json")
         waited = starved["cpu_wait_ms"]["per_call"] - quiet["cpu_wait_ms"]["per_call"]
-        grew = starved["latency_ms"]["mean"] - quiet["latency_ms"]["mean"]
-        assert waited > 1.0 and waited >= 0.5 * grew, (quiet, starved)
+        # 3.6-18 ms a call measured, at load 2-6
+        assert waited > 1.0, (quiet["cpu_wait_ms"], starved["cpu_wait_ms"])
     with _hogs(cpu, 1):
         text = _load(target, cpu)["text"]
     assert "CPU wait:" in text and "its latency and response_network include" in text

@@ -14,9 +14,12 @@ can say how much of the latency was the load generator's own wait:
   They read the responses from the socket and wake the callers.
 
 The process's other threads (the span exporter, the lag probe, the main thread) are
-left out: their waits are not on a call's path. A gRPC thread that ended during the run
-is left out too (its count goes with it). Where the kernel keeps no ``schedstat`` (not
-Linux, or no ``CONFIG_SCHED_INFO``) the summary's ``cpu_wait_ms`` is null.
+left out: their waits are not on a call's path, unless one waits holding the GIL, and
+then the callers wait for the GIL, which no run-queue count holds. So the count says
+the host starved the load generator; it is not an exact share of the latency. A gRPC
+thread that ended during the run is left out too (its count goes with it). Where the
+kernel keeps no ``schedstat`` (not Linux, or no ``CONFIG_SCHED_INFO``) the summary's
+``cpu_wait_ms`` is null.
 """
 
 from __future__ import annotations
