@@ -223,7 +223,13 @@ def test_each_call_counted_once_with_its_phases(agent_runs, version, path):
         # its "sent" late) is NULL for it rather than negative (phase_bounds): only those.
         assert defined <= promised, call["TraceId"]
         assert promised - defined <= set(sources.NEVER_NEGATIVE), call["TraceId"]
-        missing.update(promised - defined)
+        # The server's span outlasting its client's (the server thread preempted after it
+        # sent the answer: 11 of 100 calls at load 5-6, run15c) is the one reason, and
+        # the only one, a negative gap is left out (phase_bounds.CLOCK_FREE), as for the
+        # grpc-java peer's own tracing (test_grpc_java_e2e).
+        outlasted = call["server_duration_us"] > call["total_us"]
+        assert ("client_server_gap" not in defined) == outlasted, call["TraceId"]
+        missing.update(promised - defined - {"client_server_gap"})
     assert all(count <= CALLS // 10 for count in missing.values()), missing
 
 
