@@ -34,6 +34,15 @@ GRPC_READER_NAME = "event_engine"
 _UNAVAILABLE = -1
 
 
+def _run_delay(schedstat: bytes) -> int:
+    """The second of ``schedstat``'s numbers (time on a CPU, time waiting for one, time
+    slices): the wait, in ns."""
+    try:
+        return int(schedstat.split()[1])
+    except (IndexError, ValueError):
+        return _UNAVAILABLE
+
+
 class _OwnSchedstat:
     """The calling thread's ``schedstat``, opened once per thread (``/proc/thread-self``
     resolves at open) and closed with the thread's locals."""
@@ -50,8 +59,8 @@ class _OwnSchedstat:
         if self.fd == _UNAVAILABLE:
             return _UNAVAILABLE
         try:
-            return int(os.pread(self.fd, 128, 0).split()[1])
-        except (OSError, IndexError, ValueError):
+            return _run_delay(os.pread(self.fd, 128, 0))
+        except OSError:
             return _UNAVAILABLE
 
     def __del__(self) -> None:
@@ -70,13 +79,6 @@ def own_run_delay_ns() -> int:
     return own.run_delay_ns()
 
 
-def _read_run_delay(path: Path) -> int:
-    try:
-        return int(path.read_text().split()[1])
-    except (OSError, IndexError, ValueError):
-        return _UNAVAILABLE
-
-
 def grpc_reader_waits() -> dict[int, int]:
     """The run-queue wait so far (ns) of each live thread gRPC core named a reader."""
     found: dict[int, int] = {}
@@ -90,7 +92,10 @@ def grpc_reader_waits() -> dict[int, int]:
         except OSError:
             continue  # ended meanwhile
         if name.startswith(GRPC_READER_NAME):
-            delay = _read_run_delay(task / "schedstat")
+            try:
+                delay = _run_delay((task / "schedstat").read_bytes())
+            except OSError:
+                continue  # ended meanwhile
             if delay >= 0:
                 found[int(task.name)] = delay
     return found
