@@ -34,7 +34,7 @@ import contextlib
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +109,16 @@ def _client_cpu_wait_ms(summary: dict) -> float:
     return waited["per_call"] if waited else 0.0
 
 
+def _per_label_mean(
+    summaries: dict[str, list[dict]], case: str, value: Callable[[dict], float]
+) -> dict[str, float]:
+    """``value`` of the idle and the saturated runs of ``case``, each a mean over rounds."""
+    return {
+        label: statistics.mean(value(s) for s in summaries[f"{case}-{label}"])
+        for label in ("idle", "saturated")
+    }
+
+
 def _server_side_mean(body: dict) -> float:
     """(A phase the calls did not measure, e.g. post_processing without a mark, is 0.)"""
     return sum(mean(body, phase) for phase in SERVER_SIDE if defined(body, phase))
@@ -158,21 +168,11 @@ def server_saturation(workdir: Path, profile: Profile) -> ScenarioResult:
                     p50(busy, phase),
                 )
             )
-        latency = {
-            label: statistics.mean(
-                s["latency_ms"]["mean"] for s in summaries[f"{case.name}-{label}"]
-            )
-            for label in ("idle", "saturated")
-        }
+        latency = _per_label_mean(summaries, case.name, lambda s: s["latency_ms"]["mean"])
         # The load generator's own wait for a CPU is in its latency too, and is no server's
         # wait: on a busy host (the model takes a core, other work the other) it grows with
         # saturation. The kernel counts it (load_generator/cpu_wait.py).
-        client_wait = {
-            label: statistics.mean(
-                _client_cpu_wait_ms(s) for s in summaries[f"{case.name}-{label}"]
-            )
-            for label in ("idle", "saturated")
-        }
+        client_wait = _per_label_mean(summaries, case.name, _client_cpu_wait_ms)
         grew_us = (latency["saturated"] - latency["idle"]) * 1e3
         grew_us -= (client_wait["saturated"] - client_wait["idle"]) * 1e3
         result.checks.append(
