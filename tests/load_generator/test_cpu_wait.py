@@ -33,17 +33,21 @@ def _one_cpu() -> int:
 
 
 @contextmanager
-def _hogs(cpu: int, count: int, niceness: int = 0) -> Iterator[None]:
-    """``count`` processes spinning on ``cpu``: anything else there waits for it."""
+def _hogs(cpu: int, count: int, *, held: bool = False) -> Iterator[list[subprocess.Popen]]:
+    """``count`` processes spinning on ``cpu``: anything else there waits for them.
+    ``held``: stopped (``SIGSTOP``) until the caller lets them go."""
 
     def pinned() -> None:
         os.sched_setaffinity(0, {cpu})
-        os.nice(niceness)
 
     hogs = [subprocess.Popen([sys.executable, "-c", HOG], preexec_fn=pinned) for _ in range(count)]
     try:
-        time.sleep(0.1)  # running before the measured part starts
-        yield
+        if held:
+            for hog in hogs:
+                hog.send_signal(signal.SIGSTOP)
+        else:
+            time.sleep(0.1)  # running before the measured part starts
+        yield hogs
     finally:
         for hog in hogs:
             hog.kill()
@@ -133,37 +137,6 @@ def test_an_in_process_run_reports_its_callers_and_readers(target, pipeline) -> 
     assert waited["per_call"] == pytest.approx(expected, abs=2e-3)
 
 
-@contextmanager
-def _held_hog(cpu: int) -> Iterator[subprocess.Popen]:
-    """A process that will spin on ``cpu``, stopped until ``_load`` lets it go."""
-
-    def pinned() -> None:
-        os.sched_setaffinity(0, {cpu})
-
-    hog = subprocess.Popen([sys.executable, "-c", HOG], preexec_fn=pinned)
-    hog.send_signal(signal.SIGSTOP)
-    try:
-        yield hog
-    finally:
-        hog.kill()
-        hog.wait()
-
-
-def _has_grpc_readers(pid: int) -> bool:
-    """Whether process ``pid`` has started gRPC core's threads: it is about to call."""
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return False  # ended
-    for task in tasks:
-        try:
-            if (task / "comm").read_text().startswith(cpu_wait.GRPC_READER_NAME):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def _load(target: str, cpu: int, *flags: str, hog: subprocess.Popen | None = None) -> dict:
     """``grpc-overhead load`` on ``cpu`` at niceness 15: behind anything else there. A
     ``hog`` is let go once the load generator has started gRPC, so it starves the calls,
@@ -185,7 +158,8 @@ def _load(target: str, cpu: int, *flags: str, hog: subprocess.Popen | None = Non
     )
     try:
         if hog is not None:
-            while load.poll() is None and not _has_grpc_readers(load.pid):
+            tasks = Path(f"/proc/{load.pid}/task")
+            while load.poll() is None and not cpu_wait.grpc_reader_waits(tasks):
                 time.sleep(0.002)
             hog.send_signal(signal.SIGCONT)
         out, err = load.communicate(timeout=120)
@@ -205,7 +179,7 @@ def test_a_starved_load_generator_says_so(target) -> None:
     beside it, latency grew 78 ms a call and the count 18 ms)."""
     cpu = _one_cpu()
     quiet = _load(target, cpu, "--json")
-    with _held_hog(cpu) as hog:
+    with _hogs(cpu, 1, held=True) as (hog,):
         text = _load(target, cpu, hog=hog)["text"]
     assert "CPU wait:" in text and "its latency and response_network include" in text
     per_call = re.search(r"CPU wait:\s+([0-9.]+) ms per call", text)
@@ -213,7 +187,7 @@ def test_a_starved_load_generator_says_so(target) -> None:
     # 3.6-18 ms a call measured, at load 2-6
     assert float(per_call.group(1)) - quiet["cpu_wait_ms"]["per_call"] > 1.0, text
     quiet = _load(target, cpu, "--json")
-    with _held_hog(cpu) as hog:
+    with _hogs(cpu, 1, held=True) as (hog,):
         starved = _load(target, cpu, "--json", hog=hog)
     waited = starved["cpu_wait_ms"]["per_call"] - quiet["cpu_wait_ms"]["per_call"]
     assert waited > 1.0, (quiet["cpu_wait_ms"], starved["cpu_wait_ms"])

@@ -79,11 +79,12 @@ def own_run_delay_ns() -> int:
     return own.run_delay_ns()
 
 
-def grpc_reader_waits() -> dict[int, int]:
-    """The run-queue wait so far (ns) of each live thread gRPC core named a reader."""
+def grpc_reader_waits(tasks_dir: Path = _TASKS) -> dict[int, int]:
+    """The run-queue wait so far (ns) of each live thread gRPC core named a reader, in
+    this process or the one whose ``/proc/<pid>/task`` is ``tasks_dir``."""
     found: dict[int, int] = {}
     try:
-        tasks = list(_TASKS.iterdir())
+        tasks = list(tasks_dir.iterdir())
     except OSError:
         return found
     for task in tasks:
