@@ -89,10 +89,14 @@ demo: setup
 # module fixtures start once. Then the tests marked timing (ground truth, experiments:
 # they judge real calls' timings, some burn CPU on purpose) run alone, one after another.
 # Both parts always run; either failing fails the target. PYTEST_WORKERS=0: one process.
+# Before each part, one line says how fast the machine is (harness/machine_speed.py), so
+# that runs on different hours compare.
 PYTEST_WORKERS ?= 2
 
 test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer oidc-provider grpc-java-peer otel-javaagent node-peer
-	@$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not timing" --durations=25; parallel=$$?; \
+	@$(VENV)/bin/python -m harness.machine_speed; \
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not timing" --durations=25; parallel=$$?; \
+	$(VENV)/bin/python -m harness.machine_speed; \
 	$(VENV)/bin/pytest -m timing --durations=10; alone=$$?; \
 	echo "make test: the suite on $(PYTEST_WORKERS) workers exited $$parallel, the timing tests alone $$alone"; \
 	test $$parallel -eq 0 && test $$alone -eq 0
