@@ -86,11 +86,12 @@ demo: setup
 	$(VENV)/bin/grpc-overhead demo
 
 # The suite on two workers (docs/testing.md): a test file runs whole on one worker, so its
-# module fixtures start once. Then the tests marked timing (ground truth, experiments:
-# they judge real calls' timings, some burn CPU on purpose) run alone, one after another.
-# Both parts always run; either failing fails the target. PYTEST_WORKERS=0: one process.
-# Before each part, one line says how fast the machine is (harness/machine_speed.py), so
-# that runs on different hours compare.
+# module fixtures start once. Beside them, the tests marked timing (ground truth,
+# experiments: they judge real calls' timings, some burn CPU on purpose) run one after
+# another, with the workers niced until they end (harness/suite.py). Both parts always
+# run; either failing fails the target. PYTEST_WORKERS=0: one process. Before and after,
+# one line says how fast the machine is (harness/machine_speed.py), so that runs on
+# different hours compare.
 PYTEST_WORKERS ?= 2
 # The project's own sources, compiled once before the tests: they are editable installs, so
 # with PYTHONDONTWRITEBYTECODE set (as on these machines) each of the suite's Python
@@ -100,11 +101,9 @@ SOURCES = analyzer/src app/src cli/src collector/src processes/src instrumented-
 test: setup system-packages collector toxiproxy jaeger user-venv grpc-go-peer oidc-provider grpc-java-peer otel-javaagent node-peer
 	@$(VENV)/bin/python -m compileall -q $(SOURCES) > /dev/null; \
 	$(VENV)/bin/python -m harness.machine_speed; \
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not timing" --durations=25; parallel=$$?; \
+	$(VENV)/bin/python -m harness.suite $(PYTEST_WORKERS); suite=$$?; \
 	$(VENV)/bin/python -m harness.machine_speed; \
-	$(VENV)/bin/pytest -m timing --durations=10; alone=$$?; \
-	echo "make test: the suite on $(PYTEST_WORKERS) workers exited $$parallel, the timing tests alone $$alone"; \
-	test $$parallel -eq 0 && test $$alone -eq 0
+	test $$suite -eq 0
 
 test-fast: setup
 	$(VENV)/bin/pytest -m unit

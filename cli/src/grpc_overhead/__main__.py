@@ -1,5 +1,3 @@
-import sys
+from grpc_overhead.cli import run
 
-from grpc_overhead.cli import main
-
-sys.exit(main())
+run()

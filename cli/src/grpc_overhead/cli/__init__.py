@@ -12,10 +12,13 @@ chDB or Streamlit.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import importlib
 import os
 import sys
+import threading
+from typing import NoReturn
 
 # sub-command -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -74,6 +77,38 @@ def main(argv: list[str] | None = None) -> int:
         if error.errno not in _OUTPUT_ERRORS:
             raise
         return _output_failed(name, error)
+
+
+def run() -> NoReturn:
+    """The program: ``grpc-overhead`` and ``python -m grpc_overhead`` (``main`` is what
+    tests and embedding programs call; it returns).
+
+    chDB 4.4 tears its engine down in the process's C++ exit, after Python has finished,
+    and now and then crashes there (``Exception in global_context->shutdown(): The
+    ShutdownTablesThreadPool is not initialized``, then SIGSEGV): a serve that had stopped
+    cleanly, stored everything and printed its last line exited -11 under load. Its
+    Python binding has no call that shuts the engine down first. So a command that loaded
+    chDB ends the way the interpreter would (its other threads joined, the ``atexit``
+    handlers run, the output flushed) and then leaves without the engine's teardown: its
+    stores are closed by then, and what they wrote is on disk.
+    """
+    code = main()
+    if "chdb" in sys.modules:
+        _exit_past_the_engine(code)
+    sys.exit(code)
+
+
+def _exit_past_the_engine(code: int) -> NoReturn:
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a reader gone away (``| head``): the exit code says what happened
+    os._exit(code)
 
 
 #: Failures of writing the output (``| head`` closing the pipe, a full disk), not of the command.

@@ -1,0 +1,132 @@
+"""``python -m harness.suite WORKERS``: the two parts of ``make test``, side by side.
+
+The suite has two parts (``docs/testing.md``): everything else on ``WORKERS`` pytest
+workers, and the tests marked ``timing``, which judge real calls' timings and run one
+after another in one process. Run one after the other, the timing part (5-6 minutes)
+left most of a core idle: it sleeps in injected delays and waits for calls. Side by
+side, the workers fill that core, but they must not take it from the timing part when it
+wants it. So the workers run at a lower priority until the timing part ends, then at
+the normal one:
+
+- where the kernel groups tasks by session (``kernel.sched_autogroup_enabled``, on
+  these machines), the workers get a session of their own and that session's group
+  is niced, one write for every process in it, later ones included;
+- elsewhere the workers start niced and every thread of theirs is niced back after.
+
+Either way the timing part keeps the CPU it asks for, as it does beside two niced CPU
+hogs at load 4. Lowering a nice again needs root (``CAP_SYS_NICE``); without it the
+workers stay niced, which only matters on a machine that something else keeps busy.
+
+The timing part's output goes to ``test-artifacts/timing-tests.log`` and is printed
+whole when it ends, so that the workers' progress stays readable. Ctrl-C stops both.
+The exit code is nonzero if either part failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+#: How much lower the workers run while the timing part runs (nice 10: a weight of 110
+#: against 1,024, the share the niced CPU hogs of the load runs have).
+WORKERS_NICE = 10
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+TIMING_LOG = Path("test-artifacts/timing-tests.log")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m harness.suite WORKERS (0: one process)", file=sys.stderr)
+        return 2
+    workers = argv[0]
+    pytest = str(Path(sys.executable).parent / "pytest")
+    grouped = _autogroup_enabled()
+    parallel = subprocess.Popen(
+        [pytest, "-n", workers, "--dist", "loadfile", "-m", "not timing", "--durations=25"],
+        start_new_session=grouped,  # a session of its own: its own group to nice
+        preexec_fn=None if grouped else _lower_priority,
+    )
+    try:
+        if grouped:
+            _nice_group(parallel.pid, WORKERS_NICE)
+        TIMING_LOG.parent.mkdir(parents=True, exist_ok=True)
+        with TIMING_LOG.open("w") as log:
+            timing = subprocess.run(
+                [pytest, "-m", "timing", "--durations=10", "-p", "no:cacheprovider"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ).returncode
+        if grouped:
+            _nice_group(parallel.pid, 0)
+        else:
+            _renice_tree(parallel.pid, 0)
+        print(
+            f"\n---- the timing tests ended (exit {timing}); their output "
+            f"({TIMING_LOG}):\n{TIMING_LOG.read_text(errors='replace')}---- end of the "
+            "timing tests' output; the other tests go on at normal priority\n",
+            flush=True,
+        )
+        parallel_code = parallel.wait()
+    except KeyboardInterrupt:
+        # The workers' own session does not get the terminal's Ctrl-C: pass it on.
+        with contextlib.suppress(ProcessLookupError):
+            if grouped:
+                os.killpg(parallel.pid, signal.SIGINT)
+        parallel.wait()
+        return 130
+    print(
+        f"make test: the suite on {workers} workers exited {parallel_code}, "
+        f"the timing tests beside them (at priority) {timing}",
+        flush=True,
+    )
+    return 0 if parallel_code == 0 and timing == 0 else 1
+
+
+def _autogroup_enabled() -> bool:
+    try:
+        return AUTOGROUP.read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def _lower_priority() -> None:
+    os.nice(WORKERS_NICE)
+
+
+def _nice_group(pid: int, nice: int) -> None:
+    """Set the nice of ``pid``'s scheduling group (its session's), as ``/proc`` allows."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+
+
+def _renice_tree(root: int, nice: int) -> None:
+    """Every thread of ``root`` and its descendants to ``nice`` (a nice is per thread on
+    Linux); two passes, for a process started while the first one walked."""
+    for _ in range(2):
+        for pid in _descendants(root):
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                with contextlib.suppress(OSError, ValueError):
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

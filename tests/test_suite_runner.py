@@ -1,0 +1,100 @@
+"""``harness/suite.py``: ``make test``'s workers run niced beside the timing tests, then not.
+
+The suite cannot run itself, so these hold its two ways of lowering and restoring the
+workers' priority to real processes: a session's scheduling group (where the kernel has
+one) and every thread of a process tree (elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import suite
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: A process with a second thread and a child of its own (which has one too), all asleep.
+TREE = """
+import subprocess, sys, threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+if sys.argv[1] == "parent":
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[2], "child", ""])
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def start_tree(**popen: object) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", TREE, "parent", TREE],
+        stdout=subprocess.PIPE,
+        text=True,
+        **popen,  # type: ignore[arg-type]
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == "ready\n"
+    deadline = time.monotonic() + 30
+    while len(thread_nices(process.pid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the child and its thread start after the parent's line
+    return process
+
+
+def thread_nices(root: int) -> list[int]:
+    """The nice of every thread of ``root`` and its descendants."""
+    return [
+        os.getpriority(os.PRIO_PROCESS, int(task.name))
+        for pid in suite._descendants(root)
+        for task in Path(f"/proc/{pid}/task").glob("*")
+    ]
+
+
+def test_every_thread_of_a_tree_is_reniced_and_back():
+    process = start_tree(preexec_fn=suite._lower_priority)
+    try:
+        nices = thread_nices(process.pid)
+        assert len(nices) == 4  # two processes, two threads each
+        assert set(nices) == {os.getpriority(os.PRIO_PROCESS, 0) + suite.WORKERS_NICE}
+        if os.geteuid() != 0:
+            pytest.skip("lowering a nice again needs root")  # as in the suite: left niced
+        suite._renice_tree(process.pid, 0)
+        assert set(thread_nices(process.pid)) == {0}
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.skipif(not suite._autogroup_enabled(), reason="no scheduling group per session")
+def test_a_session_of_its_own_is_niced_as_one_group_and_back():
+    process = start_tree(start_new_session=True)
+    try:
+        group = Path(f"/proc/{process.pid}/autogroup")
+        child = suite._descendants(process.pid)[1]
+        assert group.read_text() == Path(f"/proc/{child}/autogroup").read_text()  # one group
+        assert group.read_text() != Path("/proc/self/autogroup").read_text()  # not ours
+        suite._nice_group(process.pid, suite.WORKERS_NICE)
+        assert group.read_text().endswith(f" nice {suite.WORKERS_NICE}\n")
+        suite._nice_group(process.pid, 0)
+        assert group.read_text().endswith(" nice 0\n")
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_bad_number_of_workers_is_a_usage_error():
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.suite", "two"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "usage: python -m harness.suite WORKERS (0: one process)\n"
