@@ -61,7 +61,8 @@ def test_every_thread_of_a_tree_is_reniced_and_back():
     try:
         nices = thread_nices(process.pid)
         assert len(nices) == 4  # two processes, two threads each
-        assert set(nices) == {os.getpriority(os.PRIO_PROCESS, 0) + suite.WORKERS_NICE}
+        niced = min(19, os.getpriority(os.PRIO_PROCESS, 0) + suite.WORKERS_NICE)  # 19 at most
+        assert set(nices) == {niced}
         if os.geteuid() != 0:
             pytest.skip("lowering a nice again needs root")  # as in the suite: left niced
         suite._renice_tree(process.pid, 0)
