@@ -10,7 +10,10 @@ the normal one:
 
 - where the kernel groups tasks by session (``kernel.sched_autogroup_enabled``, on
   these machines), the workers get a session of their own and that session's group
-  is niced, one write for every process in it, later ones included;
+  is niced, one write for every process in it, later ones included. The tests start
+  some processes in sessions of their own (collectors, the demo's children, Chromium),
+  and each such session is a group that weighs as much as the timing part's: twice a
+  second the groups of all the workers' descendants are niced too;
 - elsewhere the workers start niced and every thread of theirs is niced back after.
 
 Either way the timing part keeps the CPU it asks for, as it does beside two niced CPU
@@ -29,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 #: How much lower the workers run while the timing part runs (nice 10: a weight of 110
@@ -50,9 +54,13 @@ def main(argv: list[str]) -> int:
         start_new_session=grouped,  # a session of its own: its own group to nice
         preexec_fn=None if grouped else _lower_priority,
     )
+    timing_ended = threading.Event()
+    keeper = threading.Thread(
+        target=_keep_groups_niced, args=(parallel.pid, timing_ended), daemon=True
+    )
     try:
         if grouped:
-            _nice_group(parallel.pid, WORKERS_NICE)
+            keeper.start()
         TIMING_LOG.parent.mkdir(parents=True, exist_ok=True)
         with TIMING_LOG.open("w") as log:
             timing = subprocess.run(
@@ -61,8 +69,10 @@ def main(argv: list[str]) -> int:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             ).returncode
+        timing_ended.set()
         if grouped:
-            _nice_group(parallel.pid, 0)
+            keeper.join()  # its last round must not nice a group again after this one
+            _nice_groups(parallel.pid, 0)
         else:
             _renice_tree(parallel.pid, 0)
         print(
@@ -98,10 +108,21 @@ def _lower_priority() -> None:
     os.nice(WORKERS_NICE)
 
 
-def _nice_group(pid: int, nice: int) -> None:
-    """Set the nice of ``pid``'s scheduling group (its session's), as ``/proc`` allows."""
-    with contextlib.suppress(OSError):
-        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+def _keep_groups_niced(root: int, timing_ended: threading.Event) -> None:
+    """Until the timing part ends, the groups of ``root`` and its descendants niced,
+    every half second (a process that starts a session of its own starts a new group)."""
+    while not timing_ended.is_set():
+        _nice_groups(root, WORKERS_NICE)
+        timing_ended.wait(0.5)
+
+
+def _nice_groups(root: int, nice: int) -> None:
+    """The scheduling group (session) of ``root`` and of each descendant at ``nice``."""
+    for pid in _descendants(root):
+        with contextlib.suppress(OSError):
+            group = Path(f"/proc/{pid}/autogroup")
+            if not group.read_text().endswith(f" nice {nice}\n"):
+                group.write_text(str(nice))
 
 
 def _renice_tree(root: int, nice: int) -> None:

@@ -7,7 +7,9 @@ one) and every thread of a process tree (elsewhere).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,20 +23,24 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: A process with a second thread and a child of its own (which has one too), all asleep.
+#: A process with a second thread and a child of its own (which has one too), all asleep;
+#: ``session``: the child in a session of its own, as the collectors the tests start.
 TREE = """
-import subprocess, sys, threading, time
+import os, subprocess, sys, threading, time
 threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 if sys.argv[1] == "parent":
-    child = subprocess.Popen([sys.executable, "-c", sys.argv[2], "child", ""])
+    child = subprocess.Popen(
+        [sys.executable, "-c", sys.argv[2], "child", ""],
+        start_new_session=sys.argv[3] == "session",
+    )
 print("ready", flush=True)
 time.sleep(60)
 """
 
 
-def start_tree(**popen: object) -> subprocess.Popen[str]:
+def start_tree(child_session: bool = False, **popen: object) -> subprocess.Popen[str]:
     process = subprocess.Popen(
-        [sys.executable, "-c", TREE, "parent", TREE],
+        [sys.executable, "-c", TREE, "parent", TREE, "session" if child_session else ""],
         stdout=subprocess.PIPE,
         text=True,
         **popen,  # type: ignore[arg-type]
@@ -45,6 +51,13 @@ def start_tree(**popen: object) -> subprocess.Popen[str]:
     while len(thread_nices(process.pid)) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)  # the child and its thread start after the parent's line
     return process
+
+
+def stop_tree(process: subprocess.Popen[str]) -> None:
+    for pid in reversed(suite._descendants(process.pid)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
 
 
 def thread_nices(root: int) -> list[int]:
@@ -68,25 +81,24 @@ def test_every_thread_of_a_tree_is_reniced_and_back():
         suite._renice_tree(process.pid, 0)
         assert set(thread_nices(process.pid)) == {0}
     finally:
-        process.kill()
-        process.wait()
+        stop_tree(process)
 
 
 @pytest.mark.skipif(not suite._autogroup_enabled(), reason="no scheduling group per session")
-def test_a_session_of_its_own_is_niced_as_one_group_and_back():
-    process = start_tree(start_new_session=True)
+@pytest.mark.parametrize("child_session", [False, True], ids=["one-session", "child-session"])
+def test_the_sessions_of_a_tree_are_niced_as_groups_and_back(child_session: bool):
+    process = start_tree(child_session, start_new_session=True)
     try:
-        group = Path(f"/proc/{process.pid}/autogroup")
-        child = suite._descendants(process.pid)[1]
-        assert group.read_text() == Path(f"/proc/{child}/autogroup").read_text()  # one group
-        assert group.read_text() != Path("/proc/self/autogroup").read_text()  # not ours
-        suite._nice_group(process.pid, suite.WORKERS_NICE)
-        assert group.read_text().endswith(f" nice {suite.WORKERS_NICE}\n")
-        suite._nice_group(process.pid, 0)
-        assert group.read_text().endswith(" nice 0\n")
+        groups = [Path(f"/proc/{pid}/autogroup") for pid in suite._descendants(process.pid)]
+        names = {group.read_text().split()[0] for group in groups}
+        assert len(names) == (2 if child_session else 1)
+        assert Path("/proc/self/autogroup").read_text().split()[0] not in names  # not ours
+        suite._nice_groups(process.pid, suite.WORKERS_NICE)
+        assert {group.read_text().split()[-1] for group in groups} == {str(suite.WORKERS_NICE)}
+        suite._nice_groups(process.pid, 0)
+        assert {group.read_text().split()[-1] for group in groups} == {"0"}
     finally:
-        process.kill()
-        process.wait()
+        stop_tree(process)
 
 
 def test_a_bad_number_of_workers_is_a_usage_error():

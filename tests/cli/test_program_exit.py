@@ -21,11 +21,12 @@ from harness.browser import start_serve_http
 
 pytestmark = pytest.mark.e2e
 
-#: A program that loads chDB, leaves a thread and an ``atexit`` handler behind, and then
-#: runs the command line it is given the way ``grpc-overhead`` does.
+#: A program that loads chDB, leaves a thread, an idle thread pool and an ``atexit``
+#: handler behind, and then runs the command line it is given as ``grpc-overhead`` does.
 PROGRAM = textwrap.dedent(
     """
     import atexit, sys, threading, time
+    from concurrent.futures import ThreadPoolExecutor
     import chdb
     from grpc_overhead.cli import run
 
@@ -34,6 +35,8 @@ PROGRAM = textwrap.dedent(
         print("thread finished", flush=True)
 
     threading.Thread(target=late).start()
+    pool = ThreadPoolExecutor(1)  # kept: its idle worker waits for more work (Streamlit's)
+    pool.submit(int).result()
     atexit.register(lambda: print("atexit ran"))
     print("buffered line", end="")  # no newline, no flush: the exit must write it
     sys.argv = ["grpc-overhead", *sys.argv[1:]]
