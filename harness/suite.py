@@ -17,8 +17,9 @@ the normal one:
 - elsewhere the workers start niced and every thread of theirs is niced back after.
 
 Either way the timing part keeps the CPU it asks for, as it does beside two niced CPU
-hogs at load 4. Lowering a nice again needs root (``CAP_SYS_NICE``); without it the
-workers stay niced, which only matters on a machine that something else keeps busy.
+hogs at load 4. Lowering a thread's nice again needs root (``CAP_SYS_NICE``); without
+it the workers stay niced, which only matters on a machine that something else keeps
+busy. A group's nice goes back to 0 for anyone.
 
 The timing part's output goes to ``test-artifacts/timing-tests.log`` and is printed
 whole when it ends, so that the workers' progress stays readable. Ctrl-C stops both.
@@ -33,6 +34,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 #: How much lower the workers run while the timing part runs (nice 10: a weight of 110
@@ -40,6 +42,8 @@ from pathlib import Path
 WORKERS_NICE = 10
 AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 TIMING_LOG = Path("test-artifacts/timing-tests.log")
+#: Writes of a group's nice tried before giving up (each refused one waits 0.11 s).
+GROUP_WRITE_ATTEMPTS = 20
 
 
 def main(argv: list[str]) -> int:
@@ -117,12 +121,21 @@ def _keep_groups_niced(root: int, timing_ended: threading.Event) -> None:
 
 
 def _nice_groups(root: int, nice: int) -> None:
-    """The scheduling group (session) of ``root`` and of each descendant at ``nice``."""
+    """The scheduling group (session) of ``root`` and of each descendant at ``nice``.
+
+    Without ``CAP_SYS_ADMIN`` the kernel takes one such write per 0.1 s, machine-wide,
+    and refuses the others with EAGAIN: those wait their turn."""
     for pid in _descendants(root):
-        with contextlib.suppress(OSError):
-            group = Path(f"/proc/{pid}/autogroup")
-            if not group.read_text().endswith(f" nice {nice}\n"):
-                group.write_text(str(nice))
+        group = Path(f"/proc/{pid}/autogroup")
+        for _ in range(GROUP_WRITE_ATTEMPTS):
+            try:
+                if not group.read_text().endswith(f" nice {nice}\n"):
+                    group.write_text(str(nice))
+                break
+            except BlockingIOError:
+                time.sleep(0.11)
+            except OSError:
+                break  # the process is gone, or no autogroup: nothing to nice
 
 
 def _renice_tree(root: int, nice: int) -> None:

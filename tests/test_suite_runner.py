@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -99,6 +101,59 @@ def test_the_sessions_of_a_tree_are_niced_as_groups_and_back(child_session: bool
         assert {group.read_text().split()[-1] for group in groups} == {"0"}
     finally:
         stop_tree(process)
+
+
+#: Run as another user than root: a tree whose child has a session of its own, its two
+#: groups niced to 10 and back through ``suite._nice_groups``, each group's nice printed.
+AS_A_USER = """
+import subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+import suite
+tree = subprocess.Popen(
+    [sys.executable, "-c", sys.argv[2], "parent", sys.argv[2], "session"],
+    stdout=subprocess.PIPE, text=True, start_new_session=True,
+)
+assert tree.stdout.readline() == "ready\\n"
+while len(suite._descendants(tree.pid)) < 2:
+    time.sleep(0.05)
+def nices():
+    return sorted(
+        open(f"/proc/{pid}/autogroup").read().split()[-1]
+        for pid in suite._descendants(tree.pid)
+    )
+try:
+    suite._nice_groups(tree.pid, 10)
+    print(*nices())
+    suite._nice_groups(tree.pid, 0)
+    print(*nices())
+finally:
+    for pid in reversed(suite._descendants(tree.pid)):
+        subprocess.run(["kill", "-9", str(pid)])
+"""
+
+
+@pytest.mark.skipif(not suite._autogroup_enabled(), reason="no scheduling group per session")
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
+def test_a_user_without_privileges_nices_groups_one_write_per_tenth_of_a_second():
+    """Without ``CAP_SYS_ADMIN`` the kernel refuses a second group write within 0.1 s."""
+    python = "/usr/bin/python3"  # ours may sit where another user cannot read it
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no {python} to run as another user")
+    with tempfile.TemporaryDirectory() as directory:
+        os.chmod(directory, 0o755)
+        shutil.copy(ROOT / "harness" / "suite.py", directory)
+        done = subprocess.run(
+            [python, "-c", AS_A_USER, directory, TREE],
+            user=65534,  # nobody
+            group=65534,
+            extra_groups=[],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["10 10", "0 0"]
 
 
 def test_a_bad_number_of_workers_is_a_usage_error():
