@@ -21,6 +21,8 @@ from harness.browser import start_serve_http
 
 pytestmark = pytest.mark.e2e
 
+GRPC_OVERHEAD = (sys.executable, "-m", "grpc_overhead")
+
 #: A program that loads chDB, leaves a thread, an idle thread pool and an ``atexit``
 #: handler behind, and then runs the command line it is given as ``grpc-overhead`` does.
 PROGRAM = textwrap.dedent(
@@ -73,18 +75,9 @@ def test_serve_and_sql_stop_cleanly_many_times_on_one_store(tmp_path: Path):
         assert serve.stop() == 0, serve.text()
         assert "intake stopped:" in serve.text()
         assert "global_context" not in serve.text()
+        query = f"SELECT {attempt} AS attempt"
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "grpc_overhead",
-                "sql",
-                "--store",
-                str(store),
-                "--format",
-                "csv",
-                f"SELECT {attempt} AS attempt",
-            ],
+            [*GRPC_OVERHEAD, "sql", "--store", str(store), "--format", "csv", query],
             env=env,
             capture_output=True,
             text=True,
