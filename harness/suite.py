@@ -8,13 +8,14 @@ side, the workers fill that core, but they must not take it from the timing part
 wants it. So the workers run at a lower priority until the timing part ends, then at
 the normal one:
 
+- the workers start niced, and every thread of theirs is niced back after;
 - where the kernel groups tasks by session (``kernel.sched_autogroup_enabled``, on
-  these machines), the workers get a session of their own and that session's group
-  is niced, one write for every process in it, later ones included. The tests start
+  these machines), nicing a thread does not reach across sessions, so the workers also
+  get a session of their own and that session's group is niced, one write for every
+  process in it, later ones included. The tests start
   some processes in sessions of their own (collectors, the demo's children, Chromium),
   and each such session is a group that weighs as much as the timing part's: twice a
-  second the groups of all the workers' descendants are niced too;
-- elsewhere the workers start niced and every thread of theirs is niced back after.
+  second the groups of all the workers' descendants are niced too.
 
 Either way the timing part keeps the CPU it asks for, as it does beside two niced CPU
 hogs at load 4. Lowering a thread's nice again needs root (``CAP_SYS_NICE``); without
@@ -56,7 +57,9 @@ def main(argv: list[str]) -> int:
     parallel = subprocess.Popen(
         [pytest, "-n", workers, "--dist", "loadfile", "-m", "not timing", "--durations=25"],
         start_new_session=grouped,  # a session of its own: its own group to nice
-        preexec_fn=None if grouped else _lower_priority,
+        # Niced as threads too: where the process sits in a cpu cgroup of its own (a
+        # container), the kernel skips the session groups and weighs threads instead.
+        preexec_fn=_lower_priority,
     )
     timing_ended = threading.Event()
     keeper = threading.Thread(
@@ -77,8 +80,7 @@ def main(argv: list[str]) -> int:
         if grouped:
             keeper.join()  # its last round must not nice a group again after this one
             _nice_groups(parallel.pid, 0)
-        else:
-            _renice_tree(parallel.pid, 0)
+        _renice_tree(parallel.pid, 0)
         print(
             f"\n---- the timing tests ended (exit {timing}); their output "
             f"({TIMING_LOG}):\n{TIMING_LOG.read_text(errors='replace')}---- end of the "
