@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
         if grouped:
             keeper.join()  # its last round must not nice a group again after this one
             _nice_groups(parallel.pid, 0)
-        _renice_tree(parallel.pid, 0)
+        _unnice_tree(parallel.pid)
         print(
             f"\n---- the timing tests ended (exit {timing}); their output "
             f"({TIMING_LOG}):\n{TIMING_LOG.read_text(errors='replace')}---- end of the "
@@ -140,14 +140,19 @@ def _nice_groups(root: int, nice: int) -> None:
                 break  # the process is gone, or no autogroup: nothing to nice
 
 
-def _renice_tree(root: int, nice: int) -> None:
-    """Every thread of ``root`` and its descendants to ``nice`` (a nice is per thread on
-    Linux); two passes, for a process started while the first one walked."""
+def _unnice_tree(root: int) -> None:
+    """Every thread of ``root`` and its descendants ``WORKERS_NICE`` less nice (a nice is
+    per thread on Linux), so that a test's own order stays (a load generator it starves
+    at nice 15 behind a hog stays behind it); two passes, for a process started while the
+    first one walked, and a thread under ``WORKERS_NICE`` is not touched again."""
     for _ in range(2):
         for pid in _descendants(root):
             for task in Path(f"/proc/{pid}/task").glob("*"):
                 with contextlib.suppress(OSError, ValueError):
-                    os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+                    thread = int(task.name)
+                    nice = os.getpriority(os.PRIO_PROCESS, thread)
+                    if nice >= WORKERS_NICE:
+                        os.setpriority(os.PRIO_PROCESS, thread, nice - WORKERS_NICE)
 
 
 def _descendants(root: int) -> list[int]:
