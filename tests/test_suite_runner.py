@@ -2,7 +2,10 @@
 
 The suite cannot run itself, so these hold its two ways of lowering and restoring the
 workers' priority to real processes: a session's scheduling group (where the kernel has
-one) and every thread of a process tree (elsewhere).
+one) and every thread of a process tree. Each tree's root forks itself away from the
+test (its parent exits): inside ``make test`` this test runs on a worker whose
+descendants the runner itself nices twice a second, and a tree among them would be
+niced under the test's feet.
 """
 
 from __future__ import annotations
@@ -26,40 +29,48 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 
 #: A process with a second thread and a child of its own (which has one too), all asleep;
-#: ``session``: the child in a session of its own, as the collectors the tests start.
+#: ``session``: the child in a session of its own, as the collectors the tests start. The
+#: root forks first and its parent exits: the tree is no longer the caller's descendant.
+#: It prints "ready PID" with its root's pid.
 TREE = """
 import os, subprocess, sys, threading, time
+if sys.argv[1] == "parent" and os.fork():
+    os._exit(0)
 threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 if sys.argv[1] == "parent":
     child = subprocess.Popen(
         [sys.executable, "-c", sys.argv[2], "child", ""],
         start_new_session=sys.argv[3] == "session",
     )
-print("ready", flush=True)
+print("ready", os.getpid(), flush=True)
 time.sleep(60)
 """
 
 
-def start_tree(child_session: bool = False, **popen: object) -> subprocess.Popen[str]:
-    process = subprocess.Popen(
+def start_tree(child_session: bool = False, **popen: object) -> int:
+    """The pid of a new ``TREE``'s root, once its four threads run."""
+    launcher = subprocess.Popen(
         [sys.executable, "-c", TREE, "parent", TREE, "session" if child_session else ""],
         stdout=subprocess.PIPE,
         text=True,
         **popen,  # type: ignore[arg-type]
     )
-    assert process.stdout is not None
-    assert process.stdout.readline() == "ready\n"
+    assert launcher.stdout is not None
+    word, pid = launcher.stdout.readline().split()
+    assert word == "ready"
+    launcher.wait()
+    root = int(pid)
+    assert root not in suite._descendants(os.getpid())
     deadline = time.monotonic() + 30
-    while len(thread_nices(process.pid)) < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)  # the child and its thread start after the parent's line
-    return process
+    while len(thread_nices(root)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the child and its thread start after the root's line
+    return root
 
 
-def stop_tree(process: subprocess.Popen[str]) -> None:
-    for pid in reversed(suite._descendants(process.pid)):
+def stop_tree(root: int) -> None:
+    for pid in reversed(suite._descendants(root)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    process.wait()
 
 
 def thread_nices(root: int) -> list[int]:
@@ -82,43 +93,43 @@ def test_every_thread_of_a_tree_is_niced_and_back_keeping_its_own_order():
         os.setpriority(os.PRIO_PROCESS, 0, base)
         suite._lower_priority()
 
-    process = start_tree(preexec_fn=from_base)
+    root_pid = start_tree(preexec_fn=from_base)
     try:
-        nices = thread_nices(process.pid)
+        nices = thread_nices(root_pid)
         assert len(nices) == 4  # two processes, two threads each
         assert set(nices) == {base + suite.WORKERS_NICE}
         # A test's own process behind the others (the starved load generator's nice 15).
-        child = suite._descendants(process.pid)[1]
+        child = suite._descendants(root_pid)[1]
         os.setpriority(os.PRIO_PROCESS, child, base + suite.WORKERS_NICE + 5)
         if not root:
             pytest.skip("lowering a nice again needs root")  # as in the suite: left niced
-        suite._unnice_tree(process.pid)
+        suite._unnice_tree(root_pid)
         back = {
             int(task.name): os.getpriority(os.PRIO_PROCESS, int(task.name))
-            for pid in suite._descendants(process.pid)
+            for pid in suite._descendants(root_pid)
             for task in Path(f"/proc/{pid}/task").glob("*")
         }
         assert back.pop(child) == base + 5
         assert set(back.values()) == {base}
     finally:
-        stop_tree(process)
+        stop_tree(root_pid)
 
 
 @pytest.mark.skipif(not suite._autogroup_enabled(), reason="no scheduling group per session")
 @pytest.mark.parametrize("child_session", [False, True], ids=["one-session", "child-session"])
 def test_the_sessions_of_a_tree_are_niced_as_groups_and_back(child_session: bool):
-    process = start_tree(child_session, start_new_session=True)
+    root_pid = start_tree(child_session, start_new_session=True)
     try:
-        groups = [Path(f"/proc/{pid}/autogroup") for pid in suite._descendants(process.pid)]
+        groups = [Path(f"/proc/{pid}/autogroup") for pid in suite._descendants(root_pid)]
         names = {group.read_text().split()[0] for group in groups}
         assert len(names) == (2 if child_session else 1)
         assert Path("/proc/self/autogroup").read_text().split()[0] not in names  # not ours
-        suite._nice_groups(process.pid, suite.WORKERS_NICE)
+        suite._nice_groups(root_pid, suite.WORKERS_NICE)
         assert {group.read_text().split()[-1] for group in groups} == {str(suite.WORKERS_NICE)}
-        suite._nice_groups(process.pid, 0)
+        suite._nice_groups(root_pid, 0)
         assert {group.read_text().split()[-1] for group in groups} == {"0"}
     finally:
-        stop_tree(process)
+        stop_tree(root_pid)
 
 
 #: Run as another user than root: a tree whose child has a session of its own, its two
@@ -127,25 +138,27 @@ AS_A_USER = """
 import subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 import suite
-tree = subprocess.Popen(
+launcher = subprocess.Popen(
     [sys.executable, "-c", sys.argv[2], "parent", sys.argv[2], "session"],
     stdout=subprocess.PIPE, text=True, start_new_session=True,
 )
-assert tree.stdout.readline() == "ready\\n"
-while len(suite._descendants(tree.pid)) < 2:
+word, pid = launcher.stdout.readline().split()
+launcher.wait()
+root = int(pid)
+while len(suite._descendants(root)) < 2:
     time.sleep(0.05)
 def nices():
     return sorted(
         open(f"/proc/{pid}/autogroup").read().split()[-1]
-        for pid in suite._descendants(tree.pid)
+        for pid in suite._descendants(root)
     )
 try:
-    suite._nice_groups(tree.pid, 10)
+    suite._nice_groups(root, 10)
     print(*nices())
-    suite._nice_groups(tree.pid, 0)
+    suite._nice_groups(root, 0)
     print(*nices())
 finally:
-    for pid in reversed(suite._descendants(tree.pid)):
+    for pid in reversed(suite._descendants(root)):
         subprocess.run(["kill", "-9", str(pid)])
 """
 
